@@ -1,0 +1,157 @@
+/*
+ * minfer/gguf.h — reading and writing GGUF files (v2 and v3).
+ *
+ * The reader maps the file and validates every count, size and offset
+ * before use: a malformed file is refused with a message naming the field,
+ * its value and the byte offset, never read out of bounds. Strings and
+ * tensor data returned by the reader point into the mapping and live until
+ * minfer_gguf_close. Multi-byte values inside arrays may be unaligned: copy
+ * them with memcpy.
+ */
+#ifndef MINFER_GGUF_H
+#define MINFER_GGUF_H
+
+#include "minfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Metadata value types, as numbered in the GGUF format. */
+enum minfer_gguf_type {
+    MINFER_GGUF_UINT8 = 0,
+    MINFER_GGUF_INT8 = 1,
+    MINFER_GGUF_UINT16 = 2,
+    MINFER_GGUF_INT16 = 3,
+    MINFER_GGUF_UINT32 = 4,
+    MINFER_GGUF_INT32 = 5,
+    MINFER_GGUF_FLOAT32 = 6,
+    MINFER_GGUF_BOOL = 7,
+    MINFER_GGUF_STRING = 8,
+    MINFER_GGUF_ARRAY = 9,
+    MINFER_GGUF_UINT64 = 10,
+    MINFER_GGUF_INT64 = 11,
+    MINFER_GGUF_FLOAT64 = 12,
+};
+
+struct minfer_gguf; /* an open, validated file */
+
+struct minfer_gguf_tensor {
+    const char *name;            /* NUL-terminated copy, owned by the reader */
+    uint32_t type;               /* enum minfer_type */
+    uint32_t n_dims;             /* 1..4 */
+    int64_t ne[MINFER_MAX_DIMS]; /* unused dims are 1 */
+    uint64_t offset;             /* absolute byte offset of the data in the file */
+    uint64_t size;               /* bytes */
+    const void *data;            /* into the mapping */
+};
+
+/* ---- reader ---- */
+
+/* Opens and validates path. On failure returns NULL, sets *st and writes a
+ * message (what, value, offset) into err[err_len]. err may be NULL. */
+MINFER_API struct minfer_gguf *minfer_gguf_open(const char *path, minfer_status *st,
+                                                char *err, size_t err_len);
+/* Same over caller memory (not copied; must outlive the handle). */
+MINFER_API struct minfer_gguf *minfer_gguf_open_memory(const void *data, size_t size,
+                                                       minfer_status *st, char *err,
+                                                       size_t err_len);
+MINFER_API void minfer_gguf_close(struct minfer_gguf *g); /* NULL is a no-op */
+
+MINFER_API uint32_t minfer_gguf_version(const struct minfer_gguf *g);
+MINFER_API uint64_t minfer_gguf_alignment(const struct minfer_gguf *g);
+MINFER_API uint64_t minfer_gguf_data_offset(const struct minfer_gguf *g);
+MINFER_API const void *minfer_gguf_base(const struct minfer_gguf *g, uint64_t *size);
+
+/* Metadata by index (0..count-1) or key. find returns -1 when absent. */
+MINFER_API int64_t minfer_gguf_kv_count(const struct minfer_gguf *g);
+MINFER_API int64_t minfer_gguf_find_key(const struct minfer_gguf *g, const char *key);
+MINFER_API const char *minfer_gguf_kv_key(const struct minfer_gguf *g, int64_t i);
+MINFER_API enum minfer_gguf_type minfer_gguf_kv_type(const struct minfer_gguf *g, int64_t i);
+
+/* Typed reads by key. MINFER_ERR_NOT_FOUND when absent, MINFER_ERR_FORMAT
+ * when the stored type does not fit the request (the message says which),
+ * MINFER_ERR_RANGE when the value does not fit the out type.
+ * get_i64 accepts every integer type and bool; get_f64 every number. */
+MINFER_API minfer_status minfer_gguf_get_i64(const struct minfer_gguf *g, const char *key,
+                                             int64_t *out);
+MINFER_API minfer_status minfer_gguf_get_u64(const struct minfer_gguf *g, const char *key,
+                                             uint64_t *out);
+MINFER_API minfer_status minfer_gguf_get_f64(const struct minfer_gguf *g, const char *key,
+                                             double *out);
+MINFER_API minfer_status minfer_gguf_get_bool(const struct minfer_gguf *g, const char *key,
+                                              bool *out);
+/* *s is not NUL-terminated; *len is its length in bytes. */
+MINFER_API minfer_status minfer_gguf_get_str(const struct minfer_gguf *g, const char *key,
+                                             const char **s, size_t *len);
+/* Arrays: element type and count; for numeric arrays *data points at n
+ * packed little-endian elements. For string arrays use get_arr_str. */
+MINFER_API minfer_status minfer_gguf_get_arr(const struct minfer_gguf *g, const char *key,
+                                             enum minfer_gguf_type *elem_type, uint64_t *n,
+                                             const void **data);
+MINFER_API minfer_status minfer_gguf_get_arr_str(const struct minfer_gguf *g, const char *key,
+                                                 uint64_t i, const char **s, size_t *len);
+/* The same reads by index, for tools that walk every key. */
+MINFER_API minfer_status minfer_gguf_kv_arr(const struct minfer_gguf *g, int64_t i,
+                                            enum minfer_gguf_type *elem_type, uint64_t *n,
+                                            const void **data);
+MINFER_API minfer_status minfer_gguf_kv_arr_str(const struct minfer_gguf *g, int64_t i,
+                                                uint64_t j, const char **s, size_t *len);
+/* Scalar value by index: *data points at the packed value (or for a string
+ * at its bytes, with *len set). */
+MINFER_API minfer_status minfer_gguf_kv_scalar(const struct minfer_gguf *g, int64_t i,
+                                               const void **data, size_t *len);
+
+/* Tensors. find returns NULL when absent. */
+MINFER_API int64_t minfer_gguf_tensor_count(const struct minfer_gguf *g);
+MINFER_API const struct minfer_gguf_tensor *minfer_gguf_tensor(const struct minfer_gguf *g,
+                                                               int64_t i);
+MINFER_API const struct minfer_gguf_tensor *minfer_gguf_find_tensor(const struct minfer_gguf *g,
+                                                                    const char *name);
+
+MINFER_API const char *minfer_gguf_type_name(enum minfer_gguf_type t);
+
+/* ---- writer ---- */
+
+struct minfer_gguf_writer;
+
+/* Streams a tensor's bytes: called with consecutive chunks until size
+ * bytes are produced. Return MINFER_OK or an error to abort the write. */
+typedef minfer_status (*minfer_gguf_fill_fn)(void *user, uint64_t offset, void *dst,
+                                             size_t size);
+
+MINFER_API struct minfer_gguf_writer *minfer_gguf_writer_new(uint32_t version);
+MINFER_API void minfer_gguf_writer_free(struct minfer_gguf_writer *w);
+/* Setting a key twice replaces the value. Values are copied. */
+MINFER_API minfer_status minfer_gguf_writer_set(struct minfer_gguf_writer *w, const char *key,
+                                                enum minfer_gguf_type type, const void *value);
+MINFER_API minfer_status minfer_gguf_writer_set_str(struct minfer_gguf_writer *w,
+                                                    const char *key, const char *s, size_t len);
+MINFER_API minfer_status minfer_gguf_writer_set_arr(struct minfer_gguf_writer *w,
+                                                    const char *key,
+                                                    enum minfer_gguf_type elem_type,
+                                                    const void *data, uint64_t n);
+MINFER_API minfer_status minfer_gguf_writer_set_arr_str(struct minfer_gguf_writer *w,
+                                                        const char *key,
+                                                        const char *const *strs,
+                                                        const size_t *lens, uint64_t n);
+/* Copies key i of an open file (any type, arrays included). */
+MINFER_API minfer_status minfer_gguf_writer_copy_kv(struct minfer_gguf_writer *w,
+                                                    const struct minfer_gguf *g, int64_t i);
+/* Adds a tensor whose bytes come from data (borrowed until write returns)
+ * or, when data is NULL, from fill(user, ...). */
+MINFER_API minfer_status minfer_gguf_writer_add_tensor(struct minfer_gguf_writer *w,
+                                                       const char *name, uint32_t type,
+                                                       uint32_t n_dims, const int64_t *ne,
+                                                       const void *data,
+                                                       minfer_gguf_fill_fn fill, void *user);
+/* Writes path via a temporary name in the same directory and renames it
+ * only once complete: an interrupted or failed write leaves no file. */
+MINFER_API minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char *path,
+                                                  char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MINFER_GGUF_H */

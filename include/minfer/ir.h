@@ -1,0 +1,180 @@
+/*
+ * minfer/ir.h — the graph IR types that cross the plugin boundary:
+ * status codes, tensor element types, tensor descriptors, ops and nodes.
+ *
+ * This header only grows by appending (new enum values at the end, new
+ * struct fields at the end behind a size or version check). Changing the
+ * meaning of an existing value is an ABI major bump (see backend.h).
+ *
+ * Conventions (ggml's, so GGUF shapes map one to one):
+ *   ne[0] is the innermost, contiguous dimension; ne[1..3] are outer.
+ *   nb[i] is the byte stride of dimension i. Every tensor is contiguous in
+ *   dimension 0 (nb[0] is the element or block size); outer strides may be
+ *   larger than dense (views such as Q/K/V column slices of a fused QKV).
+ *   For block-quantized types ne[0] is a multiple of the block size and
+ *   nb[1] counts bytes of whole blocks.
+ */
+#ifndef MINFER_IR_H
+#define MINFER_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ---- */
+
+typedef enum minfer_status {
+    MINFER_OK = 0,
+    MINFER_ERR_INVALID_ARG = -1,   /* a caller passed something malformed */
+    MINFER_ERR_NO_MEMORY = -2,     /* host allocation failed */
+    MINFER_ERR_DEVICE_OOM = -3,    /* device allocation failed */
+    MINFER_ERR_IO = -4,            /* read/write/open/mmap failed */
+    MINFER_ERR_FORMAT = -5,        /* a file's contents are malformed */
+    MINFER_ERR_UNSUPPORTED = -6,   /* valid, but not handled by this build */
+    MINFER_ERR_PLUGIN = -7,        /* a plugin was refused or misbehaved */
+    MINFER_ERR_BACKEND = -8,       /* a backend failed while executing */
+    MINFER_ERR_NOT_FOUND = -9,     /* a named thing does not exist */
+    MINFER_ERR_RANGE = -10,        /* a value is outside its allowed range */
+    MINFER_ERR_STATE = -11,        /* call not valid in the object's state */
+} minfer_status;
+
+/* ---- element types ---- */
+
+/* Values equal GGML's type ids so a GGUF tensor type maps directly.
+ * Types this build cannot read are still named so errors can say which. */
+enum minfer_type {
+    MINFER_TYPE_F32 = 0,
+    MINFER_TYPE_F16 = 1,
+    MINFER_TYPE_Q4_0 = 2,
+    MINFER_TYPE_Q4_1 = 3,
+    MINFER_TYPE_Q5_0 = 6,
+    MINFER_TYPE_Q5_1 = 7,
+    MINFER_TYPE_Q8_0 = 8,
+    MINFER_TYPE_Q8_1 = 9,
+    MINFER_TYPE_Q2_K = 10,
+    MINFER_TYPE_Q3_K = 11,
+    MINFER_TYPE_Q4_K = 12,
+    MINFER_TYPE_Q5_K = 13,
+    MINFER_TYPE_Q6_K = 14,
+    MINFER_TYPE_Q8_K = 15,
+    MINFER_TYPE_IQ2_XXS = 16,
+    MINFER_TYPE_IQ2_XS = 17,
+    MINFER_TYPE_IQ3_XXS = 18,
+    MINFER_TYPE_IQ1_S = 19,
+    MINFER_TYPE_IQ4_NL = 20,
+    MINFER_TYPE_IQ3_S = 21,
+    MINFER_TYPE_IQ2_S = 22,
+    MINFER_TYPE_IQ4_XS = 23,
+    MINFER_TYPE_I8 = 24,
+    MINFER_TYPE_I16 = 25,
+    MINFER_TYPE_I32 = 26,
+    MINFER_TYPE_I64 = 27,
+    MINFER_TYPE_F64 = 28,
+    MINFER_TYPE_IQ1_M = 29,
+    MINFER_TYPE_BF16 = 30,
+    MINFER_TYPE_TQ1_0 = 34,
+    MINFER_TYPE_TQ2_0 = 35,
+    MINFER_TYPE_MXFP4 = 39,
+    MINFER_TYPE_COUNT = 40 /* one past the largest id; not a type */
+};
+
+/* ---- tensors ---- */
+
+#define MINFER_MAX_DIMS 4
+#define MINFER_MAX_SRC 6
+
+/* Tensor flags: where a tensor's contents come from and live. */
+#define MINFER_TENSOR_WEIGHT 0x1u  /* registered weight, read-only */
+#define MINFER_TENSOR_INPUT 0x2u   /* written by the host before a pass */
+#define MINFER_TENSOR_OUTPUT 0x4u  /* read by the host after a pass */
+#define MINFER_TENSOR_KV 0x8u      /* persistent KV-cache region */
+
+struct minfer_tensor {
+    uint32_t type;                 /* enum minfer_type */
+    uint32_t flags;                /* MINFER_TENSOR_* */
+    int64_t ne[MINFER_MAX_DIMS];   /* elements per dimension, unused dims 1 */
+    size_t nb[MINFER_MAX_DIMS];    /* byte strides */
+    void *data;                    /* address in the executing backend's space */
+    const char *name;              /* borrowed for the graph's life; may be NULL */
+    uint64_t id;                   /* unique within one graph */
+};
+
+/* ---- ops ---- */
+
+/* Shapes below use [ne0, ne1, ...]. "rows" means every index of ne1..ne3.
+ * All activations are F32 unless stated. */
+enum minfer_op {
+    MINFER_OP_NONE = 0,
+    /* dst[:, i] = dequant(src0[:, src1[i]]).
+     * src0: table [n, n_rows] any readable type; src1: I32 ids [n_ids];
+     * dst: F32 [n, n_ids]. An id outside [0, n_rows) is an error. */
+    MINFER_OP_GET_ROWS = 1,
+    /* dst = x / sqrt(mean(x^2) + eps) per row. fparams[0] = eps. */
+    MINFER_OP_RMS_NORM = 2,
+    /* dst = rms_norm(src0) * src1, src1: F32 [n] broadcast over rows.
+     * fparams[0] = eps. A fusion of RMS_NORM then MUL. */
+    MINFER_OP_RMS_NORM_MUL = 3,
+    /* dst = src0 + src1; src1 has ne0 == src0's and either the same rows or
+     * one row broadcast to all. */
+    MINFER_OP_ADD = 4,
+    /* dst = src0 * src1, element-wise, same broadcast rule as ADD. */
+    MINFER_OP_MUL = 5,
+    /* dst[n, m] = sum_k src0[k, n] * src1[k, m].
+     * src0: weight [K, N] any readable type; src1: F32 [K, M]; dst: F32 [N, M]. */
+    MINFER_OP_MUL_MAT = 6,
+    /* Rotary embedding, NeoX layout (pairs (i, i + n_rot/2)).
+     * src0: F32 [head_dim, n_head, n_tokens]; src1: I32 positions [n_tokens];
+     * iparams[0] = n_rot (<= head_dim; dims past n_rot pass through);
+     * fparams[0] = freq_base; fparams[1] = freq_scale (1.0 = none). */
+    MINFER_OP_ROPE = 7,
+    /* dst = silu(src0) * src1, same shapes. */
+    MINFER_OP_SWIGLU = 8,
+    /* Write rows of src0 (F32 [row_len, n_tokens]) into the cache dst
+     * ([row_len, n_cells] of type F32, F16 or Q8_0) at cells src1 (I32
+     * [n_tokens]). dst is both read and written; a cell outside
+     * [0, n_cells) is an error. dst is not a fresh output: a backend must
+     * write only the named cells. */
+    MINFER_OP_KV_STORE = 9,
+    /* Causal multi-head attention with grouped KV heads.
+     * src0: Q F32 [head_dim, n_head, n_tokens];
+     * src1: K cache [head_dim * n_kv_head, n_cells] (F32, F16 or Q8_0);
+     * src2: V cache, same layout as K;
+     * src3: I32 [1], kv_len — cells [0, kv_len) hold valid entries;
+     * src4: I32 [n_tokens], the position of each query token; query t sees
+     *       cell c iff c < kv_len and c <= src4[t] (cell index == position
+     *       for a single sequence);
+     * dst: F32 [head_dim, n_head, n_tokens].
+     * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale.
+     * kv_len and positions are read at run time, never baked into a launch. */
+    MINFER_OP_ATTENTION = 10,
+    /* dst = silu(src0 . x) * (src1 . x) with x = src2: the FFN gate/up pair
+     * fused. src0, src1: weights [K, N] of one type; src2: F32 [K, M];
+     * dst: F32 [N, M]. */
+    MINFER_OP_FFN_GATE_UP = 11,
+    /* dst = src0 converted to dst's type (F32 <-> F16/BF16), same shape. */
+    MINFER_OP_COPY = 12,
+    /* dst = src0 * fparams[0]. */
+    MINFER_OP_SCALE = 13,
+    MINFER_OP_COUNT /* one past the last op; grows by appending above */
+};
+
+struct minfer_node {
+    uint32_t op;                                 /* enum minfer_op */
+    uint32_t n_src;
+    const struct minfer_tensor *src[MINFER_MAX_SRC];
+    struct minfer_tensor *dst;
+    int32_t iparams[8];
+    float fparams[8];
+    uint32_t index;                              /* position in the graph */
+    const char *label;                           /* e.g. "blk.3.attn_q"; may be NULL */
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MINFER_IR_H */

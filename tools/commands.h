@@ -1,0 +1,17 @@
+/*
+ * commands.h — the minfer CLI's subcommands. Each lives in its own
+ * tools/cmd-<name>.c and is listed once in main.c's table.
+ * A command returns the process exit status (0 ok, 1 failure, 2 usage).
+ */
+#ifndef MINFER_TOOLS_COMMANDS_H
+#define MINFER_TOOLS_COMMANDS_H
+
+struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+};
+
+int cmd_version(int argc, char **argv);
+
+#endif
