@@ -114,6 +114,198 @@ MINFER_API minfer_status minfer_runtime_device_info(const struct minfer_runtime 
 
 /* ---- end runtime and plugins ---- */
 
+/* ---- tokens: tokenizer, chat template ---- */
+
+/* A tokenizer read from a GGUF file's tokenizer.* metadata. Supported now:
+ * tokenizer.ggml.model "gpt2" (byte-level BPE) with pre-tokenizer "qwen2"
+ * (Qwen2, Qwen2.5, Qwen3). Immutable once made except for an internal word
+ * cache guarded by a lock: any number of threads may tokenize at once.
+ * It copies what it needs: the GGUF may be closed afterwards. */
+struct minfer_tokenizer;
+struct minfer_gguf;
+
+/* Token kinds, numbered as GGUF's tokenizer.ggml.token_type stores them. */
+enum minfer_token_type {
+    MINFER_TOKEN_UNDEFINED = 0,
+    MINFER_TOKEN_NORMAL = 1,       /* ordinary vocabulary entry */
+    MINFER_TOKEN_UNKNOWN = 2,
+    MINFER_TOKEN_CONTROL = 3,      /* <|im_start|>, <|endoftext|>: matched in text only with parse_special */
+    MINFER_TOKEN_USER_DEFINED = 4, /* <think>, <tool_call>: always matched in text, as HF does */
+    MINFER_TOKEN_UNUSED = 5,       /* padding rows: never produced by tokenize, decode to "" */
+    MINFER_TOKEN_BYTE = 6,
+};
+
+/* Reads the tokenizer of an open GGUF. NULL on failure with *st set
+ * (MINFER_ERR_UNSUPPORTED for a tokenizer model or pre-tokenizer this build
+ * lacks, MINFER_ERR_FORMAT for malformed metadata) and a message in
+ * err[err_len] (err may be NULL). Caller frees with minfer_tokenizer_free. */
+MINFER_API struct minfer_tokenizer *minfer_tokenizer_from_gguf(const struct minfer_gguf *g,
+                                                               minfer_status *st, char *err,
+                                                               size_t err_len);
+MINFER_API void minfer_tokenizer_free(struct minfer_tokenizer *tok); /* NULL is a no-op */
+
+/* Number of token ids (rows of tokenizer.ggml.tokens, padding included). */
+MINFER_API int32_t minfer_tokenizer_n_vocab(const struct minfer_tokenizer *tok);
+/* Special ids; -1 when the model has none. eot is the end-of-turn token
+ * (<|im_end|> for ChatML models), eos the GGUF's eos_token_id. */
+MINFER_API int32_t minfer_tokenizer_bos(const struct minfer_tokenizer *tok);
+MINFER_API int32_t minfer_tokenizer_eos(const struct minfer_tokenizer *tok);
+MINFER_API int32_t minfer_tokenizer_eot(const struct minfer_tokenizer *tok);
+MINFER_API int32_t minfer_tokenizer_pad(const struct minfer_tokenizer *tok);
+/* Whether the GGUF asks for a BOS token before a prompt (add_bos_token). */
+MINFER_API bool minfer_tokenizer_add_bos(const struct minfer_tokenizer *tok);
+/* End of generation: eos, eot, <|endoftext|> and the other end tokens. */
+MINFER_API bool minfer_tokenizer_is_eog(const struct minfer_tokenizer *tok, int32_t id);
+/* enum minfer_token_type of id; MINFER_TOKEN_UNDEFINED when out of range. */
+MINFER_API int minfer_tokenizer_token_type(const struct minfer_tokenizer *tok, int32_t id);
+
+/* Text to ids. text[len] need not be NUL-terminated and may hold any bytes:
+ * invalid UTF-8 is replaced by U+FFFD per maximal invalid subsequence (as
+ * Python's errors="replace" and Rust's from_utf8_lossy do) before encoding.
+ * Text is NFC-normalised, except inside matched special tokens. With
+ * parse_special, control tokens written in the text (<|im_start|>) become
+ * their ids; without it they are encoded as plain text. User-defined tokens
+ * (<think>) are always matched. No BOS is added (see minfer_tokenizer_add_bos).
+ * Writes up to cap ids; *n_out gets the full count. If cap is too small,
+ * returns MINFER_ERR_RANGE with *n_out set to the count needed (call again
+ * with a larger buffer); ids may be NULL with cap 0 to ask for the count. */
+MINFER_API minfer_status minfer_tokenize(const struct minfer_tokenizer *tok, const char *text,
+                                         size_t len, bool parse_special, int32_t *ids,
+                                         size_t cap, size_t *n_out);
+
+/* The bytes id stands for when decoded: a normal token's bytes (may be a
+ * partial UTF-8 sequence), a control or user-defined token's text, "" for
+ * unused ids. NULL when id is out of range. Borrowed: lives as long as tok. */
+MINFER_API const char *minfer_token_bytes(const struct minfer_tokenizer *tok, int32_t id,
+                                          size_t *len);
+/* The vocabulary entry as stored in the GGUF ("Ġhello"). Same lifetime. */
+MINFER_API const char *minfer_token_text(const struct minfer_tokenizer *tok, int32_t id,
+                                         size_t *len);
+/* Longest minfer_token_bytes of any id. */
+MINFER_API size_t minfer_tokenizer_max_token_bytes(const struct minfer_tokenizer *tok);
+
+/* Ids to text in one call, the way Hugging Face decode does: byte runs of
+ * normal tokens decoded with U+FFFD for invalid UTF-8; control tokens
+ * written as their text when render_special, else skipped. Writes up to cap
+ * bytes (no NUL); MINFER_ERR_RANGE with *n_out = bytes needed when short;
+ * MINFER_ERR_INVALID_ARG for an id out of range. */
+MINFER_API minfer_status minfer_detokenize(const struct minfer_tokenizer *tok,
+                                           const int32_t *ids, size_t n, bool render_special,
+                                           char *out, size_t cap, size_t *n_out);
+
+/* Streaming detokenizer: push ids one at a time, get back only complete
+ * UTF-8. A partial sequence is held until the bytes that complete it
+ * arrive; bytes that can never form a valid sequence come out as U+FFFD.
+ * Borrows tok (free the detokenizer first). Caller frees. */
+struct minfer_detok;
+MINFER_API struct minfer_detok *minfer_detok_new(const struct minfer_tokenizer *tok,
+                                                 bool render_special);
+MINFER_API void minfer_detok_free(struct minfer_detok *d); /* NULL is a no-op */
+/* Output room that always suffices for one push or flush. */
+MINFER_API size_t minfer_detok_max_out(const struct minfer_detok *d);
+/* Appends id; writes the bytes that became complete to out[cap] (no NUL)
+ * and their count to *n_out (0 is common: a held partial character). With
+ * cap < needed: MINFER_ERR_RANGE, *n_out = needed, state unchanged.
+ * MINFER_ERR_INVALID_ARG for an id out of range (state unchanged). */
+MINFER_API minfer_status minfer_detok_push(struct minfer_detok *d, int32_t id, char *out,
+                                           size_t cap, size_t *n_out);
+/* End of stream: emits a held incomplete sequence as U+FFFD and resets. */
+MINFER_API minfer_status minfer_detok_flush(struct minfer_detok *d, char *out, size_t cap,
+                                            size_t *n_out);
+MINFER_API void minfer_detok_reset(struct minfer_detok *d); /* drops held bytes */
+
+/* Chat templates. There is no Jinja engine: a GGUF's tokenizer.chat_template
+ * is recognised as one of these formats by its markers, or the caller
+ * forces one. */
+enum minfer_chat_format {
+    MINFER_CHAT_UNKNOWN = 0, /* template absent or not recognised */
+    MINFER_CHAT_CHATML = 1,  /* <|im_start|>role\ncontent<|im_end|>\n (Qwen2/2.5/3);
+                                a default system prompt found in the template is
+                                added when the first message is not "system";
+                                Qwen3's <think> handling of past turns applies when
+                                the template has it */
+};
+
+struct minfer_chat_msg {
+    const char *role;    /* "system", "user", "assistant" or "tool" */
+    const char *content; /* NUL-terminated UTF-8 */
+};
+
+/* The format of tok's own template, and the template text (NULL, len 0 if
+ * the GGUF has none; borrowed for tok's lifetime). */
+MINFER_API enum minfer_chat_format minfer_tokenizer_chat_format(const struct minfer_tokenizer *tok);
+MINFER_API const char *minfer_tokenizer_chat_template(const struct minfer_tokenizer *tok,
+                                                      size_t *len);
+/* Recognises a template text; MINFER_CHAT_UNKNOWN if not a known format. */
+MINFER_API enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len);
+/* "chatml" <-> MINFER_CHAT_CHATML; "unknown" for others. from_name false if unknown. */
+MINFER_API const char *minfer_chat_format_name(enum minfer_chat_format f);
+MINFER_API bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f);
+
+/* Renders msgs[n] as the prompt text (to tokenize with parse_special).
+ * fmt MINFER_CHAT_UNKNOWN uses tok's detected format and fails with
+ * MINFER_ERR_UNSUPPORTED (message says so) if that is unknown; any other
+ * fmt forces that format. tok may be NULL when fmt is forced (then no
+ * default system prompt). add_generation_prompt appends the assistant
+ * header. Writes up to cap bytes plus a NUL when room remains;
+ * MINFER_ERR_RANGE with *n_out = bytes needed (without NUL) when short. */
+MINFER_API minfer_status minfer_chat_render(const struct minfer_tokenizer *tok,
+                                            enum minfer_chat_format fmt,
+                                            const struct minfer_chat_msg *msgs, size_t n,
+                                            bool add_generation_prompt, char *out, size_t cap,
+                                            size_t *n_out, char *err, size_t err_len);
+
+/* ---- end tokens ---- */
+
+/* ---- sampling ---- */
+
+/* Picks the next token from a row of logits. Stage order, each stage
+ * skipped when off:
+ *   1. penalties over the last penalty_last_n accepted ids (minfer_sampler_accept):
+ *      repetition (logit > 0 ? logit / r : logit * r), then
+ *      logit -= count * frequency_penalty + (count > 0) * presence_penalty
+ *   2. greedy: temperature <= 0 (or top_k == 1) returns the arg max (lowest id on ties)
+ *   3. top-k: keep the k highest logits (partial selection, no full sort)
+ *   4. temperature: logits / temperature, softmax over what is left
+ *   5. top-p: keep the smallest highest-probability prefix whose mass >= top_p
+ *   6. min-p: drop tokens with p < min_p * p_max
+ *   7. draw from the renormalised rest with the sampler's own PRNG
+ *      (xoshiro256**, seeded through splitmix64: same seed, same logits,
+ *      same ids on every platform).
+ * Ties between equal logits are ordered by lower id first. */
+struct minfer_sampler_params {
+    float temperature;       /* <= 0: greedy. default 0.8 */
+    int32_t top_k;           /* <= 0: off. default 40 */
+    float top_p;             /* >= 1: off. default 0.95 */
+    float min_p;             /* <= 0: off. default 0.05 */
+    float repeat_penalty;    /* 1: off. default 1.0 */
+    float frequency_penalty; /* 0: off */
+    float presence_penalty;  /* 0: off */
+    int32_t penalty_last_n;  /* window of accepted ids; 0: penalties off. default 64 */
+    uint64_t seed;           /* default 0 */
+};
+
+struct minfer_sampler;
+
+/* Defaults as documented in struct minfer_sampler_params. */
+MINFER_API struct minfer_sampler_params minfer_sampler_default_params(void);
+/* NULL on failure (bad parameter: message names it). Caller frees. */
+MINFER_API struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
+                                                     int32_t n_vocab, minfer_status *st,
+                                                     char *err, size_t err_len);
+MINFER_API void minfer_sampler_free(struct minfer_sampler *s); /* NULL is a no-op */
+/* Records id in the penalty window (prompt ids and each sampled id). */
+MINFER_API void minfer_sampler_accept(struct minfer_sampler *s, int32_t id);
+/* Clears the window and reseeds with seed. */
+MINFER_API void minfer_sampler_reset(struct minfer_sampler *s, uint64_t seed);
+/* Samples from logits[n_vocab] (not modified; n_vocab must equal the
+ * sampler's). Does not accept the result: call minfer_sampler_accept.
+ * MINFER_ERR_INVALID_ARG for a size mismatch or when no logit is finite. */
+MINFER_API minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
+                                               int32_t n_vocab, int32_t *out_id);
+
+/* ---- end sampling ---- */
+
 #ifdef __cplusplus
 }
 #endif
