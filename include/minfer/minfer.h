@@ -306,6 +306,122 @@ MINFER_API minfer_status minfer_sampler_sample(struct minfer_sampler *s, const f
 
 /* ---- end sampling ---- */
 
+/* ---- models and contexts ---- */
+
+/* A model is a validated GGUF (hyperparameters and tensor table checked
+ * against its architecture's descriptor) bound to one backend plugin of a
+ * runtime. Weights stay in the file's mapping (a CPU backend reads them in
+ * place). A model is immutable once loaded: any number of contexts, on any
+ * threads, may share it. It borrows the runtime: free the model first. */
+struct minfer_model;
+/* A context is one inference stream over a model: its own backend
+ * instance, KV cache, compute buffers and cached graphs. One thread at a
+ * time per context. It borrows the model: free contexts first. */
+struct minfer_ctx;
+
+/* Progress report for long operations (load, long prefills): done of
+ * total units. Return false to cancel (the operation fails with
+ * MINFER_ERR_STATE). Called on the calling thread. */
+typedef bool (*minfer_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+struct minfer_model_params {
+    uint32_t struct_size;          /* sizeof(struct minfer_model_params) */
+    const char *backend;           /* plugin name ("cpu", "cuda"); NULL or "auto":
+                                      the best loaded backend that supports the model */
+    minfer_progress_fn progress;   /* may be NULL */
+    void *progress_user;
+};
+
+/* Fills *p with defaults (backend auto, no progress). */
+MINFER_API void minfer_model_params_default(struct minfer_model_params *p);
+
+/* Loads the GGUF at path. p may be NULL (defaults). On failure returns
+ * NULL, sets *st and writes a message naming what was wrong (unknown
+ * architecture, a missing or malformed hyperparameter, a missing tensor, a
+ * tensor of the wrong shape or type, no backend) into err[err_len].
+ * The caller frees the model with minfer_model_free. */
+MINFER_API struct minfer_model *minfer_model_load(struct minfer_runtime *rt, const char *path,
+                                                  const struct minfer_model_params *p,
+                                                  minfer_status *st, char *err,
+                                                  size_t err_len);
+/* Same over an already open GGUF (file or memory). The model takes
+ * ownership of g, also on failure (it is closed then). */
+MINFER_API struct minfer_model *minfer_model_load_gguf(struct minfer_runtime *rt,
+                                                       struct minfer_gguf *g,
+                                                       const struct minfer_model_params *p,
+                                                       minfer_status *st, char *err,
+                                                       size_t err_len);
+MINFER_API void minfer_model_free(struct minfer_model *m); /* NULL is a no-op */
+
+/* What a loaded model is. Strings are borrowed for the model's life. */
+struct minfer_model_info {
+    uint32_t struct_size;          /* set by the caller to sizeof its struct */
+    const char *arch;              /* "qwen2", "qwen3" */
+    const char *name;              /* general.name, or "" */
+    const char *backend;           /* the backend the model runs on */
+    const char *type_desc;         /* dominant weight type of the matrices, e.g. "q4_K" */
+    int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    uint64_t n_params;             /* elements of all weights */
+    uint64_t size_bytes;           /* bytes of all weights */
+};
+/* Copies up to info->struct_size bytes. */
+MINFER_API void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *info);
+/* The model's GGUF (for minfer_tokenizer_from_gguf). Borrowed for the
+ * model's life. */
+MINFER_API const struct minfer_gguf *minfer_model_gguf(const struct minfer_model *m);
+
+struct minfer_ctx_params {
+    uint32_t struct_size;          /* sizeof(struct minfer_ctx_params) */
+    int32_t n_ctx;                 /* KV cells; 0 = min(model's context, 4096); capped
+                                      by the model's training context */
+    int32_t n_batch;               /* most tokens per forward pass; 0 = 512 */
+    uint32_t type_k, type_v;       /* KV cache element type: MINFER_TYPE_F32, F16
+                                      (default) or Q8_0 */
+    int32_t n_threads;             /* backend threads; 0 = backend's choice */
+    uint32_t flags;                /* MINFER_CTX_* */
+    minfer_progress_fn progress;   /* prefill progress (tokens), may be NULL */
+    void *progress_user;
+};
+#define MINFER_CTX_NO_GRAPHS 0x1u  /* never offer graph replay to the backend */
+
+MINFER_API void minfer_ctx_params_default(struct minfer_ctx_params *p);
+/* Makes a context: creates a backend instance, registers the weights and
+ * allocates the KV cache. p may be NULL (defaults). NULL on failure with
+ * *st and err set. The caller frees with minfer_ctx_free. */
+MINFER_API struct minfer_ctx *minfer_ctx_new(struct minfer_model *m,
+                                             const struct minfer_ctx_params *p,
+                                             minfer_status *st, char *err, size_t err_len);
+MINFER_API void minfer_ctx_free(struct minfer_ctx *c); /* NULL is a no-op */
+
+#define MINFER_DECODE_ALL_LOGITS 0x1u /* keep the logits of every token, not just the last */
+
+/* Appends tokens[n] to the context's sequence (positions n_past ..
+ * n_past + n - 1) and runs the forward pass (in chunks of n_batch).
+ * Afterwards minfer_ctx_logits gives the last token's logits, or with
+ * MINFER_DECODE_ALL_LOGITS every token's. MINFER_ERR_RANGE when n_past + n
+ * exceeds n_ctx or a token id is outside the vocabulary (nothing is
+ * changed then); other errors name the node and backend that failed (see
+ * minfer_ctx_last_error); after a failed pass the cache holds the tokens
+ * of the chunks that completed. */
+MINFER_API minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens,
+                                           int32_t n, uint32_t flags);
+/* Logits row i (0-based among the rows the last decode kept; -1 = the
+ * last), n_vocab floats. NULL when no such row. Borrowed until the next
+ * decode, truncate or free. */
+MINFER_API const float *minfer_ctx_logits(const struct minfer_ctx *c, int32_t i);
+/* Rows minfer_ctx_logits can return. */
+MINFER_API int32_t minfer_ctx_n_logits(const struct minfer_ctx *c);
+/* Tokens in the cache, and the cache capacity. */
+MINFER_API int32_t minfer_ctx_n_past(const struct minfer_ctx *c);
+MINFER_API int32_t minfer_ctx_n_ctx(const struct minfer_ctx *c);
+/* Forgets every token at position >= n_past (0 clears the context), so a
+ * shared prefix is reused. MINFER_ERR_RANGE if n_past exceeds the cache's. */
+MINFER_API minfer_status minfer_ctx_truncate(struct minfer_ctx *c, int32_t n_past);
+/* Text of the last failure on c, or "". Borrowed until the next call on c. */
+MINFER_API const char *minfer_ctx_last_error(const struct minfer_ctx *c);
+
+/* ---- end models and contexts ---- */
+
 #ifdef __cplusplus
 }
 #endif
