@@ -13,5 +13,6 @@ struct cli_command {
 };
 
 int cmd_version(int argc, char **argv);
+int cmd_backends(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ int cmd_version(int argc, char **argv)
 
 static const struct cli_command commands[] = {
     {"version", "print the library version", cmd_version},
+    {"backends", "list backend plugins, their devices or why each was refused", cmd_backends},
 };
 
 static void usage(FILE *f)
