@@ -1,0 +1,436 @@
+/*
+ * quant-ref.c — reference dequantizers of every supported type and the
+ * reference quantizers of the 32-element block types (Q4_0 ... Q8_1) and
+ * the plain float types. The K-quant quantizers are in quant-k.c.
+ *
+ * Every operation order here is chosen to reproduce llama.cpp's reference
+ * results bit for bit; the library is compiled with -ffp-contract=off so
+ * that a*b + c is never fused into one rounding.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant-internal.h"
+#include "quant-ref.h"
+
+/* ---- helpers ---- */
+
+int minfer_nearest_int(float f)
+{
+    /* adding 1.5 * 2^23 puts the rounded integer in the low mantissa bits */
+    float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static float f16(uint16_t h)
+{
+    return minfer_fp16_to_fp32(h);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* value of largest magnitude (first one wins ties), and that magnitude */
+static float signed_absmax(const float *x, int n, float *amax_out)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (amax < a) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    *amax_out = amax;
+    return max;
+}
+
+static void min_max(const float *x, int n, float *mn, float *mx)
+{
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < lo)
+            lo = x[j];
+        if (x[j] > hi)
+            hi = x[j];
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* ---- 32-element block quantizers ---- */
+
+static void quant_q4_0(const float *x, struct minfer_block_q4_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax;
+        float max = signed_absmax(x, 32, &amax);
+        float d = max / -8.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = minfer_fp32_to_fp16(d);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int8_t)(x[j] * id + 8.5f);
+            int hi = (int8_t)(x[j + 16] * id + 8.5f);
+            lo = lo < 15 ? lo : 15;
+            hi = hi < 15 ? hi : 15;
+            y[i].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+static void quant_q4_1(const float *x, struct minfer_block_q4_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float mn, mx;
+        min_max(x, 32, &mn, &mx);
+        float d = (mx - mn) / 15.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = minfer_fp32_to_fp16(d);
+        y[i].m = minfer_fp32_to_fp16(mn);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int8_t)((x[j] - mn) * id + 0.5f);
+            int hi = (int8_t)((x[j + 16] - mn) * id + 0.5f);
+            lo = lo < 15 ? lo : 15;
+            hi = hi < 15 ? hi : 15;
+            y[i].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+static void quant_q5_0(const float *x, struct minfer_block_q5_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax;
+        float max = signed_absmax(x, 32, &amax);
+        float d = max / -16.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        y[i].d = minfer_fp32_to_fp16(d);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int8_t)(x[j] * id + 16.5f);
+            int hi = (int8_t)(x[j + 16] * id + 16.5f);
+            lo = lo < 31 ? lo : 31;
+            hi = hi < 31 ? hi : 31;
+            y[i].qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            qh |= (uint32_t)(lo >> 4 & 1) << j;
+            qh |= (uint32_t)(hi >> 4 & 1) << (j + 16);
+        }
+        put_u32(y[i].qh, qh);
+    }
+}
+
+static void quant_q5_1(const float *x, struct minfer_block_q5_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float mn, mx;
+        min_max(x, 32, &mn, &mx);
+        float d = (mx - mn) / 31.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        y[i].d = minfer_fp32_to_fp16(d);
+        y[i].m = minfer_fp32_to_fp16(mn);
+        for (int j = 0; j < 16; j++) {
+            int lo = (uint8_t)((x[j] - mn) * id + 0.5f);
+            int hi = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
+            lo = lo < 31 ? lo : 31;
+            hi = hi < 31 ? hi : 31;
+            y[i].qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            qh |= (uint32_t)(lo >> 4 & 1) << j;
+            qh |= (uint32_t)(hi >> 4 & 1) << (j + 16);
+        }
+        put_u32(y[i].qh, qh);
+    }
+}
+
+static void quant_q8_0(const float *x, struct minfer_block_q8_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax;
+        (void)signed_absmax(x, 32, &amax);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = minfer_fp32_to_fp16(d);
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+static void quant_q8_1(const float *x, struct minfer_block_q8_1 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax;
+        (void)signed_absmax(x, 32, &amax);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        y[i].d = minfer_fp32_to_fp16(d);
+        for (int j = 0; j < 16; j++) {
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            y[i].qs[j + 16] = (int8_t)roundf(x[j + 16] * id);
+            sum += y[i].qs[j] + y[i].qs[j + 16];
+        }
+        y[i].s = minfer_fp32_to_fp16((float)sum * d);
+    }
+}
+
+/* ---- dequantizers ---- */
+
+static void deq_q4_0(const struct minfer_block_q4_0 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)((x[i].qs[j] & 15) - 8) * d;
+            y[j + 16] = (float)((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void deq_q4_1(const struct minfer_block_q4_1 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d), m = f16(x[i].m);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)(x[i].qs[j] & 15) * d + m;
+            y[j + 16] = (float)(x[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void deq_q5_0(const struct minfer_block_q5_0 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d);
+        uint32_t qh = get_u32(x[i].qh);
+        for (int j = 0; j < 16; j++) {
+            int lo = (x[i].qs[j] & 15) | (int)(qh >> j & 1) << 4;
+            int hi = (x[i].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+            y[j] = (float)(lo - 16) * d;
+            y[j + 16] = (float)(hi - 16) * d;
+        }
+    }
+}
+
+static void deq_q5_1(const struct minfer_block_q5_1 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d), m = f16(x[i].m);
+        uint32_t qh = get_u32(x[i].qh);
+        for (int j = 0; j < 16; j++) {
+            int lo = (x[i].qs[j] & 15) | (int)(qh >> j & 1) << 4;
+            int hi = (x[i].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+            y[j] = (float)lo * d + m;
+            y[j + 16] = (float)hi * d + m;
+        }
+    }
+}
+
+static void deq_q8_0(const struct minfer_block_q8_0 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)x[i].qs[j] * d;
+    }
+}
+
+static void deq_q8_1(const struct minfer_block_q8_1 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = f16(x[i].d);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)x[i].qs[j] * d;
+    }
+}
+
+void minfer_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+        *m = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+}
+
+static void deq_q4_K(const struct minfer_block_q4_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = f16(x[i].d), dmin = f16(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int g = 0; g < 4; g++, q += 32) {
+            uint8_t sc, m;
+            minfer_k4_scale_min(2 * g, x[i].scales, &sc, &m);
+            float d1 = d * sc, m1 = dmin * m;
+            minfer_k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
+            float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)(q[l] & 15) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void deq_q5_K(const struct minfer_block_q5_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = f16(x[i].d), dmin = f16(x[i].dmin);
+        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+        for (int g = 0; g < 4; g++, ql += 32) {
+            uint8_t sc, m;
+            uint8_t b1 = (uint8_t)(1u << (2 * g)), b2 = (uint8_t)(2u << (2 * g));
+            minfer_k4_scale_min(2 * g, x[i].scales, &sc, &m);
+            float d1 = d * sc, m1 = dmin * m;
+            minfer_k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
+            float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)((ql[l] & 15) + (qh[l] & b1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & b2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void deq_q6_K(const struct minfer_block_q6_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = f16(x[i].d);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32;
+                int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32;
+                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+static void deq_q8_K(const struct minfer_block_q8_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += MINFER_QK_K)
+        for (int j = 0; j < MINFER_QK_K; j++)
+            y[j] = x[i].d * (float)x[i].qs[j];
+}
+
+/* ---- dispatch ---- */
+
+static minfer_status check_args(uint32_t type, const void *a, const void *b, int64_t n,
+                                int64_t *nb)
+{
+    const struct minfer_type_traits *t = minfer_type_traits_of(type);
+    if (!t || !t->supported)
+        return MINFER_ERR_UNSUPPORTED;
+    if (n < 0 || n % t->block_size || (n > 0 && (!a || !b)))
+        return MINFER_ERR_INVALID_ARG;
+    *nb = n / t->block_size;
+    return MINFER_OK;
+}
+
+minfer_status minfer_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    int64_t nb;
+    minfer_status st = check_args(type, src, dst, n, &nb);
+    if (st != MINFER_OK || n == 0)
+        return st;
+    switch (type) {
+    case MINFER_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case MINFER_TYPE_F16: {
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = minfer_fp16_to_fp32(h);
+        }
+        break;
+    }
+    case MINFER_TYPE_BF16: {
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = minfer_bf16_to_fp32(h);
+        }
+        break;
+    }
+    case MINFER_TYPE_Q4_0: deq_q4_0(src, dst, nb); break;
+    case MINFER_TYPE_Q4_1: deq_q4_1(src, dst, nb); break;
+    case MINFER_TYPE_Q5_0: deq_q5_0(src, dst, nb); break;
+    case MINFER_TYPE_Q5_1: deq_q5_1(src, dst, nb); break;
+    case MINFER_TYPE_Q8_0: deq_q8_0(src, dst, nb); break;
+    case MINFER_TYPE_Q8_1: deq_q8_1(src, dst, nb); break;
+    case MINFER_TYPE_Q4_K: deq_q4_K(src, dst, nb); break;
+    case MINFER_TYPE_Q5_K: deq_q5_K(src, dst, nb); break;
+    case MINFER_TYPE_Q6_K: deq_q6_K(src, dst, nb); break;
+    case MINFER_TYPE_Q8_K: deq_q8_K(src, dst, nb); break;
+    default:
+        return MINFER_ERR_UNSUPPORTED;
+    }
+    return MINFER_OK;
+}
+
+minfer_status minfer_quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n)
+{
+    int64_t nb;
+    minfer_status st = check_args(type, src, dst, n, &nb);
+    if (st != MINFER_OK || n == 0)
+        return st;
+    switch (type) {
+    case MINFER_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case MINFER_TYPE_F16: {
+        uint8_t *p = dst;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = minfer_fp32_to_fp16(src[i]);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        break;
+    }
+    case MINFER_TYPE_BF16: {
+        uint8_t *p = dst;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = minfer_fp32_to_bf16(src[i]);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        break;
+    }
+    case MINFER_TYPE_Q4_0: quant_q4_0(src, dst, nb); break;
+    case MINFER_TYPE_Q4_1: quant_q4_1(src, dst, nb); break;
+    case MINFER_TYPE_Q5_0: quant_q5_0(src, dst, nb); break;
+    case MINFER_TYPE_Q5_1: quant_q5_1(src, dst, nb); break;
+    case MINFER_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
+    case MINFER_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
+    case MINFER_TYPE_Q4_K: minfer_quant_q4_K(src, dst, nb); break;
+    case MINFER_TYPE_Q5_K: minfer_quant_q5_K(src, dst, nb); break;
+    case MINFER_TYPE_Q6_K: minfer_quant_q6_K(src, dst, nb); break;
+    case MINFER_TYPE_Q8_K: minfer_quant_q8_K(src, dst, nb); break;
+    default:
+        return MINFER_ERR_UNSUPPORTED;
+    }
+    return MINFER_OK;
+}
