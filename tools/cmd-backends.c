@@ -124,8 +124,12 @@ int cmd_backends(int argc, char **argv)
         r.struct_size = sizeof r;
         if (!minfer_runtime_record(rt, i, &r))
             continue;
-        printf("\n%s %s: %s\n", r.name[0] ? r.name : "?", r.version[0] ? r.version : "",
-               state_word(r.state));
+        if (r.name[0]) {
+            printf("\n%s %s: %s\n", r.name, r.version, state_word(r.state));
+        } else {
+            const char *base = strrchr(r.path, '/');
+            printf("\n[%s]: %s\n", base ? base + 1 : r.path, state_word(r.state));
+        }
         printf("  path     %s (%s)\n", r.path, r.origin);
         if (r.abi_major || r.abi_minor)
             printf("  ABI      %u.%u\n", (unsigned)r.abi_major, (unsigned)r.abi_minor);
