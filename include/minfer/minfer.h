@@ -322,13 +322,13 @@ struct minfer_ctx;
 /* Progress report for long operations (load, long prefills): done of
  * total units. Return false to cancel (the operation fails with
  * MINFER_ERR_STATE). Called on the calling thread. */
-typedef bool (*minfer_progress_fn)(uint64_t done, uint64_t total, void *user);
+typedef bool (*minfer_progress_cb)(uint64_t done, uint64_t total, void *user);
 
 struct minfer_model_params {
     uint32_t struct_size;          /* sizeof(struct minfer_model_params) */
     const char *backend;           /* plugin name ("cpu", "cuda"); NULL or "auto":
                                       the best loaded backend that supports the model */
-    minfer_progress_fn progress;   /* may be NULL */
+    minfer_progress_cb progress;   /* may be NULL */
     void *progress_user;
 };
 
@@ -379,7 +379,7 @@ struct minfer_ctx_params {
                                       (default) or Q8_0 */
     int32_t n_threads;             /* backend threads; 0 = backend's choice */
     uint32_t flags;                /* MINFER_CTX_* */
-    minfer_progress_fn progress;   /* prefill progress (tokens), may be NULL */
+    minfer_progress_cb progress;   /* prefill progress (tokens), may be NULL */
     void *progress_user;
 };
 #define MINFER_CTX_NO_GRAPHS 0x1u  /* never offer graph replay to the backend */
