@@ -1,0 +1,550 @@
+/*
+ * test-tokenizer.c — the tokenizer against Hugging Face tokenizers' own
+ * output (fixtures/tokenizer/cases.json, 87 strings) through both ways of
+ * building it: from the GGUF (fixture-A-f16.gguf) and from tokenizer.json.
+ * Plus the edges: empty and invalid UTF-8 input, special-token switches,
+ * buffer sizing, streaming detokenization and a multi-megabyte input.
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "minfer/gguf.h"
+#include "minfer/minfer.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define FIX MINFER_FIXTURES_DIR
+
+/* ---- fixtures ---- */
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[sz] = 0;
+        if (n)
+            *n = (size_t)sz;
+    }
+    return b;
+}
+
+static struct minfer_tokenizer *tok_gguf, *tok_json;
+static cJSON *cases;
+static char why_gguf[512], why_json[512];
+
+/* Builds the tokenizer from tokenizer.json the way a GGUF converter would:
+ * vocab by id, added tokens typed control (special) or user-defined. */
+static struct minfer_tokenizer *load_json(char *why, size_t why_len)
+{
+    char *txt = slurp(FIX "/tokenizer/tokenizer.json", NULL);
+    char *cfg_txt = slurp(FIX "/tokenizer/tokenizer_config.json", NULL);
+    struct minfer_tokenizer *tok = NULL;
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL, *cfg = cfg_txt ? cJSON_Parse(cfg_txt) : NULL;
+    if (!j || !cfg) {
+        snprintf(why, why_len, "cannot read %s/tokenizer/tokenizer{,_config}.json", FIX);
+        goto out;
+    }
+    cJSON *vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "vocab");
+    cJSON *merges = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "merges");
+    cJSON *added = cJSON_GetObjectItem(j, "added_tokens");
+    uint32_t n = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, vocab) if ((uint32_t)e->valueint + 1 > n) n = (uint32_t)e->valueint + 1;
+    cJSON_ArrayForEach(e, added) {
+        int id = cJSON_GetObjectItem(e, "id")->valueint;
+        if ((uint32_t)id + 1 > n)
+            n = (uint32_t)id + 1;
+    }
+    uint32_t nm = (uint32_t)cJSON_GetArraySize(merges);
+    const char **toks = calloc(n, sizeof *toks);
+    size_t *lens = calloc(n, sizeof *lens);
+    int32_t *types = calloc(n, sizeof *types);
+    const char **ms = calloc(nm, sizeof *ms);
+    size_t *mlens = calloc(nm, sizeof *mlens);
+    char **own = calloc(nm, sizeof *own);
+    cJSON_ArrayForEach(e, vocab) {
+        toks[e->valueint] = e->string;
+        lens[e->valueint] = strlen(e->string);
+        types[e->valueint] = MINFER_TOKEN_NORMAL;
+    }
+    cJSON_ArrayForEach(e, added) {
+        int id = cJSON_GetObjectItem(e, "id")->valueint;
+        toks[id] = cJSON_GetObjectItem(e, "content")->valuestring;
+        lens[id] = strlen(toks[id]);
+        types[id] = cJSON_IsTrue(cJSON_GetObjectItem(e, "special")) ? MINFER_TOKEN_CONTROL
+                                                                    : MINFER_TOKEN_USER_DEFINED;
+    }
+    uint32_t k = 0;
+    cJSON_ArrayForEach(e, merges) {
+        if (cJSON_IsString(e)) {
+            ms[k] = e->valuestring;
+        } else {
+            const char *a = cJSON_GetArrayItem(e, 0)->valuestring;
+            const char *b = cJSON_GetArrayItem(e, 1)->valuestring;
+            own[k] = malloc(strlen(a) + strlen(b) + 2);
+            sprintf(own[k], "%s %s", a, b);
+            ms[k] = own[k];
+        }
+        mlens[k] = strlen(ms[k]);
+        k++;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!toks[i]) {
+            toks[i] = "";
+            types[i] = MINFER_TOKEN_UNUSED;
+        }
+    const char *tmpl = cJSON_GetObjectItem(cfg, "chat_template")->valuestring;
+    struct tok_source src = {
+        .model = "gpt2", .model_len = 4, .pre = "qwen2", .pre_len = 5,
+        .n_tokens = n, .tokens = toks, .token_lens = lens, .types = types,
+        .n_merges = nm, .merges = ms, .merge_lens = mlens,
+        .bos = -1, .eos = 151645, .eot = -1, .pad = 151643,
+        .chat_template = tmpl, .chat_template_len = strlen(tmpl),
+    };
+    minfer_status st;
+    tok = tok_new(&src, &st, why, why_len);
+    for (uint32_t i = 0; i < nm; i++)
+        free(own[i]);
+    free(own);
+    free(toks);
+    free(lens);
+    free(types);
+    free(ms);
+    free(mlens);
+out:
+    cJSON_Delete(j);
+    cJSON_Delete(cfg);
+    free(txt);
+    free(cfg_txt);
+    return tok;
+}
+
+static struct minfer_tokenizer *load_gguf(char *why, size_t why_len)
+{
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open(FIX "/models/fixture-A-f16.gguf", &st, why, why_len);
+    if (!g)
+        return NULL;
+    struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(g, &st, why, why_len);
+    minfer_gguf_close(g); /* the tokenizer must not borrow from the file */
+    return tok;
+}
+
+static void setup(void)
+{
+    FILE *f = fopen(FIX "/tokenizer/cases.json", "rb");
+    if (!f)
+        return;
+    fclose(f);
+    char *c = slurp(FIX "/tokenizer/cases.json", NULL);
+    cases = cJSON_GetObjectItem(cJSON_Parse(c), "cases");
+    free(c);
+    tok_gguf = load_gguf(why_gguf, sizeof why_gguf);
+    tok_json = load_json(why_json, sizeof why_json);
+}
+
+static size_t unhex(const char *h, char *out)
+{
+    size_t n = strlen(h) / 2;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        sscanf(h + 2 * i, "%2x", &v);
+        out[i] = (char)v;
+    }
+    return n;
+}
+
+/* ---- Hugging Face parity ---- */
+
+static void check_cases(const struct minfer_tokenizer *tok)
+{
+    int n = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *hex = cJSON_GetObjectItem(c, "text_utf8_hex")->valuestring;
+        char *text = malloc(strlen(hex) / 2 + 1);
+        size_t len = unhex(hex, text);
+        cJSON *ids = cJSON_GetObjectItem(c, "ids");
+        size_t want_n = (size_t)cJSON_GetArraySize(ids), got_n = 0;
+        int32_t got[2048];
+        minfer_status st = minfer_tokenize(tok, text, len, true, got, 2048, &got_n);
+        ck_assert_int_eq(st, MINFER_OK);
+        int idx = cJSON_GetObjectItem(c, "index")->valueint;
+        ck_assert_msg(got_n == want_n, "case %d: %zu ids, HF has %zu", idx, got_n, want_n);
+        for (size_t i = 0; i < want_n; i++)
+            ck_assert_msg(got[i] == cJSON_GetArrayItem(ids, (int)i)->valueint,
+                          "case %d: id %zu is %d, HF has %d", idx, i, got[i],
+                          cJSON_GetArrayItem(ids, (int)i)->valueint);
+        /* decode: HF's decoded text (NUL-free cases) or the input when it round-trips */
+        char dec[8192];
+        size_t dn;
+        ck_assert_int_eq(minfer_detokenize(tok, got, got_n, true, dec, sizeof dec, &dn), MINFER_OK);
+        const char *want = cJSON_GetObjectItem(c, "decoded")->valuestring;
+        if (memchr(text, 0, len)) {
+            ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(c, "roundtrip_exact")));
+            ck_assert_msg(dn == len && !memcmp(dec, text, len), "case %d: decode differs", idx);
+        } else {
+            ck_assert_msg(dn == strlen(want) && !memcmp(dec, want, dn),
+                          "case %d: decoded '%.*s', HF '%s'", idx, (int)dn, dec, want);
+        }
+        free(text);
+        n++;
+    }
+    ck_assert_int_eq(n, 87);
+}
+
+START_TEST(hf_cases_from_gguf)
+{
+    /* Catches any divergence from HF ids or decode (regex, NFC, merges order,
+     * byte map, special matching) with the tokenizer as a GGUF stores it. */
+    if (!cases)
+        MINFER_TEST_SKIP("no fixtures at %s", FIX);
+    ck_assert_msg(tok_gguf, "loading the tokenizer from fixture-A-f16.gguf failed: %s", why_gguf);
+    check_cases(tok_gguf);
+}
+END_TEST
+
+START_TEST(hf_cases_from_json)
+{
+    /* Same parity through plain arrays built from tokenizer.json: catches a
+     * GGUF-adapter bug being masked (or blamed) by the core. */
+    if (!cases)
+        MINFER_TEST_SKIP("no fixtures at %s", FIX);
+    ck_assert_msg(tok_json, "building from tokenizer.json failed: %s", why_json);
+    check_cases(tok_json);
+}
+END_TEST
+
+START_TEST(fixture_prompts)
+{
+    /* The prompts the model fixtures were made from: catches a tokenizer
+     * that passes cases.json but feeds the model other ids (P2 is the chat
+     * template with special tokens, CJK and an emoji). */
+    if (!tok_gguf)
+        MINFER_TEST_SKIP("no GGUF tokenizer: %s", why_gguf);
+    char *txt = slurp(FIX "/models/fixture-A.json", NULL);
+    ck_assert_ptr_nonnull(txt);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(j, "prompts")) {
+        const char *text = cJSON_GetObjectItem(p, "text")->valuestring;
+        cJSON *want = cJSON_GetObjectItem(p, "token_ids");
+        int32_t got[256];
+        size_t n;
+        ck_assert_int_eq(minfer_tokenize(tok_gguf, text, strlen(text), true, got, 256, &n),
+                         MINFER_OK);
+        ck_assert_uint_eq(n, (size_t)cJSON_GetArraySize(want));
+        for (size_t i = 0; i < n; i++)
+            ck_assert_int_eq(got[i], cJSON_GetArrayItem(want, (int)i)->valueint);
+    }
+    cJSON_Delete(j);
+}
+END_TEST
+
+/* ---- edges ---- */
+
+static const struct minfer_tokenizer *any_tok(void)
+{
+    return tok_gguf ? tok_gguf : tok_json;
+}
+
+START_TEST(empty_input)
+{
+    /* Catches a crash or a stray token on "" and on a NULL text of length 0. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    size_t n = 99;
+    ck_assert_int_eq(minfer_tokenize(tok, "", 0, true, NULL, 0, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(minfer_tokenize(tok, NULL, 0, false, NULL, 0, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 0);
+    char out[4];
+    ck_assert_int_eq(minfer_detokenize(tok, NULL, 0, true, out, sizeof out, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(invalid_utf8_replaced)
+{
+    /* Catches invalid bytes crashing PCRE2/utf8proc or being dropped: each
+     * maximal invalid subsequence must become one U+FFFD, as documented. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    static const char bad[] = "a\xff b\xe4\xbd c\xed\xa0\x80 d\xf0\x9f\x99";
+    static const char good[] = "a\xef\xbf\xbd b\xef\xbf\xbd c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                               " d\xef\xbf\xbd";
+    int32_t a[64], b[64];
+    size_t na, nb;
+    ck_assert_int_eq(minfer_tokenize(tok, bad, sizeof bad - 1, false, a, 64, &na), MINFER_OK);
+    ck_assert_int_eq(minfer_tokenize(tok, good, sizeof good - 1, false, b, 64, &nb), MINFER_OK);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(a, b, na * sizeof *a);
+}
+END_TEST
+
+START_TEST(special_only_when_asked)
+{
+    /* Catches control tokens being matched in user text without
+     * parse_special (prompt injection of <|im_start|>), and user-defined
+     * tokens (<think>) not being matched, which HF always does. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    int32_t ids[32];
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, "<|im_start|>", 12, true, ids, 32, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ids[0], 151644);
+    ck_assert_int_eq(minfer_tokenize(tok, "<|im_start|>", 12, false, ids, 32, &n), MINFER_OK);
+    ck_assert_uint_gt(n, 1);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_lt(ids[i], 151643);
+    char out[64];
+    size_t dn;
+    ck_assert_int_eq(minfer_detokenize(tok, ids, n, true, out, sizeof out, &dn), MINFER_OK);
+    ck_assert_uint_eq(dn, 12);
+    ck_assert_mem_eq(out, "<|im_start|>", 12);
+    ck_assert_int_eq(minfer_tokenize(tok, "<think>", 7, false, ids, 32, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ids[0], 151667);
+    /* render_special=false drops control tokens, as skip_special_tokens does */
+    int32_t seq[3] = {151644, 9707, 151645};
+    ck_assert_int_eq(minfer_detokenize(tok, seq, 3, false, out, sizeof out, &dn), MINFER_OK);
+    ck_assert_uint_eq(dn, 5);
+    ck_assert_mem_eq(out, "Hello", 5);
+    /* out-of-range ids are refused, not read */
+    int32_t badid = 1 << 30;
+    ck_assert_int_eq(minfer_detokenize(tok, &badid, 1, true, out, sizeof out, &dn),
+                     MINFER_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(ids_and_buffer_sizing)
+{
+    /* Catches writing past cap, and a short buffer not reporting the count
+     * needed; also the special ids a generation loop stops on. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    int32_t ids[4] = {-7, -7, -7, -7};
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, "Hello world", 11, false, ids, 1, &n), MINFER_ERR_RANGE);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(ids[1], -7);
+    ck_assert_int_eq(minfer_tokenize(tok, "Hello world", 11, false, ids, 2, &n), MINFER_OK);
+    ck_assert_int_eq(ids[0], 9707);
+    ck_assert_int_eq(ids[1], 1879);
+    char out[4];
+    ck_assert_int_eq(minfer_detokenize(tok, ids, 2, true, out, 4, &n), MINFER_ERR_RANGE);
+    ck_assert_uint_eq(n, 11);
+    ck_assert(minfer_tokenizer_is_eog(tok, 151645));
+    ck_assert(minfer_tokenizer_is_eog(tok, 151643));
+    ck_assert(!minfer_tokenizer_is_eog(tok, 9707));
+    ck_assert_int_eq(minfer_tokenizer_eot(tok), 151645);
+    ck_assert_int_eq(minfer_tokenizer_token_type(tok, 151644), MINFER_TOKEN_CONTROL);
+    size_t l;
+    ck_assert_str_eq(minfer_token_text(tok, 220, &l), "\xc4\xa0"); /* "Ġ" */
+    ck_assert_mem_eq(minfer_token_bytes(tok, 220, &l), " ", 1);
+    ck_assert_ptr_null(minfer_token_bytes(tok, -1, &l));
+}
+END_TEST
+
+START_TEST(gguf_tokenizer_metadata)
+{
+    /* Catches the GGUF adapter losing ids, vocab rows or the template. */
+    if (!tok_gguf)
+        MINFER_TEST_SKIP("no GGUF tokenizer: %s", why_gguf);
+    ck_assert_int_eq(minfer_tokenizer_n_vocab(tok_gguf), 151936);
+    ck_assert_int_eq(minfer_tokenizer_eos(tok_gguf), 151645);
+    ck_assert_int_eq(minfer_tokenizer_bos(tok_gguf), 151643);
+    ck_assert_int_eq(minfer_tokenizer_pad(tok_gguf), 151643);
+    ck_assert(!minfer_tokenizer_add_bos(tok_gguf));
+    ck_assert_int_eq(minfer_tokenizer_token_type(tok_gguf, 151669), MINFER_TOKEN_UNUSED);
+    size_t l = 9;
+    minfer_token_bytes(tok_gguf, 151669, &l);
+    ck_assert_uint_eq(l, 0);
+    ck_assert_int_eq(minfer_tokenizer_chat_format(tok_gguf), MINFER_CHAT_CHATML);
+}
+END_TEST
+
+static bool valid_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int r = tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
+        if (r <= 0)
+            return false;
+        i += (size_t)r;
+    }
+    return true;
+}
+
+START_TEST(streaming_detok_holds_partial_utf8)
+{
+    /* Catches a streaming decoder that prints half a character (emoji and
+     * CJK split across byte tokens) or loses held bytes: every chunk must be
+     * valid UTF-8 and the chunks must add up to the one-shot decode. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    const char *text = "Hello! 你好, 世界 🌍 🧑🏿\u200d💻 é<|im_end|>";
+    int32_t ids[64];
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, text, strlen(text), true, ids, 64, &n), MINFER_OK);
+    struct minfer_detok *d = minfer_detok_new(tok, true);
+    ck_assert_ptr_nonnull(d);
+    char *chunk = malloc(minfer_detok_max_out(d));
+    char all[512];
+    size_t an = 0, cn;
+    int held = 0;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(minfer_detok_push(d, ids[i], chunk, minfer_detok_max_out(d), &cn),
+                         MINFER_OK);
+        ck_assert(valid_utf8(chunk, cn));
+        if (cn == 0)
+            held++;
+        memcpy(all + an, chunk, cn);
+        an += cn;
+    }
+    ck_assert_int_eq(minfer_detok_flush(d, chunk, minfer_detok_max_out(d), &cn), MINFER_OK);
+    ck_assert_uint_eq(cn, 0);
+    ck_assert_int_gt(held, 0); /* the text does split characters across tokens */
+    ck_assert_uint_eq(an, strlen(text));
+    ck_assert_mem_eq(all, text, an);
+
+    /* a lone lead byte at the end of the stream comes out as U+FFFD */
+    int32_t e4 = -1;
+    for (int32_t id = 0; id < minfer_tokenizer_n_vocab(tok) && e4 < 0; id++) {
+        size_t l;
+        const char *b = minfer_token_bytes(tok, id, &l);
+        if (l == 1 && (uint8_t)b[0] == 0xE4)
+            e4 = id;
+    }
+    ck_assert_int_ge(e4, 0);
+    ck_assert_int_eq(minfer_detok_push(d, e4, chunk, 16, &cn), MINFER_OK);
+    ck_assert_uint_eq(cn, 0);
+    /* too small a buffer leaves the state alone */
+    ck_assert_int_eq(minfer_detok_push(d, 9707, chunk, 2, &cn), MINFER_ERR_RANGE);
+    ck_assert_uint_eq(cn, 8); /* U+FFFD + "Hello" */
+    ck_assert_int_eq(minfer_detok_flush(d, chunk, 16, &cn), MINFER_OK);
+    ck_assert_uint_eq(cn, 3);
+    ck_assert_mem_eq(chunk, "\xef\xbf\xbd", 3);
+    free(chunk);
+    minfer_detok_free(d);
+}
+END_TEST
+
+START_TEST(megabytes_in_linear_time)
+{
+    /* Catches quadratic behaviour (per-word rescans, whole-text regex
+     * restarts, a merge loop without a heap) on 4 MiB of mixed text, and a
+     * single 1 MiB word; checks the result still decodes to the input. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    static const char *parts[] = {"The quick brown fox jumps over the lazy dog. ",
+                                  "int main(void) { return 0; }\n", "你好，世界！", "🙂 ",
+                                  "1234567890 ", "   \t\n", "Tiếng Việt ", "x²+y³ "};
+    size_t cap = 4u << 20, len = 0;
+    char *text = malloc(cap + 64);
+    unsigned r = 1;
+    while (len < cap) {
+        r = r * 1103515245u + 12345u;
+        const char *p = parts[(r >> 16) % 8];
+        memcpy(text + len, p, strlen(p));
+        len += strlen(p);
+    }
+    size_t n;
+    clock_t t0 = clock();
+    ck_assert_int_eq(minfer_tokenize(tok, text, len, false, NULL, 0, &n), MINFER_ERR_RANGE);
+    double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    printf("tokenize: %zu bytes -> %zu ids in %.3f s (%.1f MB/s)\n", len, n, secs,
+           len / secs / 1e6);
+    ck_assert_msg(secs < 20.0, "4 MiB took %.1f s", secs);
+    int32_t *ids = malloc(n * sizeof *ids);
+    ck_assert_int_eq(minfer_tokenize(tok, text, len, false, ids, n, &n), MINFER_OK);
+    char *dec = malloc(len + 64);
+    size_t dn;
+    ck_assert_int_eq(minfer_detokenize(tok, ids, n, true, dec, len + 64, &dn), MINFER_OK);
+    ck_assert_uint_eq(dn, len);
+    ck_assert(!memcmp(dec, text, len));
+    free(ids);
+    memset(text, 'x', 1u << 20);
+    t0 = clock();
+    ck_assert_int_eq(minfer_tokenize(tok, text, 1u << 20, false, NULL, 0, &n), MINFER_ERR_RANGE);
+    secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    ck_assert_msg(secs < 10.0, "one 1 MiB word took %.1f s", secs);
+    ck_assert_uint_gt(n, 1000);
+    free(text);
+    free(dec);
+}
+END_TEST
+
+START_TEST(unsupported_tokenizer_refused)
+{
+    /* Catches an unknown model/pre-tokenizer being loaded with the wrong
+     * rules instead of a clear refusal naming the value. */
+    const char *toks[1] = {"a"};
+    size_t lens[1] = {1};
+    struct tok_source src = {.model = "llama", .model_len = 5, .pre = "qwen2", .pre_len = 5,
+                             .n_tokens = 1, .tokens = toks, .token_lens = lens,
+                             .bos = -1, .eos = -1, .eot = -1, .pad = -1};
+    minfer_status st;
+    char err[256];
+    ck_assert_ptr_null(tok_new(&src, &st, err, sizeof err));
+    ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "llama"));
+    src.model = "gpt2";
+    src.model_len = 4;
+    src.pre = "deepseek-coder";
+    src.pre_len = 14;
+    ck_assert_ptr_null(tok_new(&src, &st, err, sizeof err));
+    ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "deepseek-coder"));
+    /* a byte-level vocabulary missing byte tokens is malformed, not a crash */
+    src.pre = "qwen2";
+    src.pre_len = 5;
+    ck_assert_ptr_null(tok_new(&src, &st, err, sizeof err));
+    ck_assert_int_eq(st, MINFER_ERR_FORMAT);
+}
+END_TEST
+
+Suite *tokenizer_suite(void);
+Suite *tokenizer_suite(void)
+{
+    Suite *s = suite_create("tokenizer");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, hf_cases_from_gguf);
+    tcase_add_test(tc, hf_cases_from_json);
+    tcase_add_test(tc, fixture_prompts);
+    tcase_add_test(tc, empty_input);
+    tcase_add_test(tc, invalid_utf8_replaced);
+    tcase_add_test(tc, special_only_when_asked);
+    tcase_add_test(tc, ids_and_buffer_sizing);
+    tcase_add_test(tc, gguf_tokenizer_metadata);
+    tcase_add_test(tc, streaming_detok_holds_partial_utf8);
+    tcase_add_test(tc, megabytes_in_linear_time);
+    tcase_add_test(tc, unsupported_tokenizer_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
