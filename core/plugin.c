@@ -325,14 +325,15 @@ static char *check_table(const struct minfer_backend_iface *tbl, uint32_t answer
                     "(rebuild the plugin against this minfer)",
                     (unsigned)tbl->abi_major, (unsigned)tbl->abi_minor, MINFER_ABI_MAJOR,
                     MINFER_ABI_MINOR);
-    if (minor > MINFER_ABI_MINOR || tbl->abi_minor > MINFER_ABI_MINOR)
+    if (minor > MINFER_ABI_MINOR)
         return strf("ABI minor too new: plugin answered %u.%u but this core offers at most "
                     "%d.%d (a plugin must answer with at most the offered minor; "
                     "upgrade minfer or use an older plugin)",
-                    (unsigned)major, (unsigned)(minor > tbl->abi_minor ? minor : tbl->abi_minor),
-                    MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
-    if (tbl->abi_minor != minor)
-        return strf("inconsistent ABI: the entry answered %u.%u but its table says %u.%u",
+                    (unsigned)major, (unsigned)minor, MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+    /* A table compiled against a later minor may answer an older one (its
+     * extra slots are then ignored); one older than its answer is lying. */
+    if (tbl->abi_minor < minor)
+        return strf("inconsistent ABI: the entry answered %u.%u but its table is only %u.%u",
                     (unsigned)major, (unsigned)minor, (unsigned)tbl->abi_major,
                     (unsigned)tbl->abi_minor);
     uint16_t neg = (uint16_t)minor; /* == min(core, plugin) after the checks above */

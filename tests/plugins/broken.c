@@ -247,6 +247,7 @@ MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *ENTRY_NAME(uint32_t *abi
     /* Built "against a later 1.x" but answering 1.0: the core must ignore
      * the extra bytes (which point nowhere) and load it. */
     table.iface.struct_size = (uint32_t)sizeof table;
+    table.iface.abi_minor = MINFER_ABI_MINOR + 1;
     for (size_t i = 0; i < 8; i++)
         table.future_slots[i] = (void *)(uintptr_t)0xdead0000u;
 #elif defined(KIND_BAD_NAME)

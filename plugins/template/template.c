@@ -1,0 +1,242 @@
+/*
+ * template.c — a minimal minfer backend plugin, built out of tree against
+ * an installed minfer. It runs on the host and executes three ops (ADD,
+ * MUL, SCALE) on contiguous F32 tensors, enough to show every slot's
+ * shape. Start a real backend by copying this file: rename "template",
+ * make probe() check your hardware, and grow supports_op/execute_node.
+ *
+ * Only <minfer/backend.h> is included: a plugin needs nothing else from
+ * minfer and does not link libminfer.so.
+ */
+#include <minfer/backend.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEMPLATE_VERSION "0.1.0"
+
+static const struct minfer_host *host; /* lent by the core until shutdown */
+
+/* ---- instance ---- */
+
+struct minfer_backend {
+    char err[256]; /* last_error text */
+};
+
+static char create_err[256]; /* errors of create, when there is no instance */
+
+static minfer_status fail(struct minfer_backend *be, minfer_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(be ? be->err : create_err, sizeof be->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* ---- probe and devices ---- */
+
+static int t_probe(char *why, size_t why_len)
+{
+    /* A real backend checks for its hardware/ISA here, cheaply, and on
+     * failure explains: snprintf(why, why_len, "no FooChip device"); return 0; */
+    (void)why;
+    (void)why_len;
+    return 1;
+}
+
+static int t_device_count(void)
+{
+    return 1;
+}
+
+static minfer_status t_device_info(int device, struct minfer_device_info *out)
+{
+    if (device != 0 || !out)
+        return MINFER_ERR_RANGE;
+    /* Write only fields that fit in the caller's struct. */
+    struct minfer_device_info d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.name, sizeof d.name, "template host device");
+    snprintf(d.description, sizeof d.description, "reference f32 ops: add, mul, scale");
+    uint32_t n = out->struct_size < sizeof d ? out->struct_size : (uint32_t)sizeof d;
+    d.struct_size = out->struct_size;
+    memcpy(out, &d, n);
+    return MINFER_OK;
+}
+
+static minfer_status t_create(const struct minfer_backend_config *cfg, struct minfer_backend **out)
+{
+    *out = NULL;
+    if (cfg && cfg->device != 0)
+        return fail(NULL, MINFER_ERR_RANGE, "template: device %d does not exist (only 0)",
+                    (int)cfg->device);
+    struct minfer_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return fail(NULL, MINFER_ERR_NO_MEMORY, "template: out of memory creating an instance");
+    *out = be;
+    return MINFER_OK;
+}
+
+static void t_destroy(struct minfer_backend *be)
+{
+    free(be);
+}
+
+/* ---- ops ---- */
+
+static bool is_dense_f32(const struct minfer_tensor *t)
+{
+    if (!t || t->type != MINFER_TYPE_F32 || t->nb[0] != sizeof(float))
+        return false;
+    for (int i = 1; i < MINFER_MAX_DIMS; i++)
+        if (t->nb[i] != t->nb[i - 1] * (size_t)t->ne[i - 1])
+            return false;
+    return true;
+}
+
+static int64_t n_elems(const struct minfer_tensor *t)
+{
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+static bool t_supports_op(struct minfer_backend *be, const struct minfer_node *n)
+{
+    (void)be;
+    switch (n->op) {
+    case MINFER_OP_ADD:
+    case MINFER_OP_MUL:
+        return n->n_src == 2 && is_dense_f32(n->src[0]) && is_dense_f32(n->src[1]) &&
+               is_dense_f32(n->dst) && n_elems(n->src[0]) == n_elems(n->dst) &&
+               n_elems(n->src[1]) == n_elems(n->dst);
+    case MINFER_OP_SCALE:
+        return n->n_src == 1 && is_dense_f32(n->src[0]) && is_dense_f32(n->dst) &&
+               n_elems(n->src[0]) == n_elems(n->dst);
+    default:
+        return false;
+    }
+}
+
+static minfer_status t_execute_node(struct minfer_backend *be, const struct minfer_node *n)
+{
+    if (!t_supports_op(be, n))
+        return fail(be, MINFER_ERR_UNSUPPORTED,
+                    "template: node %u (%s) op %u is not supported as given", n->index,
+                    n->label ? n->label : "?", n->op);
+    const float *a = n->src[0]->data;
+    const float *b = n->n_src > 1 ? n->src[1]->data : NULL;
+    float *d = n->dst->data;
+    int64_t ne = n_elems(n->dst);
+    for (int64_t i = 0; i < ne; i++) {
+        switch (n->op) {
+        case MINFER_OP_ADD: d[i] = a[i] + b[i]; break;
+        case MINFER_OP_MUL: d[i] = a[i] * b[i]; break;
+        default: d[i] = a[i] * n->fparams[0]; break;
+        }
+    }
+    return MINFER_OK;
+}
+
+/* ---- memory: plain host memory ---- */
+
+static minfer_status t_buffer_alloc(struct minfer_backend *be, size_t size, void **base)
+{
+    *base = malloc(size ? size : 1);
+    if (!*base)
+        return fail(be, MINFER_ERR_DEVICE_OOM, "template: cannot allocate %zu bytes", size);
+    return MINFER_OK;
+}
+
+static void t_buffer_free(struct minfer_backend *be, void *base)
+{
+    (void)be;
+    free(base);
+}
+
+static minfer_status t_buffer_write(struct minfer_backend *be, void *dst, const void *src,
+                                    size_t size)
+{
+    (void)be;
+    memcpy(dst, src, size);
+    return MINFER_OK;
+}
+
+static minfer_status t_buffer_read(struct minfer_backend *be, void *dst, const void *src,
+                                   size_t size)
+{
+    (void)be;
+    memcpy(dst, src, size);
+    return MINFER_OK;
+}
+
+static minfer_status t_weight_register(struct minfer_backend *be,
+                                       const struct minfer_weight_desc *w, void **data)
+{
+    (void)be;
+    *data = (void *)w->host_data; /* host backend: use the mapping in place */
+    return MINFER_OK;
+}
+
+static minfer_status t_synchronize(struct minfer_backend *be)
+{
+    (void)be;
+    return MINFER_OK; /* everything ran synchronously */
+}
+
+static const char *t_last_error(struct minfer_backend *be)
+{
+    return be ? be->err : create_err;
+}
+
+static void t_shutdown(void)
+{
+    if (host && host->log)
+        host->log(MINFER_LOG_DEBUG, "template backend: shutdown");
+    host = NULL;
+}
+
+/* ---- the table and the entry point ---- */
+
+static const struct minfer_backend_iface table = {
+    .struct_size = sizeof(struct minfer_backend_iface),
+    .abi_major = MINFER_ABI_MAJOR,
+    .abi_minor = MINFER_ABI_MINOR,
+    .name = "template",
+    .version = TEMPLATE_VERSION,
+    .probe = t_probe,
+    .device_count = t_device_count,
+    .device_info = t_device_info,
+    .create = t_create,
+    .destroy = t_destroy,
+    .supports_op = t_supports_op,
+    .buffer_alloc = t_buffer_alloc,
+    .buffer_free = t_buffer_free,
+    .buffer_write = t_buffer_write,
+    .buffer_read = t_buffer_read,
+    .weight_register = t_weight_register,
+    .execute_node = t_execute_node,
+    .graph_replay = NULL, /* optional */
+    .synchronize = t_synchronize,
+    .copy_cells = NULL,   /* optional */
+    .last_error = t_last_error,
+    .get_proc = NULL,     /* optional */
+    .shutdown = t_shutdown,
+};
+
+MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *
+minfer_plugin_entry(uint32_t *abi, const struct minfer_host *h)
+{
+    /* Speak the offered minor or ours, whichever is lower; refuse another major. */
+    uint32_t major = MINFER_ABI_PACK_MAJOR(*abi), minor = MINFER_ABI_PACK_MINOR(*abi);
+    if (major != MINFER_ABI_MAJOR) {
+        *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+        return NULL;
+    }
+    if (minor > MINFER_ABI_MINOR)
+        minor = MINFER_ABI_MINOR;
+    *abi = MINFER_ABI_PACK(major, minor);
+    host = h;
+    return &table;
+}

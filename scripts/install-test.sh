@@ -1,0 +1,71 @@
+#!/bin/sh
+# install-test.sh BUILD_DIR SOURCE_DIR — installs the build into a temporary
+# prefix, builds plugins/template out of tree with only pkg-config and the
+# installed headers, loads it through MINFER_PLUGIN_PATH with the installed
+# CLI, and builds two tiny applications against the install: one through
+# pkg-config, one through find_package(minfer). Exits non-zero on the
+# first failure, saying which step failed.
+set -eu
+build=$1
+src=$2
+tmp=$(mktemp -d /tmp/minfer-install-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+step() { echo "== $*"; }
+die() { echo "install-test: FAILED: $*" >&2; exit 1; }
+
+step "install into $prefix"
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; die "cmake --install"; }
+pcdir=$(dirname "$(find "$prefix" -name minfer.pc | head -n 1)")
+[ -f "$pcdir/minfer.pc" ] || die "no minfer.pc installed"
+export PKG_CONFIG_PATH="$pcdir"
+# Sanitizer builds: uninstrumented consumers load an instrumented libminfer.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=0"
+
+step "plugin template: copy out of the tree and build with pkg-config only"
+cp -r "$src/plugins/template" "$tmp/template"
+cmake -S "$tmp/template" -B "$tmp/template-build" -G Ninja >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "configure template"; }
+cmake --build "$tmp/template-build" >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "build template"; }
+so=$tmp/template-build/libminfer-template.so
+[ -f "$so" ] || die "template did not produce libminfer-template.so"
+if nm -D --undefined-only "$so" | grep -q ' minfer_'; then die "template needs libminfer symbols"; fi
+
+step "installed CLI loads the template via MINFER_PLUGIN_PATH"
+out=$(MINFER_PLUGIN_PATH="$so" "$prefix/bin/minfer" backends 2>&1) || true
+echo "$out"
+echo "$out" | grep -q "^template 0.1.0: loaded" || die "template plugin not loaded"
+echo "$out" | grep -qF "$so (env)" || die "template not found through MINFER_PLUGIN_PATH"
+echo "$out" | grep -q "template host device" || die "template device not listed"
+echo "$out" | grep -q "^  libdir   $prefix/" || die "libdir search not relative to the installed libminfer.so"
+
+step "application through pkg-config"
+cat >"$tmp/app.c" <<'APP'
+#include <minfer/minfer.h>
+#include <stdio.h>
+int main(void) { puts(minfer_version()); return 0; }
+APP
+cc -std=c11 $(pkg-config --cflags minfer) "$tmp/app.c" -o "$tmp/app" $(pkg-config --libs minfer) \
+    -Wl,-rpath,"$(pkg-config --variable=libdir minfer)" || die "pkg-config app build"
+"$tmp/app" | grep -q "$(pkg-config --modversion minfer)" || die "pkg-config app run"
+
+step "application through find_package(minfer)"
+mkdir -p "$tmp/cm"
+cp "$tmp/app.c" "$tmp/cm/app.c"
+cat >"$tmp/cm/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.16)
+project(app C)
+find_package(minfer 99 QUIET)  # SameMajorVersion: another major must not match
+if(minfer_FOUND)
+  message(FATAL_ERROR "find_package(minfer 99) accepted version ${minfer_VERSION}")
+endif()
+find_package(minfer 0.1 REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app PRIVATE minfer::minfer)
+if(NOT EXISTS "${MINFER_PLUGIN_DIR}")
+  message(FATAL_ERROR "MINFER_PLUGIN_DIR ${MINFER_PLUGIN_DIR} does not exist")
+endif()
+CM
+cmake -S "$tmp/cm" -B "$tmp/cm-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; die "find_package(minfer)"; }
+cmake --build "$tmp/cm-build" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; die "find_package app build"; }
+"$tmp/cm-build/app" >/dev/null || die "find_package app run"
+echo "install-test: OK"
