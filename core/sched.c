@@ -1,0 +1,134 @@
+/*
+ * sched.c — assign, fuse and execute. Every node is placed on a backend
+ * that said it can run it (supports_op); nodes that read weights go where
+ * the weights live. Fusion rewrites a node only when that node's backend
+ * accepts the fused form. Execution walks splits — maximal runs of nodes
+ * on one backend — offering each to graph_replay first, and synchronises
+ * at every split boundary. Errors are errors: a failed node fails the pass.
+ */
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- assign ---- */
+
+static bool reads_weight(const struct minfer_node *n)
+{
+    for (uint32_t s = 0; s < n->n_src; s++)
+        if (n->src[s]->flags & (MINFER_TENSOR_WEIGHT | MINFER_TENSOR_KV))
+            return true;
+    return (n->dst->flags & MINFER_TENSOR_KV) != 0;
+}
+
+static bool supports(const struct sched_backend *b, const struct minfer_node *n)
+{
+    return b->plugin->iface->supports_op &&
+           b->plugin->iface->supports_op(b->be, n);
+}
+
+static minfer_status assign(struct graph *g, const struct sched_backend *bes, int n_bes,
+                            char *err, size_t err_len)
+{
+    int32_t *nb = realloc(g->node_backend, sizeof *nb * (g->n_nodes ? g->n_nodes : 1));
+    if (!nb) {
+        snprintf(err, err_len, "out of memory assigning %zu nodes", g->n_nodes);
+        return MINFER_ERR_NO_MEMORY;
+    }
+    g->node_backend = nb;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const struct minfer_node *n = &g->nodes[i];
+        int limit = reads_weight(n) ? 1 : n_bes;
+        nb[i] = -1;
+        for (int b = 0; b < limit && nb[i] < 0; b++)
+            if (supports(&bes[b], n))
+                nb[i] = b;
+        if (nb[i] < 0) {
+            char desc[320];
+            graph_describe_node(n, desc, sizeof desc);
+            snprintf(err, err_len, "backend '%s' does not support %s%s", bes[0].plugin->name,
+                     desc, limit < n_bes ? " (it holds the weights this node reads)" : "");
+            return MINFER_ERR_UNSUPPORTED;
+        }
+    }
+    return MINFER_OK;
+}
+
+/* ---- fuse ---- */
+
+struct fuse_gate {
+    const struct graph *g;
+    const struct sched_backend *bes;
+};
+
+/* The fused node replaces the node at its index: gate on that node's backend. */
+static bool fuse_supports(void *user, const struct minfer_node *n)
+{
+    const struct fuse_gate *f = user;
+    return supports(&f->bes[f->g->node_backend[n->index]], n);
+}
+
+minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, int n_bes,
+                            bool fuse, char *err, size_t err_len)
+{
+    if (!graph_ok(g)) {
+        snprintf(err, err_len, "graph construction failed: %s", g->err);
+        return MINFER_ERR_NO_MEMORY;
+    }
+    minfer_status st = assign(g, bes, n_bes, err, err_len);
+    if (st != MINFER_OK || !fuse)
+        return st;
+    struct fuse_gate gate = {g, bes};
+    if (graph_fuse(g, fuse_supports, &gate))
+        st = assign(g, bes, n_bes, err, err_len);
+    return st;
+}
+
+/* ---- execute ---- */
+
+static minfer_status node_failed(const struct sched_backend *b, const struct minfer_node *n,
+                                 minfer_status st, const char *what, char *err, size_t err_len)
+{
+    char desc[320];
+    graph_describe_node(n, desc, sizeof desc);
+    snprintf(err, err_len, "backend '%s' failed %s %s: %s: %s", b->plugin->name, what, desc,
+             minfer_status_str(st), plugin_last_error(b->plugin, b->be));
+    return st;
+}
+
+minfer_status sched_execute(struct graph *g, const struct sched_backend *bes, int n_bes,
+                            uint64_t generation, int32_t nt_hint, bool allow_replay,
+                            char *err, size_t err_len)
+{
+    (void)n_bes;
+    size_t i = 0;
+    while (i < g->n_nodes) {
+        int32_t bi = g->node_backend[i];
+        size_t last = i;
+        while (last + 1 < g->n_nodes && g->node_backend[last + 1] == bi)
+            last++;
+        const struct sched_backend *b = &bes[bi];
+        const struct minfer_backend_iface *it = b->plugin->iface;
+        bool replayed = false;
+        if (allow_replay && PLUGIN_HAS(b->plugin, graph_replay)) {
+            struct minfer_replay_window w = {
+                .uid = g->uid, .first = (uint32_t)i, .last = (uint32_t)last,
+                .nt_hint = nt_hint, .generation = generation, .nodes = g->nodes,
+            };
+            minfer_status st = it->graph_replay(b->be, &w, &replayed);
+            if (st != MINFER_OK)
+                return node_failed(b, &g->nodes[i], st, "replaying the split starting at", err,
+                                   err_len);
+        }
+        for (size_t k = i; !replayed && k <= last; k++) {
+            minfer_status st = it->execute_node(b->be, &g->nodes[k]);
+            if (st != MINFER_OK)
+                return node_failed(b, &g->nodes[k], st, "executing", err, err_len);
+        }
+        minfer_status st = it->synchronize ? it->synchronize(b->be) : MINFER_OK;
+        if (st != MINFER_OK)
+            return node_failed(b, &g->nodes[last], st, "synchronizing after", err, err_len);
+        i = last + 1;
+    }
+    return MINFER_OK;
+}

@@ -1,0 +1,35 @@
+/*
+ * scheduler.h — the scheduler (core/sched.c): assigns a graph's nodes to
+ * backends, runs the fusion pass gated by each node's backend, and
+ * executes the graph split by split (graph replay offered first,
+ * execute_node otherwise). Internal to the core. Not named sched.h: the
+ * core's include path would shadow the system's <sched.h>.
+ */
+#ifndef MINFER_CORE_SCHED_H
+#define MINFER_CORE_SCHED_H
+
+#include "graph.h"
+#include "plugin.h"
+
+/* One backend instance the scheduler may use. */
+struct sched_backend {
+    const struct minfer_plugin *plugin;
+    struct minfer_backend *be;
+};
+
+/* Assigns every node to a backend (bes[0] holds the weights and the KV
+ * cache: a node reading a weight goes there; the others go to the first
+ * backend that accepts them), fuses when fuse is set, and re-checks the
+ * result. A node no allowed backend accepts is an error naming it. */
+minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, int n_bes,
+                            bool fuse, char *err, size_t err_len);
+
+/* Runs the graph: per split (a run of nodes on one backend) offers
+ * graph_replay when allowed and present, else calls execute_node per node,
+ * then synchronises. A failure names the node, its backend and the
+ * backend's own error; nothing falls back to another backend. */
+minfer_status sched_execute(struct graph *g, const struct sched_backend *bes, int n_bes,
+                            uint64_t generation, int32_t nt_hint, bool allow_replay,
+                            char *err, size_t err_len);
+
+#endif /* MINFER_CORE_SCHED_H */
