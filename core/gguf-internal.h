@@ -77,6 +77,9 @@ static inline uint32_t gguf_scalar_size(uint32_t t)
 minfer_status minfer_gguf_kv_raw(const struct minfer_gguf *g, int64_t i, uint32_t *type,
                                  const uint8_t **bytes, uint64_t *len);
 
+/* Sets the text minfer_gguf_last_error returns (writer argument errors). */
+void minfer_gguf_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* True when the reader accepts tensors of this element type. */
 bool minfer_gguf_tensor_type_readable(uint32_t type);
 

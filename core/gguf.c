@@ -116,6 +116,14 @@ const char *minfer_gguf_last_error(void)
     return last_error;
 }
 
+void minfer_gguf_set_last_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
 static minfer_status getter_fail(minfer_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static minfer_status getter_fail(minfer_status st, const char *fmt, ...)

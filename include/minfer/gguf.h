@@ -111,9 +111,10 @@ MINFER_API const struct minfer_gguf_tensor *minfer_gguf_find_tensor(const struct
 
 MINFER_API const char *minfer_gguf_type_name(enum minfer_gguf_type t);
 
-/* The message of this thread's last failed typed read (get_*, kv_*):
- * which key, what it holds and what was asked. Static per-thread buffer,
- * overwritten by the next failure. */
+/* The message of this thread's last failed typed read (get_*, kv_*) or
+ * writer call (set*, add_tensor): which key or tensor, what it holds and
+ * what was asked. Static per-thread buffer, overwritten by the next
+ * failure. */
 MINFER_API const char *minfer_gguf_last_error(void);
 
 /* ---- writer ---- */
