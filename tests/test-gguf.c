@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -1239,6 +1240,83 @@ START_TEST(writer_disk_full_reports_errno)
 }
 END_TEST
 
+/* ---- minfer info ---- */
+
+/* Runs the CLI and returns its stdout+stderr (malloc'd) and exit status. */
+static char *run_cli(const char *args, int *status)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/bin/minfer %s 2>&1", MINFER_BUILD_DIR, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t k;
+    while ((k = fread(out + n, 1, cap - n - 1, p)) > 0) {
+        n += k;
+        if (cap - n < 4096)
+            out = realloc(out, cap *= 2);
+    }
+    out[n] = '\0';
+    int rc = pclose(p);
+    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return out;
+}
+
+START_TEST(info_cli_reads_fixture)
+{
+    /* Catches `minfer info` failing on or misprinting a real file: the
+     * architecture, an abbreviated 151936-item array and a tensor row. */
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/bin/minfer", MINFER_BUILD_DIR);
+    if (access(bin, X_OK))
+        MINFER_TEST_SKIP("%s not built", bin);
+    const char *src = fixture_path();
+    if (!src)
+        MINFER_TEST_SKIP("%s/models/fixture-A-f16.gguf absent", MINFER_FIXTURES_DIR);
+    char args[1100];
+    snprintf(args, sizeof args, "info --items 3 '%s'", src);
+    int rc;
+    char *out = run_cli(args, &rc);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    const char *want[] = {"GGUF v3", "general.architecture", "\"qwen2\"",
+                          "tokenizer.ggml.tokens", "151936 items [\"!\", \"\\\"\", \"#\", ...]",
+                          "token_embd.weight", "f16", "[64, 151936]", "19447808", "26 tensors",
+                          "qwen2.rope.freq_base", "10000"};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        ck_assert_msg(strstr(out, want[k]), "output lacks '%s':\n%.2000s", want[k], out);
+    free(out);
+}
+END_TEST
+
+START_TEST(info_cli_reports_refusal)
+{
+    /* Catches `minfer info` crashing or exiting 0 on a corrupt file. */
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/bin/minfer", MINFER_BUILD_DIR);
+    if (access(bin, X_OK))
+        MINFER_TEST_SKIP("%s not built", bin);
+    struct layout L;
+    struct img m = make_image(&L);
+    set_u32(&m, L.t0_ndims, 9);
+    char *dir = temp_dir();
+    char path[256], args[300];
+    snprintf(path, sizeof path, "%s/bad.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(m.b, 1, m.n, f), m.n);
+    fclose(f);
+    snprintf(args, sizeof args, "info %s", path);
+    int rc;
+    char *out = run_cli(args, &rc);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "n_dims 9") && strstr(out, path), "%s", out);
+    free(out);
+    free(m.b);
+    remove_dir(dir);
+}
+END_TEST
+
 /* ---- suite ---- */
 
 Suite *gguf_suite(void);
@@ -1289,6 +1367,11 @@ Suite *gguf_suite(void)
     tcase_add_test(tc, writer_fill_chunks_large_tensor);
     tcase_add_test(tc, writer_failure_leaves_no_file);
     tcase_add_test(tc, writer_disk_full_reports_errno);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("info");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, info_cli_reads_fixture);
+    tcase_add_test(tc, info_cli_reports_refusal);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,5 +14,7 @@ struct cli_command {
 
 int cmd_version(int argc, char **argv);
 int cmd_backends(int argc, char **argv);
+/* ---- gguf ---- */
+int cmd_info(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ int cmd_version(int argc, char **argv)
 static const struct cli_command commands[] = {
     {"version", "print the library version", cmd_version},
     {"backends", "list backend plugins, their devices or why each was refused", cmd_backends},
+    /* ---- gguf ---- */
+    {"info", "print a GGUF file's metadata and tensor table", cmd_info},
 };
 
 static void usage(FILE *f)
