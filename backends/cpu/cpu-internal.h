@@ -1,0 +1,140 @@
+/*
+ * cpu-internal.h — what the CPU plugin's files share: the instance, the
+ * thread pool, the per-ISA kernel table and the activation block formats.
+ * Nothing here crosses the plugin boundary.
+ */
+#ifndef MINFER_CPU_INTERNAL_H
+#define MINFER_CPU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "minfer/backend.h"
+#include "minfer/quant.h"
+
+/* ---- activation blocks (plugin-internal formats) ---- */
+
+/* A row of activations quantized for dot products against the 32-element
+ * weight types: x ~= d * qs, d = amax / 127, qs = nearest(x * 127 / amax)
+ * (ties to even); sum = sum(qs). d is a float (not fp16) so the only
+ * rounding is that of qs. */
+struct cpu_q8 {
+    float d;
+    int32_t sum;
+    int8_t qs[32];
+};
+
+/* Against the K-quants the activations use GGUF's Q8_K block
+ * (struct minfer_block_q8_K) with the same rule per 256 elements. */
+
+/* ---- kernels (one table per ISA level) ---- */
+
+/* out[c] = dot(weight row w (k elements), activation column c) for
+ * c < nc (1..CPU_MM_NC). act points at column 0 in the activation format
+ * of the weight type (f32 for F32/F16/BF16, struct cpu_q8 for the 32-blocks,
+ * struct minfer_block_q8_K for the K-quants); columns are act_stride bytes
+ * apart. */
+typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stride,
+                          int nc, float *out);
+
+#define CPU_MM_NC 4 /* activation columns per weight pass */
+
+enum cpu_isa {
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512 = 2, /* + AVX-512 F/BW/VL/VNNI */
+    CPU_ISA_COUNT
+};
+
+struct cpu_kernels {
+    const char *name;
+    /* matmul tiles per weight type (NULL: type not readable) */
+    cpu_mm_fn mm[MINFER_TYPE_COUNT];
+    /* activation quantizers: n multiple of 32 / 256 */
+    void (*quant_q8)(const float *x, struct cpu_q8 *y, int n);
+    void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);
+    /* attention helpers over one KV row slice of n elements */
+    float (*dot_f32)(int n, const float *x, const float *y);
+    float (*dot_f16)(int n, const uint16_t *x, const float *y);
+    float (*dot_q8_0)(int n, const struct minfer_block_q8_0 *x, const float *y);
+    void (*axpy_f32)(int n, float a, const float *x, float *y);   /* y += a x */
+    void (*axpy_f16)(int n, float a, const uint16_t *x, float *y);
+    void (*axpy_q8_0)(int n, float a, const struct minfer_block_q8_0 *x, float *y);
+};
+
+extern const struct cpu_kernels cpu_kernels_scalar;
+extern const struct cpu_kernels cpu_kernels_avx2;
+extern const struct cpu_kernels cpu_kernels_avx512;
+
+/* Highest level this CPU and OS can run (baseline-ISA code). */
+enum cpu_isa cpu_isa_detect(void);
+const char *cpu_isa_name(enum cpu_isa isa);
+const struct cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
+
+/* ---- thread pool ---- */
+
+struct cpu_pool;
+typedef void (*cpu_task_fn)(void *arg, int ith, int nth);
+
+/* n threads in all, the caller included (n - 1 workers). NULL on failure. */
+struct cpu_pool *cpu_pool_new(int n);
+void cpu_pool_free(struct cpu_pool *p);
+int cpu_pool_size(const struct cpu_pool *p);
+/* Runs fn(arg, i, nth) for i in [0, nth) with nth <= pool size, the caller
+ * taking i = 0; returns when all are done. */
+void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg);
+
+/* ---- the instance ---- */
+
+struct minfer_backend {
+    int n_threads;
+    enum cpu_isa isa;
+    const struct cpu_kernels *k;
+    struct cpu_pool *pool;
+    void *scratch;          /* activation quantization, grows */
+    size_t scratch_size;
+    char err[512];
+};
+
+/* Records an error about node in be->err and returns st. */
+minfer_status cpu_fail(struct minfer_backend *be, const struct minfer_node *node,
+                       minfer_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Scratch of at least size bytes, 64-byte aligned; NULL on OOM. */
+void *cpu_scratch(struct minfer_backend *be, size_t size);
+
+/* Checks node as execute_node would; be may have err == NULL target when
+ * only asked (supports_op). Returns MINFER_OK or the refusal. */
+minfer_status cpu_check_node(struct minfer_backend *be, const struct minfer_node *node);
+minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *node);
+
+/* per-op runners (validated nodes only, except for content checks) */
+minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node);
+minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_node *node);
+
+/* element size / block helpers */
+static inline size_t cpu_type_size(uint32_t type)
+{
+    const struct minfer_type_traits *t = minfer_type_traits_of(type);
+    return t ? t->type_size : 0;
+}
+
+static inline int64_t cpu_nrows(const struct minfer_tensor *t)
+{
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+/* Address of row r (flattened over ne1..ne3) honouring nb[1..3]. */
+static inline char *cpu_row(const struct minfer_tensor *t, int64_t r)
+{
+    int64_t i1 = r % t->ne[1];
+    int64_t i23 = r / t->ne[1];
+    int64_t i2 = i23 % t->ne[2];
+    int64_t i3 = i23 / t->ne[2];
+    return (char *)t->data + (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] +
+           (size_t)i3 * t->nb[3];
+}
+
+#endif

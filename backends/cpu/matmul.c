@@ -1,0 +1,175 @@
+/*
+ * matmul.c — MUL_MAT and FFN_GATE_UP: quantizes the activations once per
+ * row (Q8 for the 32-element weight types, Q8_K for the K-quants; f32
+ * weights types use the activations as they are), then splits the weight
+ * rows over the thread pool in chunks handed out by an atomic counter.
+ * Inside a chunk, activation columns are walked in L2-sized blocks and
+ * each weight row is paired with CPU_MM_NC columns per kernel call, so a
+ * weight row is read from memory once per pass (decode streams it,
+ * prefill reuses it from L1 for every column).
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cpu-internal.h"
+
+#define COL_BLOCK 64 /* activation columns kept hot in L2 per weight chunk */
+
+enum act_kind { ACT_F32, ACT_Q8, ACT_Q8K };
+
+static enum act_kind act_kind_of(uint32_t type)
+{
+    switch (type) {
+    case MINFER_TYPE_F32: case MINFER_TYPE_F16: case MINFER_TYPE_BF16:
+        return ACT_F32;
+    case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
+        return ACT_Q8K;
+    default:
+        return ACT_Q8;
+    }
+}
+
+/* ---- activation quantization ---- */
+
+struct quant_task {
+    const struct cpu_kernels *k;
+    const struct minfer_tensor *x;
+    enum act_kind kind;
+    int K, M;
+    char *out;
+    size_t stride;
+};
+
+static void quant_worker(void *arg, int ith, int nth)
+{
+    struct quant_task *t = arg;
+    for (int m = ith; m < t->M; m += nth) {
+        const float *x = (const float *)cpu_row(t->x, m);
+        void *y = t->out + (size_t)m * t->stride;
+        if (t->kind == ACT_Q8)
+            t->k->quant_q8(x, y, t->K);
+        else if (t->kind == ACT_Q8K)
+            t->k->quant_q8k(x, y, t->K);
+        else
+            memcpy(y, x, (size_t)t->K * sizeof(float));
+    }
+}
+
+/* ---- the product ---- */
+
+struct mm_task {
+    cpu_mm_fn fn;
+    const char *w0, *w1;     /* weight rows (w1: up, FFN only) */
+    size_t w_nb1;
+    int K, N, M;
+    const char *act;
+    size_t act_stride;
+    const struct minfer_tensor *dst;
+    int chunk;               /* weight rows per chunk */
+    atomic_int next;
+};
+
+static inline float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+static void mm_worker(void *arg, int ith, int nth)
+{
+    struct mm_task *t = arg;
+    (void)ith;
+    (void)nth;
+    float g[CPU_MM_NC], u[CPU_MM_NC];
+    int n_chunks = (t->N + t->chunk - 1) / t->chunk;
+    for (;;) {
+        int ch = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (ch >= n_chunks)
+            break;
+        int r0 = ch * t->chunk, r1 = r0 + t->chunk < t->N ? r0 + t->chunk : t->N;
+        for (int c0 = 0; c0 < t->M; c0 += COL_BLOCK) {
+            int c1 = c0 + COL_BLOCK < t->M ? c0 + COL_BLOCK : t->M;
+            for (int r = r0; r < r1; r++) {
+                const char *w = t->w0 + (size_t)r * t->w_nb1;
+                for (int c = c0; c < c1; c += CPU_MM_NC) {
+                    int nc = c1 - c < CPU_MM_NC ? c1 - c : CPU_MM_NC;
+                    const char *a = t->act + (size_t)c * t->act_stride;
+                    t->fn(t->K, w, a, t->act_stride, nc, g);
+                    if (t->w1) {
+                        t->fn(t->K, t->w1 + (size_t)r * t->w_nb1, a, t->act_stride, nc, u);
+                        for (int j = 0; j < nc; j++)
+                            g[j] = silu(g[j]) * u[j];
+                    }
+                    for (int j = 0; j < nc; j++)
+                        ((float *)cpu_row(t->dst, c + j))[r] = g[j];
+                }
+            }
+        }
+    }
+}
+
+minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node)
+{
+    bool ffn = node->op == MINFER_OP_FFN_GATE_UP;
+    const struct minfer_tensor *w = node->src[0];
+    const struct minfer_tensor *x = ffn ? node->src[2] : node->src[1];
+    int K = (int)w->ne[0], N = (int)w->ne[1], M = (int)cpu_nrows(x);
+    cpu_mm_fn fn = be->k->mm[w->type];
+    if (!fn)
+        return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "no %s kernel for weight type %u",
+                        be->k->name, w->type);
+
+    enum act_kind kind = act_kind_of(w->type);
+    size_t stride;
+    if (kind == ACT_Q8)
+        stride = (size_t)(K / 32) * sizeof(struct cpu_q8);
+    else if (kind == ACT_Q8K)
+        stride = (size_t)(K / 256) * sizeof(struct minfer_block_q8_K);
+    else
+        stride = (size_t)K * sizeof(float);
+
+    const char *act;
+    /* f32 activations whose rows are evenly spaced are read in place */
+    bool uniform = x->ne[2] * x->ne[3] == 1 ||
+                   (x->nb[2] == x->nb[1] * (size_t)x->ne[1] &&
+                    (x->ne[3] == 1 || x->nb[3] == x->nb[2] * (size_t)x->ne[2]));
+    if (kind == ACT_F32 && uniform) {
+        act = x->data;
+        stride = M > 1 ? x->nb[1] : stride;
+    } else {
+        if ((size_t)M > SIZE_MAX / stride)
+            return cpu_fail(be, node, MINFER_ERR_NO_MEMORY, "activation scratch overflows");
+        char *buf = cpu_scratch(be, (size_t)M * stride);
+        if (!buf)
+            return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
+                            "out of memory for %zu bytes of quantized activations",
+                            (size_t)M * stride);
+        struct quant_task qt = {be->k, x, kind, K, M, buf, stride};
+        int nth = M >= 8 ? be->n_threads : 1;
+        cpu_pool_run(be->pool, nth, quant_worker, &qt);
+        act = buf;
+    }
+
+    struct mm_task t;
+    memset(&t, 0, sizeof t);
+    t.fn = fn;
+    t.w0 = w->data;
+    t.w1 = ffn ? node->src[1]->data : NULL;
+    t.w_nb1 = w->nb[1];
+    t.K = K;
+    t.N = N;
+    t.M = M;
+    t.act = act;
+    t.act_stride = stride;
+    t.dst = node->dst;
+    int nth = be->n_threads;
+    if ((int64_t)K * N * M < 65536)
+        nth = 1;
+    /* about 8 chunks per thread for balance on a shared machine; at least
+     * 4 rows so a chunk amortises its column walk */
+    int chunk = N / (nth * 8);
+    t.chunk = chunk < 4 ? 4 : chunk > 64 ? 64 : chunk;
+    atomic_init(&t.next, 0);
+    cpu_pool_run(be->pool, nth, mm_worker, &t);
+    return MINFER_OK;
+}

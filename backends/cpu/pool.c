@@ -1,0 +1,185 @@
+/*
+ * pool.c — the CPU plugin's persistent thread pool. Workers are created
+ * once per instance; a dispatch bumps a generation counter that workers
+ * spin on for a short while (decode runs a node every few tens of
+ * microseconds, far below a futex wake-up's cost) and then sleep on a
+ * condition variable so an idle engine does not burn the machine.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cpu-internal.h"
+
+/* How long an idle worker spins before sleeping. */
+#define SPIN_NS 300000L
+
+struct worker {
+    struct cpu_pool *pool;
+    int ith;
+    pthread_t th;
+};
+
+struct cpu_pool {
+    int n;                      /* threads in all, the caller included */
+    struct worker *w;           /* [n - 1] */
+    int started;                /* workers actually created */
+    atomic_uint gen;            /* bumped per dispatch */
+    atomic_int pending;         /* workers still running the current task */
+    atomic_bool stop;
+    cpu_task_fn fn;             /* valid while pending > 0 */
+    void *arg;
+    int nth;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int sleeping;               /* guarded by mu */
+};
+
+/* ---- worker side ---- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static unsigned wait_gen(struct cpu_pool *p, unsigned seen)
+{
+    unsigned g;
+    long t0 = 0;
+    for (unsigned i = 0;; i++) {
+        g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire))
+            return g;
+        cpu_relax();
+        if ((i & 255) == 255) {
+            long t = now_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > SPIN_NS)
+                break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    p->sleeping++;
+    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+           !atomic_load_explicit(&p->stop, memory_order_acquire))
+        pthread_cond_wait(&p->cv, &p->mu);
+    p->sleeping--;
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void *worker_main(void *argp)
+{
+    struct worker *w = argp;
+    struct cpu_pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = wait_gen(p, seen);
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            break;
+        if (w->ith < p->nth)
+            p->fn(p->arg, w->ith, p->nth);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+/* ---- caller side ---- */
+
+struct cpu_pool *cpu_pool_new(int n)
+{
+    if (n < 1 || n > 4096)
+        return NULL;
+    struct cpu_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, false);
+    if (pthread_mutex_init(&p->mu, NULL))
+        goto out_free;
+    if (pthread_cond_init(&p->cv, NULL))
+        goto out_mutex;
+    if (n > 1) {
+        p->w = calloc((size_t)n - 1, sizeof *p->w);
+        if (!p->w)
+            goto out_cond;
+    }
+    for (int i = 0; i < n - 1; i++) {
+        p->w[i].pool = p;
+        p->w[i].ith = i + 1;
+        if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]))
+            goto out_threads;
+        p->started++;
+    }
+    return p;
+
+out_threads:
+    cpu_pool_free(p);
+    return NULL;
+out_cond:
+    pthread_cond_destroy(&p->cv);
+out_mutex:
+    pthread_mutex_destroy(&p->mu);
+out_free:
+    free(p);
+    return NULL;
+}
+
+void cpu_pool_free(struct cpu_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->started; i++)
+        pthread_join(p->w[i].th, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->w);
+    free(p);
+}
+
+int cpu_pool_size(const struct cpu_pool *p)
+{
+    return p->n;
+}
+
+void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
+{
+    if (nth > p->n)
+        nth = p->n;
+    if (nth <= 1 || p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->nth = nth;
+    /* every worker wakes and decrements, idle ones without running fn */
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    pthread_mutex_lock(&p->mu);
+    if (p->sleeping)
+        pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, nth);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+        cpu_relax();
+}
