@@ -37,15 +37,22 @@ enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len)
     return MINFER_CHAT_UNKNOWN;
 }
 
-/* A literal default system prompt: "<|im_start|>system\n" followed inside
- * the same string literal by text up to "<|im_end|>". Jinja escapes
- * (\n, \', \", \\) are undone. NULL when the template has none. */
+/* A literal default system prompt: "<|im_start|>system" and a newline
+ * (a Jinja escape, backslash-n, or a real newline), followed inside the
+ * same string literal by text up to "<|im_end|>". Jinja escapes are
+ * undone. NULL when the template has none. */
 static char *default_system(const char *t, size_t n)
 {
-    static const char head[] = "<|im_start|>system\\n";
+    static const char head[] = "<|im_start|>system";
     const char *p = t, *end = t + n;
     while ((p = find(p, (size_t)(end - p), head))) {
         p += sizeof head - 1;
+        if (end - p >= 2 && p[0] == '\\' && p[1] == 'n')
+            p += 2;
+        else if (p < end && *p == '\n')
+            p++;
+        else
+            continue;
         if (p >= end || *p == '\'' || *p == '"')
             continue; /* the system message's own content follows */
         const char *q = find(p, (size_t)(end - p), "<|im_end|>");
@@ -80,10 +87,8 @@ minfer_status tok_chat_init(struct minfer_tokenizer *tok)
     if (tok->chat_format != MINFER_CHAT_CHATML)
         return MINFER_OK;
     tok->chat_think = find(t, n, "</think>") && find(t, n, "reasoning_content");
-    if (find(t, n, "<|im_start|>system\\n")) {
-        tok->chat_default_system = default_system(t, n);
-        /* NULL is fine: no default; a failed allocation is not worth failing the load */
-    }
+    /* NULL is fine: no default (a failed allocation is not worth failing a load) */
+    tok->chat_default_system = default_system(t, n);
     return MINFER_OK;
 }
 
