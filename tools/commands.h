@@ -16,5 +16,11 @@ int cmd_version(int argc, char **argv);
 int cmd_backends(int argc, char **argv);
 /* ---- gguf ---- */
 int cmd_info(int argc, char **argv);
+/* ---- model tools ---- */
+#include <stdint.h>
+int cmd_quantize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+/* A progress bar on stderr when it is a terminal (user: the label). */
+void cli_progress(void *user, uint64_t done, uint64_t total);
 
 #endif

@@ -20,6 +20,9 @@ static const struct cli_command commands[] = {
     {"backends", "list backend plugins, their devices or why each was refused", cmd_backends},
     /* ---- gguf ---- */
     {"info", "print a GGUF file's metadata and tensor table", cmd_info},
+    /* ---- model tools ---- */
+    {"quantize", "convert a GGUF model to another type or quantization mix", cmd_quantize},
+    {"synth", "write a random-weight Qwen2/Qwen3 model of a real shape", cmd_synth},
 };
 
 static void usage(FILE *f)

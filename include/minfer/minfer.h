@@ -422,6 +422,135 @@ MINFER_API const char *minfer_ctx_last_error(const struct minfer_ctx *c);
 
 /* ---- end models and contexts ---- */
 
+/* ---- model tools: quantize, synth ---- */
+
+/* File types as stored in general.file_type (llama.cpp's llama_ftype
+ * numbering, so either tool's files read the same). */
+enum minfer_ftype {
+    MINFER_FTYPE_ALL_F32 = 0,
+    MINFER_FTYPE_MOSTLY_F16 = 1,
+    MINFER_FTYPE_MOSTLY_Q4_0 = 2,
+    MINFER_FTYPE_MOSTLY_Q4_1 = 3,
+    MINFER_FTYPE_MOSTLY_Q8_0 = 7,
+    MINFER_FTYPE_MOSTLY_Q5_0 = 8,
+    MINFER_FTYPE_MOSTLY_Q5_1 = 9,
+    MINFER_FTYPE_MOSTLY_Q4_K_S = 14,
+    MINFER_FTYPE_MOSTLY_Q4_K_M = 15,
+    MINFER_FTYPE_MOSTLY_Q5_K_S = 16,
+    MINFER_FTYPE_MOSTLY_Q5_K_M = 17,
+    MINFER_FTYPE_MOSTLY_Q6_K = 18,
+    MINFER_FTYPE_MOSTLY_BF16 = 32,
+};
+
+/* Parses a quantize/synth TYPE ("Q4_K_M", "f16"; case-insensitive). As in
+ * llama-quantize, "Q4_K" and "Q5_K" name the _M mixes. False if unknown. */
+MINFER_API bool minfer_ftype_from_name(const char *name, uint32_t *ftype);
+/* "Q4_K_M", "F16", ...; "unknown" for other values. Static string. */
+MINFER_API const char *minfer_ftype_name(uint32_t ftype);
+/* Element type of the bulk of a file type's weights (Q4_K for Q4_K_M);
+ * MINFER_TYPE_COUNT for unknown file types. */
+MINFER_API uint32_t minfer_ftype_base_type(uint32_t ftype);
+
+/* Facts about the whole file that the per-tensor rule depends on. */
+struct minfer_mix {
+    uint32_t ftype;     /* enum minfer_ftype */
+    bool pure;          /* every 2-D weight gets exactly the base type */
+    bool has_output;    /* the file has output.weight (else token_embd is the output) */
+    int32_t n_attn_v;   /* attn_v.weight tensors in the file */
+    int32_t n_layer;    /* <arch>.block_count */
+};
+
+/* Element type that tensor `name` (n_dims dims, ne[0] = row length,
+ * currently of type cur_type) gets in a file of m->ftype: the rule of
+ * llama.cpp's llama-quantize, documented in docs/quantize.md. Shared by
+ * minfer_quantize and minfer_synth. */
+MINFER_API uint32_t minfer_mix_tensor_type(const struct minfer_mix *m, const char *name,
+                                           uint32_t n_dims, const int64_t *ne,
+                                           uint32_t cur_type);
+
+/* Progress of a long write: bytes of tensor data produced so far of total.
+ * Called from the writing thread, at most a few hundred times per file. */
+typedef void (*minfer_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+struct minfer_quantize_opts {
+    uint32_t struct_size;        /* sizeof(struct minfer_quantize_opts) */
+    uint32_t ftype;              /* enum minfer_ftype */
+    bool pure;                   /* no mix: 2-D weights exactly the base type */
+    int32_t n_threads;           /* <= 0: one per online CPU */
+    minfer_progress_fn progress; /* optional */
+    void *progress_user;
+};
+
+/* Rewrites the GGUF in_path as out_path with every tensor converted to the
+ * type the mix gives it (quantized inputs are dequantized first; tensors
+ * already of their target type are copied). The output appears only when
+ * complete. Metadata is copied; general.file_type and
+ * general.quantization_version are set. Errors name the tensor. */
+MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_path,
+                                         const struct minfer_quantize_opts *o, char *err,
+                                         size_t err_len);
+
+/* The dimensions of a synthetic model. */
+struct minfer_synth_shape {
+    char arch[16];        /* "qwen2" or "qwen3" */
+    char name[32];        /* "qwen2.5-7b", "custom" (general.name gets a suffix) */
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    float rope_theta, rms_eps;
+    bool tied;            /* output.weight shares token_embd.weight */
+    bool qkv_bias;        /* attn_q/k/v.bias (qwen2) */
+    bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3) */
+};
+
+/* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,
+ * -7b; qwen3-0.6b, -1.7b, -4b, -8b; dims from their config.json) or from
+ * "custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,
+ * n_vocab=N,n_ctx=N,tied=0|1" (unnamed keys default to the arch's
+ * smallest model). */
+MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *spec,
+                                                  struct minfer_synth_shape *shape,
+                                                  char *err, size_t err_len);
+
+/* An explicit BPE tokenizer for a synthetic model; everything borrowed for
+ * the duration of minfer_synth. */
+struct minfer_synth_vocab {
+    const char *const *tokens;  /* n_tokens strings (byte-level BPE spelling) */
+    const size_t *token_lens;
+    const int32_t *token_types; /* llama.cpp's: 1 normal, 3 control, 4 user-defined */
+    uint64_t n_tokens;
+    const char *const *merges;  /* "a b" */
+    const size_t *merge_lens;
+    uint64_t n_merges;
+    int32_t bos_id, eos_id, pad_id; /* -1 when absent */
+    const char *pre;                /* tokenizer.ggml.pre, e.g. "qwen2" */
+    const char *chat_template;      /* NULL when absent */
+};
+
+struct minfer_synth_opts {
+    uint32_t struct_size;            /* sizeof(struct minfer_synth_opts) */
+    struct minfer_synth_shape shape;
+    uint32_t ftype;                  /* enum minfer_ftype; mixes as in quantize */
+    bool pure;
+    uint64_t seed;                   /* same seed, same bytes, at any thread count */
+    int32_t n_threads;               /* <= 0: one per online CPU */
+    const char *tokenizer_gguf;      /* copy tokenizer.* keys from this GGUF, or */
+    const struct minfer_synth_vocab *vocab; /* this; neither: a built-in byte-level
+                                               vocabulary with Qwen's special tokens */
+    minfer_progress_fn progress;     /* optional */
+    void *progress_user;
+};
+
+/* Writes a random-weight model: valid quant blocks with small finite
+ * scales, norms near 1, so a forward pass gives finite logits. With path
+ * set the file appears there only when complete (mem may be NULL). With
+ * path NULL the file is built in memory: *mem receives a buffer the caller
+ * frees with minfer_synth_mem_free and *mem_size its size (it goes through
+ * a temporary file under $TMPDIR or /tmp). On failure *mem is NULL. */
+MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const char *path,
+                                      void **mem, size_t *mem_size, char *err, size_t err_len);
+MINFER_API void minfer_synth_mem_free(void *mem); /* NULL is a no-op */
+
+/* ---- end model tools ---- */
+
 #ifdef __cplusplus
 }
 #endif
