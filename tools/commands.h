@@ -23,4 +23,8 @@ int cmd_synth(int argc, char **argv);
 /* A progress bar on stderr when it is a terminal (user: the label). */
 void cli_progress(void *user, uint64_t done, uint64_t total);
 
+/* ---- tokens ---- */
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+
 #endif

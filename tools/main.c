@@ -23,6 +23,9 @@ static const struct cli_command commands[] = {
     /* ---- model tools ---- */
     {"quantize", "convert a GGUF model to another type or quantization mix", cmd_quantize},
     {"synth", "write a random-weight Qwen2/Qwen3 model of a real shape", cmd_synth},
+    /* ---- tokens ---- */
+    {"tokenize", "print the token ids of a text as a JSON array", cmd_tokenize},
+    {"detokenize", "print the text of a list of token ids", cmd_detokenize},
 };
 
 static void usage(FILE *f)
