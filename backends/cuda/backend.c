@@ -1,0 +1,632 @@
+/*
+ * backend.c — libminfer-cuda.so's plugin table and the only code that
+ * knows IR nodes: it validates each node (supports_op and execute_node use
+ * one validator, so "supported" means exactly "executable"), picks the
+ * kernel family and calls the launchers in kernels/ through the device
+ * layer (device.c), which is the only code that calls the CUDA runtime.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "kernels.h"
+#include "minfer/backend.h"
+#include "minfer/quant.h"
+
+#ifndef MINFER_CUDA_PLUGIN_VERSION
+#define MINFER_CUDA_PLUGIN_VERSION "0.1.0"
+#endif
+
+/* Scratch slots of an instance. */
+enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2 };
+
+/* Above this many tokens MUL_MAT / FFN_GATE_UP use the tensor-core GEMM. */
+#define MMV_MAX_NT 8
+
+struct minfer_backend {
+    struct cu_ctx *c;
+};
+
+static const struct minfer_host *g_host;
+static char g_err[512]; /* errors of create (be == NULL) */
+
+/* ---- helpers ---- */
+
+static const char *tname(uint32_t t)
+{
+    const struct minfer_type_traits *tr = minfer_type_traits_of(t);
+    return tr ? tr->name : "unknown";
+}
+
+static const char *op_name(uint32_t op)
+{
+    static const char *names[] = {"NONE",     "GET_ROWS", "RMS_NORM",    "RMS_NORM_MUL",
+                                  "ADD",      "MUL",      "MUL_MAT",     "ROPE",
+                                  "SWIGLU",   "KV_STORE", "ATTENTION",   "FFN_GATE_UP",
+                                  "COPY",     "SCALE"};
+    return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
+}
+
+static int is_float_type(uint32_t t)
+{
+    return t == MINFER_TYPE_F32 || t == MINFER_TYPE_F16 || t == MINFER_TYPE_BF16;
+}
+
+static struct kview view_of(const struct minfer_tensor *t)
+{
+    struct kview v;
+    v.data = t->data;
+    for (int i = 0; i < 4; i++) {
+        v.ne[i] = t->ne[i];
+        v.nb[i] = (int64_t)t->nb[i];
+    }
+    return v;
+}
+
+static int same_ne(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] != b->ne[i])
+            return 0;
+    return 1;
+}
+
+/* ---- validation (shared by supports_op and execute_node) ---- */
+
+#define WHY(...)                                                                           \
+    do {                                                                                   \
+        if (why)                                                                           \
+            snprintf(why, why_len, __VA_ARGS__);                                           \
+        return -1;                                                                         \
+    } while (0)
+
+/* Basic sanity of a tensor: positive extents, dim 0 contiguous. */
+static int check_tensor(const struct minfer_tensor *t, const char *role, char *why,
+                        size_t why_len)
+{
+    if (!t)
+        WHY("%s is missing", role);
+    const struct minfer_type_traits *tr = minfer_type_traits_of(t->type);
+    if (!tr)
+        WHY("%s has unknown type id %u", role, t->type);
+    for (int i = 0; i < 4; i++)
+        if (t->ne[i] <= 0)
+            WHY("%s has ne[%d] = %lld (must be >= 1)", role, i, (long long)t->ne[i]);
+    if (t->nb[0] != tr->type_size)
+        WHY("%s is not contiguous in dim 0 (nb[0] = %zu, %s needs %u)", role, t->nb[0],
+            tr->name, tr->type_size);
+    if (t->ne[0] % tr->block_size)
+        WHY("%s ne[0] = %lld is not a multiple of %s's block of %u", role, (long long)t->ne[0],
+            tr->name, tr->block_size);
+    return 0;
+}
+
+static int want_type(const struct minfer_tensor *t, uint32_t type, const char *role, char *why,
+                     size_t why_len)
+{
+    if (t->type != type)
+        WHY("%s is %s, expected %s", role, tname(t->type), tname(type));
+    return 0;
+}
+
+static int need_src(const struct minfer_node *n, uint32_t count, char *why, size_t why_len)
+{
+    if (n->n_src < count)
+        WHY("has %u sources, needs %u", n->n_src, count);
+    for (uint32_t i = 0; i < count; i++) {
+        char role[16];
+        snprintf(role, sizeof(role), "src%u", i);
+        if (check_tensor(n->src[i], role, why, why_len))
+            return -1;
+    }
+    return check_tensor(n->dst, "dst", why, why_len);
+}
+
+static int aligned(const void *p, size_t a)
+{
+    return ((uintptr_t)p % a) == 0;
+}
+
+static int check_matmul(const struct minfer_tensor *w, const struct minfer_tensor *x,
+                        const struct minfer_tensor *d, int check_ptrs, char *why, size_t why_len)
+{
+    int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
+    if (!k_matvec_q_supported(w->type) && !is_float_type(w->type))
+        WHY("weight type %s has no CUDA matmul kernel", tname(w->type));
+    if (w->ne[2] != 1 || w->ne[3] != 1 || x->ne[2] != 1 || x->ne[3] != 1)
+        WHY("batched matmul (ne[2..3] > 1) is not supported");
+    if (x->type != MINFER_TYPE_F32 || d->type != MINFER_TYPE_F32)
+        WHY("activations must be f32 (src %s, dst %s)", tname(x->type), tname(d->type));
+    if (x->ne[0] != K)
+        WHY("weight K = %lld but activations have %lld", (long long)K, (long long)x->ne[0]);
+    if (d->ne[0] != N || d->ne[1] != M || d->ne[2] != 1 || d->ne[3] != 1)
+        WHY("dst is [%lld, %lld], expected [%lld, %lld]", (long long)d->ne[0],
+            (long long)d->ne[1], (long long)N, (long long)M);
+    if (N > 0x7fffffffLL || M > 0x7fffffffLL || K > 0x7fffffffLL)
+        WHY("dimension beyond 2^31");
+    if (k_matvec_q_supported(w->type)) {
+        if (x->nb[1] % 4)
+            WHY("activation row stride %zu is not a multiple of 4", x->nb[1]);
+        int kq = w->type == MINFER_TYPE_Q4_K || w->type == MINFER_TYPE_Q5_K;
+        if (kq && w->nb[1] % 16)
+            WHY("%s weight row stride %zu is not a multiple of 16", tname(w->type), w->nb[1]);
+        if (kq && check_ptrs && !aligned(w->data, 16))
+            WHY("%s weight data %p is not 16-byte aligned", tname(w->type), w->data);
+    }
+    if (check_ptrs && (!aligned(x->data, 4) || !aligned(d->data, 4) || !w->data))
+        WHY("misaligned or NULL data (w %p, x %p, dst %p)", w->data, x->data, d->data);
+    return 0;
+}
+
+static int validate(const struct minfer_node *n, int check_ptrs, char *why, size_t why_len)
+{
+    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *d = n->dst;
+    switch (n->op) {
+    case MINFER_OP_GET_ROWS:
+        if (need_src(n, 2, why, why_len))
+            return -1;
+        if (!k_type_readable(s0->type))
+            WHY("table type %s is not readable by the CUDA plugin", tname(s0->type));
+        if (want_type(s1, MINFER_TYPE_I32, "ids", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        if (s0->ne[2] != 1 || s0->ne[3] != 1 || s1->ne[1] != 1 || s1->ne[2] != 1 ||
+            s1->ne[3] != 1)
+            WHY("table must be 2-D and ids 1-D");
+        if (d->ne[0] != s0->ne[0] || d->ne[1] != s1->ne[0] || d->ne[2] != 1 || d->ne[3] != 1)
+            WHY("dst is [%lld, %lld], expected [%lld, %lld]", (long long)d->ne[0],
+                (long long)d->ne[1], (long long)s0->ne[0], (long long)s1->ne[0]);
+        if (s1->ne[0] > 65535)
+            WHY("%lld ids exceed 65535 per node", (long long)s1->ne[0]);
+        return 0;
+    case MINFER_OP_RMS_NORM:
+    case MINFER_OP_RMS_NORM_MUL:
+        if (need_src(n, n->op == MINFER_OP_RMS_NORM ? 1 : 2, why, why_len))
+            return -1;
+        if (want_type(s0, MINFER_TYPE_F32, "src0", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from src0");
+        if (n->op == MINFER_OP_RMS_NORM_MUL) {
+            if (want_type(s1, MINFER_TYPE_F32, "src1 (weight)", why, why_len))
+                return -1;
+            if (s1->ne[0] != s0->ne[0] || s1->ne[1] * s1->ne[2] * s1->ne[3] != 1)
+                WHY("weight must be [%lld] broadcast over rows", (long long)s0->ne[0]);
+        }
+        return 0;
+    case MINFER_OP_ADD:
+    case MINFER_OP_MUL:
+    case MINFER_OP_SWIGLU:
+        if (need_src(n, 2, why, why_len))
+            return -1;
+        if (want_type(s0, MINFER_TYPE_F32, "src0", why, why_len) ||
+            want_type(s1, MINFER_TYPE_F32, "src1", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from src0");
+        if (n->op == MINFER_OP_SWIGLU) {
+            if (!same_ne(s0, s1))
+                WHY("src1 shape differs from src0");
+        } else {
+            if (s1->ne[0] != s0->ne[0])
+                WHY("src1 ne[0] = %lld, src0 ne[0] = %lld", (long long)s1->ne[0],
+                    (long long)s0->ne[0]);
+            for (int i = 1; i < 4; i++)
+                if (s1->ne[i] != 1 && s1->ne[i] != s0->ne[i])
+                    WHY("src1 ne[%d] = %lld neither 1 nor %lld", i, (long long)s1->ne[i],
+                        (long long)s0->ne[i]);
+        }
+        return 0;
+    case MINFER_OP_SCALE:
+        if (need_src(n, 1, why, why_len))
+            return -1;
+        if (want_type(s0, MINFER_TYPE_F32, "src0", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from src0");
+        return 0;
+    case MINFER_OP_COPY:
+        if (need_src(n, 1, why, why_len))
+            return -1;
+        if (!is_float_type(s0->type) || !is_float_type(d->type))
+            WHY("copy %s -> %s: only f32/f16/bf16", tname(s0->type), tname(d->type));
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from src0");
+        return 0;
+    case MINFER_OP_MUL_MAT:
+        if (need_src(n, 2, why, why_len))
+            return -1;
+        return check_matmul(s0, s1, d, check_ptrs, why, why_len);
+    case MINFER_OP_FFN_GATE_UP:
+        if (need_src(n, 3, why, why_len))
+            return -1;
+        if (s0->type != s1->type || !same_ne(s0, s1))
+            WHY("gate (%s) and up (%s) weights differ in type or shape", tname(s0->type),
+                tname(s1->type));
+        if (check_matmul(s1, n->src[2], d, check_ptrs, why, why_len))
+            return -1;
+        return check_matmul(s0, n->src[2], d, check_ptrs, why, why_len);
+    case MINFER_OP_ROPE: {
+        if (need_src(n, 2, why, why_len))
+            return -1;
+        if (want_type(s0, MINFER_TYPE_F32, "src0", why, why_len) ||
+            want_type(s1, MINFER_TYPE_I32, "positions", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        int n_rot = n->iparams[0];
+        if (n_rot <= 0 || n_rot % 2 || n_rot > s0->ne[0])
+            WHY("n_rot = %d must be even and in 2..head_dim (%lld)", n_rot,
+                (long long)s0->ne[0]);
+        if (s0->ne[3] != 1 || s0->ne[2] > 65535 || s1->ne[0] != s0->ne[2])
+            WHY("positions [%lld] do not match %lld tokens (or ne[3] != 1)",
+                (long long)s1->ne[0], (long long)s0->ne[2]);
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from src0");
+        return 0;
+    }
+    case MINFER_OP_KV_STORE:
+        if (need_src(n, 2, why, why_len))
+            return -1;
+        if (want_type(s0, MINFER_TYPE_F32, "src0", why, why_len) ||
+            want_type(s1, MINFER_TYPE_I32, "cells", why, why_len))
+            return -1;
+        if (d->type != MINFER_TYPE_F32 && d->type != MINFER_TYPE_F16 &&
+            d->type != MINFER_TYPE_Q8_0)
+            WHY("cache type %s (expected f32, f16 or q8_0)", tname(d->type));
+        if (d->ne[0] != s0->ne[0] || s1->ne[0] != s0->ne[1] || s0->ne[2] != 1 ||
+            s0->ne[3] != 1 || d->ne[2] != 1 || d->ne[3] != 1)
+            WHY("shapes: rows [%lld, %lld], cells [%lld], cache [%lld, %lld]",
+                (long long)s0->ne[0], (long long)s0->ne[1], (long long)s1->ne[0],
+                (long long)d->ne[0], (long long)d->ne[1]);
+        return 0;
+    case MINFER_OP_ATTENTION: {
+        if (need_src(n, 5, why, why_len))
+            return -1;
+        const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
+        int64_t hd = s0->ne[0], nh = s0->ne[1], nt = s0->ne[2];
+        int nkv = n->iparams[0];
+        if (want_type(s0, MINFER_TYPE_F32, "q", why, why_len) ||
+            want_type(n->src[3], MINFER_TYPE_I32, "kv_len", why, why_len) ||
+            want_type(n->src[4], MINFER_TYPE_I32, "positions", why, why_len) ||
+            want_type(d, MINFER_TYPE_F32, "dst", why, why_len))
+            return -1;
+        if (kc->type != vc->type || !same_ne(kc, vc))
+            WHY("K (%s) and V (%s) caches differ in type or shape", tname(kc->type),
+                tname(vc->type));
+        if (kc->type != MINFER_TYPE_F32 && kc->type != MINFER_TYPE_F16 &&
+            kc->type != MINFER_TYPE_Q8_0)
+            WHY("cache type %s (expected f32, f16 or q8_0)", tname(kc->type));
+        if (nkv <= 0 || nh % nkv)
+            WHY("n_kv_head = %d does not divide n_head = %lld", nkv, (long long)nh);
+        if (hd % 4 || hd > 256 || (kc->type == MINFER_TYPE_Q8_0 && hd % 32))
+            WHY("head_dim = %lld (needs a multiple of 4, of 32 for q8_0, at most 256)",
+                (long long)hd);
+        if (kc->ne[0] != hd * nkv || kc->ne[2] != 1 || kc->ne[3] != 1)
+            WHY("cache rows have %lld values, expected head_dim * n_kv_head = %lld",
+                (long long)kc->ne[0], (long long)(hd * nkv));
+        if (s0->ne[3] != 1 || nt > 65535 || nh > 65535 || n->src[4]->ne[0] != nt ||
+            n->src[3]->ne[0] < 1)
+            WHY("q is [%lld, %lld, %lld, %lld] with %lld positions", (long long)hd,
+                (long long)nh, (long long)nt, (long long)s0->ne[3],
+                (long long)n->src[4]->ne[0]);
+        if (!same_ne(s0, d))
+            WHY("dst shape differs from q");
+        size_t va = kc->type == MINFER_TYPE_F32 ? 16 : kc->type == MINFER_TYPE_F16 ? 8 : 2;
+        if (kc->nb[1] % va || vc->nb[1] % va)
+            WHY("cache row strides %zu/%zu are not multiples of %zu", kc->nb[1], vc->nb[1],
+                va);
+        if (check_ptrs && (!aligned(kc->data, va) || !aligned(vc->data, va)))
+            WHY("cache data %p/%p not %zu-byte aligned", kc->data, vc->data, va);
+        return 0;
+    }
+    default:
+        WHY("op %s (%u) is not implemented by the CUDA plugin", op_name(n->op), n->op);
+    }
+}
+
+/* ---- execution ---- */
+
+static minfer_status node_fail(struct minfer_backend *be, const struct minfer_node *n,
+                               minfer_status st, const char *what)
+{
+    return cu_ctx_fail(be->c, st, "cuda: node %u (%s, %s): %s", n->index,
+                       n->label ? n->label : "?", op_name(n->op), what);
+}
+
+/* Runs a launcher's result: -1 -> BACKEND error naming the node and site. */
+#define LAUNCH(expr)                                                                       \
+    do {                                                                                   \
+        if ((expr) != 0)                                                                   \
+            return node_fail(be, n, MINFER_ERR_BACKEND, k->err);                           \
+    } while (0)
+
+/* dst[N, M] = W . x, choosing the kernel family by token count. */
+static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_node *n,
+                                struct kctx *k, const struct minfer_tensor *w,
+                                const struct minfer_tensor *x, float *dst, int64_t dst_nb1)
+{
+    int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
+    const float *xd = x->data;
+    int64_t xnb1 = (int64_t)x->nb[1];
+    if (M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && K % 32 == 0) {
+        LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst, dst_nb1));
+        return MINFER_OK;
+    }
+    if (is_float_type(w->type)) {
+        LAUNCH(k_matvec_f(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
+                          dst_nb1));
+        return MINFER_OK;
+    }
+    void *xq = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    if (st != MINFER_OK)
+        return node_fail(be, n, st, cu_ctx_error(be->c));
+    LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, xq));
+    size_t xrow = k_q8_1_bytes(K, 1);
+    for (int64_t m0 = 0; m0 < M; m0 += MMV_MAX_NT) {
+        int64_t mc = M - m0 < MMV_MAX_NT ? M - m0 : MMV_MAX_NT;
+        LAUNCH(k_matvec_q(k, w->type, w->data, K, N, (int64_t)w->nb[1],
+                          (const char *)xq + (size_t)m0 * xrow, mc,
+                          (float *)((char *)dst + m0 * dst_nb1), dst_nb1));
+    }
+    return MINFER_OK;
+}
+
+static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n,
+                          struct kctx *k)
+{
+    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *d = n->dst;
+    switch (n->op) {
+    case MINFER_OP_GET_ROWS:
+        LAUNCH(k_get_rows(k, s0->type, s0->data, s0->ne[0], s0->ne[1], (int64_t)s0->nb[1],
+                          s1->data, s1->ne[0], d->data, (int64_t)d->nb[1]));
+        return MINFER_OK;
+    case MINFER_OP_RMS_NORM:
+        LAUNCH(k_rms_norm(k, view_of(s0), NULL, view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_RMS_NORM_MUL:
+        LAUNCH(k_rms_norm(k, view_of(s0), s1->data, view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_ADD:
+        LAUNCH(k_binary(k, KBIN_ADD, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL:
+        LAUNCH(k_binary(k, KBIN_MUL, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_SWIGLU:
+        LAUNCH(k_binary(k, KBIN_SWIGLU, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_SCALE:
+        LAUNCH(k_scale(k, view_of(s0), view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_COPY:
+        LAUNCH(k_copy(k, s0->type, view_of(s0), d->type, view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT:
+        return run_matmul(be, n, k, s0, s1, d->data, (int64_t)d->nb[1]);
+    case MINFER_OP_FFN_GATE_UP: {
+        int64_t N = s0->ne[1], M = n->src[2]->ne[1];
+        size_t plane = (size_t)N * (size_t)M * sizeof(float);
+        void *gu = NULL;
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, 2 * plane, &gu);
+        if (st != MINFER_OK)
+            return node_fail(be, n, st, cu_ctx_error(be->c));
+        float *g = gu, *u = (float *)((char *)gu + plane);
+        st = run_matmul(be, n, k, s0, n->src[2], g, N * 4);
+        if (st == MINFER_OK)
+            st = run_matmul(be, n, k, s1, n->src[2], u, N * 4);
+        if (st != MINFER_OK)
+            return st;
+        struct kview vg = {g, {N, M, 1, 1}, {4, N * 4, N * 4 * M, N * 4 * M}};
+        struct kview vu = {u, {N, M, 1, 1}, {4, N * 4, N * 4 * M, N * 4 * M}};
+        LAUNCH(k_binary(k, KBIN_SWIGLU, vg, vu, view_of(d)));
+        return MINFER_OK;
+    }
+    case MINFER_OP_ROPE:
+        LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
+                      n->fparams[1]));
+        return MINFER_OK;
+    case MINFER_OP_KV_STORE:
+        LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
+                          d->ne[1]));
+        return MINFER_OK;
+    case MINFER_OP_ATTENTION: {
+        const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
+        size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+        void *part = NULL;
+        minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+        if (st != MINFER_OK)
+            return node_fail(be, n, st, cu_ctx_error(be->c));
+        LAUNCH(k_attention(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                           (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                           n->src[4]->data, n->fparams[0], view_of(d), part));
+        return MINFER_OK;
+    }
+    default:
+        return node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
+    }
+}
+
+/* ---- plugin slots ---- */
+
+static int p_probe(char *why, size_t why_len)
+{
+    int n = cu_probe(why, why_len);
+    return n > 0 ? 100 : 0;
+}
+
+static int p_device_count(void)
+{
+    return cu_probe(NULL, 0);
+}
+
+static minfer_status p_device_info(int device, struct minfer_device_info *out)
+{
+    if (!out)
+        return MINFER_ERR_INVALID_ARG;
+    return cu_device_info(device, out, g_err, sizeof(g_err));
+}
+
+static minfer_status p_create(const struct minfer_backend_config *cfg, struct minfer_backend **out)
+{
+    if (!out)
+        return MINFER_ERR_INVALID_ARG;
+    *out = NULL;
+    int device = cfg ? cfg->device : 0;
+    struct minfer_backend *be = calloc(1, sizeof(*be));
+    if (!be) {
+        snprintf(g_err, sizeof(g_err), "cuda: out of host memory creating an instance");
+        return MINFER_ERR_NO_MEMORY;
+    }
+    be->c = cu_ctx_new(device, g_err, sizeof(g_err));
+    if (!be->c) {
+        free(be);
+        return strstr(g_err, "no CUDA device") ? MINFER_ERR_UNSUPPORTED : MINFER_ERR_BACKEND;
+    }
+    const char *note = cu_ctx_error(be->c);
+    if (note[0] && g_host && g_host->log)
+        g_host->log(MINFER_LOG_WARN, "%s", note);
+    cu_ctx_clear_error(be->c);
+    *out = be;
+    return MINFER_OK;
+}
+
+static void p_destroy(struct minfer_backend *be)
+{
+    if (!be)
+        return;
+    cu_ctx_free(be->c);
+    free(be);
+}
+
+static bool p_supports_op(struct minfer_backend *be, const struct minfer_node *node)
+{
+    (void)be;
+    return node && validate(node, 0, NULL, 0) == 0;
+}
+
+static minfer_status p_execute_node(struct minfer_backend *be, const struct minfer_node *n)
+{
+    if (!be || !n)
+        return MINFER_ERR_INVALID_ARG;
+    char why[400];
+    cu_ctx_clear_error(be->c);
+    if (validate(n, 1, why, sizeof(why)))
+        return node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
+    return exec(be, n, cu_ctx_kctx(be->c));
+}
+
+static minfer_status p_buffer_alloc(struct minfer_backend *be, size_t size, void **base)
+{
+    if (!be || !base)
+        return MINFER_ERR_INVALID_ARG;
+    cu_ctx_clear_error(be->c);
+    char what[64];
+    snprintf(what, sizeof(what), "a %zu-byte buffer", size);
+    return cu_pool_alloc(be->c, size, what, base);
+}
+
+static void p_buffer_free(struct minfer_backend *be, void *base)
+{
+    if (be)
+        cu_pool_free(be->c, base);
+}
+
+static minfer_status p_buffer_write(struct minfer_backend *be, void *dst, const void *src,
+                                    size_t size)
+{
+    if (!be || (size && (!dst || !src)))
+        return MINFER_ERR_INVALID_ARG;
+    cu_ctx_clear_error(be->c);
+    return cu_write(be->c, dst, src, size);
+}
+
+static minfer_status p_buffer_read(struct minfer_backend *be, void *dst, const void *src,
+                                   size_t size)
+{
+    if (!be || (size && (!dst || !src)))
+        return MINFER_ERR_INVALID_ARG;
+    cu_ctx_clear_error(be->c);
+    return cu_read(be->c, dst, src, size);
+}
+
+static minfer_status p_weight_register(struct minfer_backend *be,
+                                       const struct minfer_weight_desc *w, void **data)
+{
+    if (!be || !w || !data || !w->name || (w->size && !w->host_data))
+        return MINFER_ERR_INVALID_ARG;
+    *data = NULL;
+    cu_ctx_clear_error(be->c);
+    if (!minfer_type_traits_of(w->type))
+        return cu_ctx_fail(be->c, MINFER_ERR_UNSUPPORTED, "cuda: weight '%s' has unknown type %u",
+                           w->name, w->type);
+    return cu_weight_register(be->c, w->name, w->host_data, w->size, data);
+}
+
+static minfer_status p_synchronize(struct minfer_backend *be)
+{
+    if (!be)
+        return MINFER_ERR_INVALID_ARG;
+    return cu_sync(be->c);
+}
+
+static const char *p_last_error(struct minfer_backend *be)
+{
+    return be ? cu_ctx_error(be->c) : g_err;
+}
+
+static void p_shutdown(void)
+{
+    cu_shutdown();
+    g_host = NULL;
+}
+
+static const struct minfer_backend_iface g_iface = {
+    .struct_size = sizeof(struct minfer_backend_iface),
+    .abi_major = MINFER_ABI_MAJOR,
+    .abi_minor = MINFER_ABI_MINOR,
+    .name = "cuda",
+    .version = MINFER_CUDA_PLUGIN_VERSION,
+    .probe = p_probe,
+    .device_count = p_device_count,
+    .device_info = p_device_info,
+    .create = p_create,
+    .destroy = p_destroy,
+    .supports_op = p_supports_op,
+    .buffer_alloc = p_buffer_alloc,
+    .buffer_free = p_buffer_free,
+    .buffer_write = p_buffer_write,
+    .buffer_read = p_buffer_read,
+    .weight_register = p_weight_register,
+    .execute_node = p_execute_node,
+    .graph_replay = NULL,
+    .synchronize = p_synchronize,
+    .copy_cells = NULL,
+    .last_error = p_last_error,
+    .get_proc = NULL,
+    .shutdown = p_shutdown,
+};
+
+MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *
+minfer_plugin_entry(uint32_t *abi, const struct minfer_host *host)
+{
+    if (!abi)
+        return NULL;
+    uint32_t want = *abi;
+    /* answer the lower of the two minors within our major, or refuse */
+    uint32_t minor = MINFER_ABI_PACK_MINOR(want);
+    if (minor > MINFER_ABI_MINOR)
+        minor = MINFER_ABI_MINOR;
+    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, minor);
+    if (MINFER_ABI_PACK_MAJOR(want) != MINFER_ABI_MAJOR) {
+        *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+        return NULL;
+    }
+    g_host = host;
+    return &g_iface;
+}

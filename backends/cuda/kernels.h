@@ -1,0 +1,121 @@
+/*
+ * kernels.h — C interface of the CUDA kernel launchers (the kernels/ directory).
+ *
+ * A launcher validates nothing about IR semantics (backend.c does that);
+ * it launches on k->stream, reads its own launch error and returns 0, or
+ * writes "<site>: <cuda error name>: <text>" into k->err and returns -1.
+ * Device-side contract violations (an id or cell out of range) are OR-ed
+ * into *k->flags as KFLAG_* bits and reported at the next sync.
+ */
+#ifndef MINFER_CUDA_KERNELS_H
+#define MINFER_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device-side violation bits (see cu_sync). */
+#define KFLAG_GET_ROWS_ID 0x1u   /* GET_ROWS id outside [0, n_rows) */
+#define KFLAG_KV_CELL 0x2u       /* KV_STORE cell outside [0, n_cells) */
+
+/* What every launch needs; owned by the device layer's instance. */
+struct kctx {
+    void *stream;          /* cudaStream_t of the instance */
+    int device;
+    int sm_count;
+    int smem_optin;        /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+    int gemm_optin_ok;     /* the GEMM's >48 KiB dynamic smem was opted in */
+    unsigned *flags;       /* device word, KFLAG_* */
+    char *err;             /* message sink */
+    size_t err_len;
+};
+
+/* A strided 4-D tensor view (ggml order: ne[0] innermost; nb in bytes). */
+struct kview {
+    void *data;
+    int64_t ne[4];
+    int64_t nb[4];
+};
+
+/* Opts in the dynamic shared memory of every kernel that needs more than
+ * 48 KiB, after checking k->smem_optin. Called once per process per
+ * device, outside any capture. 0 = ok (k->gemm_optin_ok set or left 0
+ * with the reason in k->err when the device limit is too small). */
+int k_prepare(struct kctx *k);
+
+/* Bytes of q8_1-style blocks for K values (K % 32 == 0) times M rows. */
+size_t k_q8_1_bytes(int64_t K, int64_t M);
+
+/* x: F32 [K, M] with row stride x_nb1 -> q8_1 blocks, M rows of K/32. */
+int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1,
+                    void *xq);
+
+/* True if the dp4a matrix-vector path handles this weight type. */
+int k_matvec_q_supported(uint32_t type);
+/* dst[n, m] = sum_k W[k, n] * x[k, m] for m < M (1..8), quantized
+ * activations xq from k_quantize_q8_1. W rows are w_nb1 bytes apart. */
+int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+               int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1);
+
+/* Same with F32/F16/BF16 weights and f32 activations; any K, any M. */
+int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+               int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
+               int64_t dst_nb1);
+
+/* True if the tensor-core GEMM handles this weight type (K % 32 == 0). */
+int k_gemm_supported(uint32_t type);
+/* Tensor-core GEMM: weight tiles dequantized to f16, activations rounded
+ * to f16, f32 accumulation. K % 32 == 0. */
+int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+           const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1);
+
+/* True if GET_ROWS / dequantization reads this type. */
+int k_type_readable(uint32_t type);
+/* dst[:, i] = dequant(table row ids[i]); n elements per row. */
+int k_get_rows(struct kctx *k, uint32_t type, const void *table, int64_t n, int64_t n_rows,
+               int64_t t_nb1, const int32_t *ids, int64_t n_ids, float *dst, int64_t dst_nb1);
+
+/* RMS norm per row over ne[0]; w (F32 [ne0]) multiplies when non-NULL. */
+int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps);
+
+/* NeoX RoPE. x, dst: [hd, n_head, n_tokens]; pos: I32 [n_tokens] on device. */
+int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
+           float freq_base, float freq_scale);
+
+enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
+/* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by
+ * modulo for ADD/MUL); SWIGLU needs equal shapes. F32. */
+int k_binary(struct kctx *k, int op, struct kview a, struct kview b, struct kview dst);
+
+/* dst = src * s (F32). */
+int k_scale(struct kctx *k, struct kview src, struct kview dst, float s);
+/* dst = convert(src) between F32, F16 and BF16. */
+int k_copy(struct kctx *k, uint32_t src_type, struct kview src, uint32_t dst_type,
+           struct kview dst);
+
+/* Writes rows of src (F32 [row_len, n_tok]) into cache cells[t] of dst
+ * (type F32/F16/Q8_0, rows dst_nb1 bytes apart, n_cells rows). */
+int k_kv_store(struct kctx *k, struct kview src, const int32_t *cells, uint32_t dst_type,
+               void *dst, int64_t dst_nb1, int64_t n_cells);
+
+/* Number of KV splits the attention launch uses for these shapes (a
+ * function of shapes only, so a captured launch replays for any kv_len). */
+int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells);
+/* Scratch bytes the attention launch needs. */
+size_t k_attn_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_cells);
+/* Causal GQA attention with split-K partials and a combine pass.
+ * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
+ * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device. */
+int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+                int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+                struct kview dst, void *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MINFER_CUDA_KERNELS_H */

@@ -1,0 +1,300 @@
+/*
+ * common.cuh — shared by the kernel translation units: the block layouts
+ * of the GGUF types (mirrored from include/minfer/quant.h, which is C and
+ * does not compile as CUDA C++; static_asserts pin the sizes), fp16/bf16
+ * helpers, the launch-error discipline and per-type dequantization of 8
+ * consecutive elements.
+ */
+#ifndef MINFER_CUDA_COMMON_CUH
+#define MINFER_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../kernels.h"
+#include "minfer/ir.h"
+
+/* ---- block layouts (GGUF, packed, little-endian) ---- */
+
+struct bq4_0 { uint16_t d; uint8_t qs[16]; };
+struct bq4_1 { uint16_t d, m; uint8_t qs[16]; };
+struct bq5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };
+struct bq5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };
+struct bq8_0 { uint16_t d; int8_t qs[32]; };
+struct bq8_1 { uint16_t d, s; int8_t qs[32]; };
+struct bq4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
+struct bq5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
+struct bq6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct bq8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
+static_assert(sizeof(bq4_0) == 18, "q4_0 layout");
+static_assert(sizeof(bq4_1) == 20, "q4_1 layout");
+static_assert(sizeof(bq5_0) == 22, "q5_0 layout");
+static_assert(sizeof(bq5_1) == 24, "q5_1 layout");
+static_assert(sizeof(bq8_0) == 34, "q8_0 layout");
+static_assert(sizeof(bq8_1) == 36, "q8_1 layout");
+static_assert(sizeof(bq4_K) == 144, "q4_K layout");
+static_assert(sizeof(bq5_K) == 176, "q5_K layout");
+static_assert(sizeof(bq6_K) == 210, "q6_K layout");
+static_assert(sizeof(bq8_K) == 292, "q8_K layout");
+
+/* Device-side activation block (q8_1 style): d and d*sum(q) as float2
+ * so the dot products read them with one 8-byte load; qs 16-aligned. */
+struct __align__(16) aq8 {
+    int8_t qs[32];
+};
+/* An activation row of K values is K/32 aq8 blocks followed by K/32
+ * float2 (d, d*sum) — see k_quantize_q8_1. */
+
+/* ---- scalars ---- */
+
+__device__ __forceinline__ float h2f(uint16_t h)
+{
+    return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ float bf2f(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+__device__ __forceinline__ uint16_t f2bf(float f)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+__device__ __forceinline__ uint16_t f2h(float f)
+{
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+/* 4 bytes from a 2-byte aligned address. */
+__device__ __forceinline__ int ld_i32_a2(const void *p)
+{
+    const uint16_t *q = (const uint16_t *)p;
+    return (int)((uint32_t)q[0] | ((uint32_t)q[1] << 16));
+}
+__device__ __forceinline__ int ld_i32_a4(const void *p)
+{
+    return *(const int *)p;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Q4_K / Q5_K 6-bit scale and min of sub-block j. */
+__device__ __forceinline__ void kscale(const uint8_t *q, int j, int &sc, int &m)
+{
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ---- dequantize 8 consecutive elements [k0, k0+8) of a row ---- */
+
+/* k0 % 8 == 0. Every readable type (k_type_readable). */
+template <int T> __device__ __forceinline__ void dq8(const uint8_t *row, int64_t k0, float *o);
+
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_F32>(const uint8_t *row, int64_t k0, float *o)
+{
+    const float *p = (const float *)row + k0;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = p[i];
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_F16>(const uint8_t *row, int64_t k0, float *o)
+{
+    const uint16_t *p = (const uint16_t *)row + k0;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = h2f(p[i]);
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_BF16>(const uint8_t *row, int64_t k0, float *o)
+{
+    const uint16_t *p = (const uint16_t *)row + k0;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = bf2f(p[i]);
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q4_0>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq4_0 *b = (const bq4_0 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d);
+    int hi = j >= 16, s = j & 15;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = d * (float)(((b->qs[s + i] >> (4 * hi)) & 0xF) - 8);
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q4_1>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq4_1 *b = (const bq4_1 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d), m = h2f(b->m);
+    int hi = j >= 16, s = j & 15;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = d * (float)((b->qs[s + i] >> (4 * hi)) & 0xF) + m;
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q5_0>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq5_0 *b = (const bq5_0 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d);
+    uint32_t qh = (uint32_t)b->qh[0] | ((uint32_t)b->qh[1] << 8) | ((uint32_t)b->qh[2] << 16) |
+                  ((uint32_t)b->qh[3] << 24);
+    int hi = j >= 16, s = j & 15;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((b->qs[s + i] >> (4 * hi)) & 0xF) | (((qh >> (j + i)) & 1) << 4);
+        o[i] = d * (float)(q - 16);
+    }
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q5_1>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq5_1 *b = (const bq5_1 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d), m = h2f(b->m);
+    uint32_t qh = (uint32_t)b->qh[0] | ((uint32_t)b->qh[1] << 8) | ((uint32_t)b->qh[2] << 16) |
+                  ((uint32_t)b->qh[3] << 24);
+    int hi = j >= 16, s = j & 15;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((b->qs[s + i] >> (4 * hi)) & 0xF) | (((qh >> (j + i)) & 1) << 4);
+        o[i] = d * (float)q + m;
+    }
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_0>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq8_0 *b = (const bq8_0 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = d * (float)b->qs[j + i];
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_1>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq8_1 *b = (const bq8_1 *)row + k0 / 32;
+    int j = (int)(k0 % 32);
+    float d = h2f(b->d);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = d * (float)b->qs[j + i];
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_K>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq8_K *b = (const bq8_K *)row + k0 / 256;
+    int j = (int)(k0 % 256);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = b->d * (float)b->qs[j + i];
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q4_K>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq4_K *b = (const bq4_K *)row + k0 / 256;
+    int j = (int)(k0 % 256);
+    int sub = j / 32, g = sub / 2, hi = sub & 1, l = j % 32;
+    int sc, m;
+    kscale(b->scales, sub, sc, m);
+    float d = h2f(b->d) * (float)sc, mm = h2f(b->dmin) * (float)m;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        o[i] = d * (float)((b->qs[32 * g + l + i] >> (4 * hi)) & 0xF) - mm;
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q5_K>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq5_K *b = (const bq5_K *)row + k0 / 256;
+    int j = (int)(k0 % 256);
+    int sub = j / 32, g = sub / 2, hi = sub & 1, l = j % 32;
+    int sc, m;
+    kscale(b->scales, sub, sc, m);
+    float d = h2f(b->d) * (float)sc, mm = h2f(b->dmin) * (float)m;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((b->qs[32 * g + l + i] >> (4 * hi)) & 0xF) | (((b->qh[l + i] >> sub) & 1) << 4);
+        o[i] = d * (float)q - mm;
+    }
+}
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q6_K>(const uint8_t *row, int64_t k0, float *o)
+{
+    const bq6_K *b = (const bq6_K *)row + k0 / 256;
+    int j = (int)(k0 % 256);
+    int h = j / 128, r = (j % 128) / 32, l = j % 32;
+    const uint8_t *ql = b->ql + 64 * h + 32 * (r & 1);
+    const uint8_t *qh = b->qh + 32 * h;
+    float d = h2f(b->d) * (float)b->scales[8 * h + 2 * r + l / 16];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = ((ql[l + i] >> (4 * (r >> 1))) & 0xF) | (((qh[l + i] >> (2 * r)) & 3) << 4);
+        o[i] = d * (float)(q - 32);
+    }
+}
+
+/* ---- launch discipline ---- */
+
+/* Reads the launch error of the launch just made at `site`. A latch that
+ * predates the launch was already reported by k_pre (so this one is the
+ * launch's own). Returns 0 or -1 with the message in k->err. */
+static inline int k_pre(struct kctx *k, const char *site)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(k->err, k->err_len,
+                 "%s: refused to launch: a CUDA error was latched before it by an earlier "
+                 "runtime call (not this kernel): %s (%s)",
+                 site, cudaGetErrorString(e), cudaGetErrorName(e));
+        return -1;
+    }
+    return 0;
+}
+static inline int k_post(struct kctx *k, const char *site)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(k->err, k->err_len, "%s: launch failed: %s (%s)", site, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return -1;
+    }
+    return 0;
+}
+
+#define KSTREAM(k) ((cudaStream_t)(k)->stream)
+
+/* Launches kern<<<grid, block, smem, stream>>>(args...) and reads its error. */
+#define KLAUNCH(k, site, kern, grid, block, smem, ...)                                     \
+    do {                                                                                   \
+        if (k_pre((k), (site)))                                                            \
+            return -1;                                                                     \
+        kern<<<(grid), (block), (smem), KSTREAM(k)>>>(__VA_ARGS__);                        \
+        if (k_post((k), (site)))                                                           \
+            return -1;                                                                     \
+    } while (0)
+
+static inline int k_fail(struct kctx *k, const char *site, const char *why)
+{
+    snprintf(k->err, k->err_len, "%s: %s", site, why);
+    return -1;
+}
+
+/* Calls F<TYPE>(args) for a runtime weight type; unknown types -> -2. */
+#define K_TYPE_CASE(T, F, ...)                                                             \
+    case T:                                                                                \
+        return F<T>(__VA_ARGS__);
+
+#endif /* MINFER_CUDA_COMMON_CUH */

@@ -1,0 +1,593 @@
+/*
+ * matvec.cu — decode matrix-vector products (nt = 1..8).
+ *
+ * Quantized weights: activations are first quantized on the device into
+ * q8_1-style blocks (32 int8 + float2 (d, d*sum)); one warp computes one
+ * output row for up to 8 activation columns with dp4a, each lane taking
+ * one "unit" (a 32-element block, or 64 elements of a K-quant super-block)
+ * per step, so the warp streams the row contiguously. F32/F16/BF16 weights
+ * use f32 activations and FMA.
+ *
+ * Instantiations: 8 quantized types x NT in {1, 2, 4, 8} + 3 float types
+ * x the same NT set (nt = 3 runs the NT = 4 kernel with a guard).
+ */
+#include "common.cuh"
+
+/* ---- activation quantization ---- */
+
+/* Row layout: nb blocks of 32 int8, then nb float2 (d, d * sum(q)). */
+static __device__ __forceinline__ const int8_t *xq_qs(const uint8_t *xrow, int blk)
+{
+    return (const int8_t *)(xrow + 32 * (size_t)blk);
+}
+static __device__ __forceinline__ float2 xq_ds(const uint8_t *xrow, int nb, int blk)
+{
+    return ((const float2 *)(xrow + 32 * (size_t)nb))[blk];
+}
+
+__global__ void quantize_q8_1_kernel(const float *x, int64_t K, int64_t M, int64_t x_nb1,
+                                     uint8_t *out)
+{
+    int nb = (int)(K / 32);
+    int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (w >= (int64_t)nb * M)
+        return;
+    int64_t m = w / nb;
+    int blk = (int)(w % nb);
+    float v = *(const float *)((const char *)x + m * x_nb1 + (blk * 32 + lane) * sizeof(float));
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    int q = d != 0.0f ? __float2int_rn(v / d) : 0;
+    float s = warp_sum((float)q);
+    uint8_t *row = out + (size_t)m * (size_t)nb * 40;
+    ((int8_t *)row)[blk * 32 + lane] = (int8_t)q;
+    if (lane == 0)
+        ((float2 *)(row + 32 * (size_t)nb))[blk] = make_float2(d, d * s);
+}
+
+extern "C" size_t k_q8_1_bytes(int64_t K, int64_t M)
+{
+    return (size_t)(K / 32) * 40 * (size_t)M;
+}
+
+extern "C" int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_t M,
+                               int64_t x_nb1, void *xq)
+{
+    if (K % 32)
+        return k_fail(k, "quantize_q8_1", "K is not a multiple of 32");
+    int64_t warps = (K / 32) * M;
+    int64_t blocks = (warps + 7) / 8;
+    KLAUNCH(k, "quantize_q8_1", quantize_q8_1_kernel, (unsigned)blocks, 256, 0, x, K, M, x_nb1,
+            (uint8_t *)xq);
+    return 0;
+}
+
+/* ---- per-type units ---- */
+
+/* Byte i (0..11) of the 12 packed K-quant scale bytes held in 3 words,
+ * without a run-time-indexed local array. */
+static __device__ __forceinline__ int sbyte(uint32_t s0, uint32_t s1, uint32_t s2, int i)
+{
+    uint32_t w = i < 4 ? s0 : (i < 8 ? s1 : s2);
+    return (int)((w >> (8 * (i & 3))) & 0xFFu);
+}
+static __device__ __forceinline__ void kscale_w(uint32_t s0, uint32_t s1, uint32_t s2, int j,
+                                                int &sc, int &m)
+{
+    if (j < 4) {
+        sc = sbyte(s0, s1, s2, j) & 63;
+        m = sbyte(s0, s1, s2, j + 4) & 63;
+    } else {
+        sc = (sbyte(s0, s1, s2, j + 4) & 0xF) | ((sbyte(s0, s1, s2, j - 4) >> 6) << 4);
+        m = (sbyte(s0, s1, s2, j + 4) >> 4) | ((sbyte(s0, s1, s2, j) >> 6) << 4);
+    }
+}
+
+static __device__ __forceinline__ int dot8(const int *w, const int8_t *xs)
+{
+    const int4 *x4 = (const int4 *)xs;
+    int4 a = x4[0], b = x4[1];
+    int s = __dp4a(w[0], a.x, 0);
+    s = __dp4a(w[1], a.y, s);
+    s = __dp4a(w[2], a.z, s);
+    s = __dp4a(w[3], a.w, s);
+    s = __dp4a(w[4], b.x, s);
+    s = __dp4a(w[5], b.y, s);
+    s = __dp4a(w[6], b.z, s);
+    s = __dp4a(w[7], b.w, s);
+    return s;
+}
+
+template <int T> struct Unit;
+
+/* Q4_0: unit = one 18-byte block; ints unpacked to 8 x 4 int8 nibbles. */
+template <> struct Unit<MINFER_TYPE_Q4_0> {
+    static constexpr int U = 32;
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 18 * (size_t)u;
+        d = h2f(*(const uint16_t *)b);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = ld_i32_a2(b + 2 + 4 * i);
+            q[i] = v & 0x0F0F0F0F;
+            q[i + 4] = (v >> 4) & 0x0F0F0F0F;
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * (ds.x * (float)s - 8.0f * ds.y);
+    }
+};
+
+template <> struct Unit<MINFER_TYPE_Q4_1> {
+    static constexpr int U = 32;
+    float d, m;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 20 * (size_t)u;
+        uint32_t dm = *(const uint32_t *)b;
+        d = h2f((uint16_t)dm);
+        m = h2f((uint16_t)(dm >> 16));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = ld_i32_a4(b + 4 + 4 * i);
+            q[i] = v & 0x0F0F0F0F;
+            q[i + 4] = (v >> 4) & 0x0F0F0F0F;
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * ds.x * (float)s + m * ds.y;
+    }
+};
+
+/* bit j (j < 4) of h -> bit 4 of byte j */
+static __device__ __forceinline__ int spread4(uint32_t h)
+{
+    return (int)(((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
+}
+
+template <> struct Unit<MINFER_TYPE_Q5_0> {
+    static constexpr int U = 32;
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 22 * (size_t)u;
+        d = h2f(*(const uint16_t *)b);
+        uint32_t qh = (uint32_t)ld_i32_a2(b + 2);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = ld_i32_a2(b + 6 + 4 * i);
+            q[i] = (v & 0x0F0F0F0F) | spread4(qh >> (4 * i));
+            q[i + 4] = ((v >> 4) & 0x0F0F0F0F) | spread4(qh >> (16 + 4 * i));
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * (ds.x * (float)s - 16.0f * ds.y);
+    }
+};
+
+template <> struct Unit<MINFER_TYPE_Q5_1> {
+    static constexpr int U = 32;
+    float d, m;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 24 * (size_t)u;
+        uint32_t dm = *(const uint32_t *)b;
+        d = h2f((uint16_t)dm);
+        m = h2f((uint16_t)(dm >> 16));
+        uint32_t qh = (uint32_t)ld_i32_a4(b + 4);
+        int4 v4 = make_int4(ld_i32_a4(b + 8), ld_i32_a4(b + 12), ld_i32_a4(b + 16),
+                            ld_i32_a4(b + 20));
+        int vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = (vv[i] & 0x0F0F0F0F) | spread4(qh >> (4 * i));
+            q[i + 4] = ((vv[i] >> 4) & 0x0F0F0F0F) | spread4(qh >> (16 + 4 * i));
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * ds.x * (float)s + m * ds.y;
+    }
+};
+
+template <> struct Unit<MINFER_TYPE_Q8_0> {
+    static constexpr int U = 32;
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 34 * (size_t)u;
+        d = h2f(*(const uint16_t *)b);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = ld_i32_a2(b + 2 + 4 * i);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        return d * xq_ds(xrow, nb, u).x * (float)s;
+    }
+};
+
+/* Q4_K: unit = group g of a super-block: 32 qs bytes = sub-blocks 2g (low
+ * nibbles) and 2g+1 (high nibbles). 16-byte loads (blocks are 144 B). */
+template <> struct Unit<MINFER_TYPE_Q4_K> {
+    static constexpr int U = 64;
+    float d0, d1, m0, m1; /* d*sc, dmin*m of the two sub-blocks */
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 144 * (size_t)(u / 4);
+        int g = u % 4;
+        const int4 *qs = (const int4 *)(b + 16 + 32 * g);
+        int4 a = qs[0], c = qs[1];
+        q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w;
+        q[4] = c.x; q[5] = c.y; q[6] = c.z; q[7] = c.w;
+        uint32_t dd = *(const uint32_t *)b;
+        float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
+        uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
+                 s2 = (uint32_t)ld_i32_a4(b + 12);
+        int a0, b0, a1, b1;
+        kscale_w(s0, s1, s2, 2 * g, a0, b0);
+        kscale_w(s0, s1, s2, 2 * g + 1, a1, b1);
+        d0 = d * a0; m0 = dmin * b0;
+        d1 = d * a1; m1 = dmin * b1;
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int blk = 2 * u; /* 32-blocks: 8 per super-block, 2 per unit */
+        int lo[8], hi[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = q[i] & 0x0F0F0F0F;
+            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
+        }
+        int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
+        float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
+        return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
+    }
+};
+
+template <> struct Unit<MINFER_TYPE_Q5_K> {
+    static constexpr int U = 64;
+    float d0, d1, m0, m1;
+    int q[8];
+    int g;
+    int h[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 176 * (size_t)(u / 4);
+        g = u % 4;
+        const int4 *qs = (const int4 *)(b + 48 + 32 * g);
+        int4 a = qs[0], c = qs[1];
+        q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w;
+        q[4] = c.x; q[5] = c.y; q[6] = c.z; q[7] = c.w;
+        const int4 *qh = (const int4 *)(b + 16);
+        int4 e = qh[0], f = qh[1];
+        h[0] = e.x; h[1] = e.y; h[2] = e.z; h[3] = e.w;
+        h[4] = f.x; h[5] = f.y; h[6] = f.z; h[7] = f.w;
+        uint32_t dd = *(const uint32_t *)b;
+        float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
+        uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
+                 s2 = (uint32_t)ld_i32_a4(b + 12);
+        int a0, b0, a1, b1;
+        kscale_w(s0, s1, s2, 2 * g, a0, b0);
+        kscale_w(s0, s1, s2, 2 * g + 1, a1, b1);
+        d0 = d * a0; m0 = dmin * b0;
+        d1 = d * a1; m1 = dmin * b1;
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int blk = 2 * u;
+        int lo[8], hi[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = (q[i] & 0x0F0F0F0F) | (((h[i] >> (2 * g)) & 0x01010101) << 4);
+            hi[i] = ((q[i] >> 4) & 0x0F0F0F0F) | (((h[i] >> (2 * g + 1)) & 0x01010101) << 4);
+        }
+        int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
+        float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
+        return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
+    }
+};
+
+/* Q6_K: unit = (half h, r0 in {0,1}): 32 ql bytes hold sub-blocks r0 (low
+ * nibbles) and r0+2 (high nibbles) of the half; the half's 32 qh bytes
+ * give their top two bits. Values are re-centred to int8 (q - 32). */
+template <> struct Unit<MINFER_TYPE_Q6_K> {
+    static constexpr int U = 64;
+    int lo[8], hi[8];
+    float d;
+    int sc[4];
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 210 * (size_t)(u / 4);
+        int hh = (u % 4) / 2, r0 = u % 2;
+        const uint8_t *ql = b + 64 * hh + 32 * r0;
+        const uint8_t *qh = b + 128 + 32 * hh;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int l = ld_i32_a2(ql + 4 * i), hb = ld_i32_a2(qh + 4 * i);
+            int a = (l & 0x0F0F0F0F) | (((hb >> (2 * r0)) & 0x03030303) << 4);
+            int c = ((l >> 4) & 0x0F0F0F0F) | (((hb >> (2 * r0 + 4)) & 0x03030303) << 4);
+            lo[i] = __vsubss4(a, 0x20202020);
+            hi[i] = __vsubss4(c, 0x20202020);
+        }
+        const int8_t *s = (const int8_t *)(b + 192) + 8 * hh + 2 * r0;
+        sc[0] = s[0]; sc[1] = s[1]; sc[2] = s[4]; sc[3] = s[5];
+        d = h2f(*(const uint16_t *)(b + 208));
+    }
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int base = 8 * (u / 4) + 4 * ((u % 4) / 2) + (u % 2);
+        const int4 *xa = (const int4 *)xq_qs(xrow, base);
+        const int4 *xb = (const int4 *)xq_qs(xrow, base + 2);
+        int4 a0 = xa[0], a1 = xa[1], b0 = xb[0], b1 = xb[1];
+        int sa0 = __dp4a(lo[3], a0.w, __dp4a(lo[2], a0.z, __dp4a(lo[1], a0.y, __dp4a(lo[0], a0.x, 0))));
+        int sa1 = __dp4a(lo[7], a1.w, __dp4a(lo[6], a1.z, __dp4a(lo[5], a1.y, __dp4a(lo[4], a1.x, 0))));
+        int sb0 = __dp4a(hi[3], b0.w, __dp4a(hi[2], b0.z, __dp4a(hi[1], b0.y, __dp4a(hi[0], b0.x, 0))));
+        int sb1 = __dp4a(hi[7], b1.w, __dp4a(hi[6], b1.z, __dp4a(hi[5], b1.y, __dp4a(hi[4], b1.x, 0))));
+        float2 x0 = xq_ds(xrow, nb, base), x1 = xq_ds(xrow, nb, base + 2);
+        return d * (x0.x * (float)(sc[0] * sa0 + sc[1] * sa1) +
+                    x1.x * (float)(sc[2] * sb0 + sc[3] * sb1));
+    }
+};
+
+/* ---- the quantized kernel ---- */
+
+#define MV_WARPS 4
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                int nb, int nunits, int N, int M, float *__restrict__ dst, int64_t dst_nb1)
+{
+    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const uint8_t *wr = W + (int64_t)row * w_nb1;
+    const size_t xstride = (size_t)nb * 40;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    int u = lane;
+    /* two units in flight per lane per step */
+    for (; u + 32 < nunits; u += 64) {
+        Unit<T> w0, w1;
+        w0.load(wr, u);
+        w1.load(wr, u + 32);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (NT == 1 || t < M) {
+                acc[t] += w0.dot(xq + t * xstride, nb, u);
+                acc[t] += w1.dot(xq + t * xstride, nb, u + 32);
+            }
+        }
+    }
+    if (u < nunits) {
+        Unit<T> w0;
+        w0.load(wr, u);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                acc[t] += w0.dot(xq + t * xstride, nb, u);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && (NT == 1 || t < M))
+            *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
+    }
+}
+
+template <int T>
+static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+                       const void *xq, int64_t M, float *dst, int64_t dst_nb1)
+{
+    constexpr int U = Unit<T>::U;
+    if (K % 256 && U == 64)
+        return k_fail(k, "matvec_q", "K is not a multiple of 256 for a K-quant");
+    if (U == 64 && (((uintptr_t)W % 16) || (w_nb1 % 16)))
+        return k_fail(k, "matvec_q", "K-quant weight rows are not 16-byte aligned");
+    int nb = (int)(K / 32), nunits = (int)(K / U);
+    unsigned grid = (unsigned)((N + MV_WARPS - 1) / MV_WARPS);
+    const uint8_t *w = (const uint8_t *)W;
+    const uint8_t *x = (const uint8_t *)xq;
+    if (M == 1) {
+        auto kf = mmvq_kernel<T, 1>;
+        KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1);
+    } else if (M == 2) {
+        auto kf = mmvq_kernel<T, 2>;
+        KLAUNCH(k, "matvec_q<nt=2>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1);
+    } else if (M <= 4) {
+        auto kf = mmvq_kernel<T, 4>;
+        KLAUNCH(k, "matvec_q<nt=4>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1);
+    } else if (M <= 8) {
+        auto kf = mmvq_kernel<T, 8>;
+        KLAUNCH(k, "matvec_q<nt=8>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1);
+    } else {
+        return k_fail(k, "matvec_q", "more than 8 columns");
+    }
+    return 0;
+}
+
+extern "C" int k_matvec_q_supported(uint32_t type)
+{
+    switch (type) {
+    case MINFER_TYPE_Q4_0: case MINFER_TYPE_Q4_1: case MINFER_TYPE_Q5_0:
+    case MINFER_TYPE_Q5_1: case MINFER_TYPE_Q8_0: case MINFER_TYPE_Q4_K:
+    case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+extern "C" int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                          int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1)
+{
+    switch (type) {
+        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+    default:
+        return k_fail(k, "matvec_q", "weight type has no dp4a kernel");
+    }
+}
+
+/* ---- float weights ---- */
+
+template <int T> __device__ __forceinline__ float ldw(const uint8_t *row, int64_t i);
+template <> __device__ __forceinline__ float ldw<MINFER_TYPE_F32>(const uint8_t *row, int64_t i)
+{
+    return ((const float *)row)[i];
+}
+template <> __device__ __forceinline__ float ldw<MINFER_TYPE_F16>(const uint8_t *row, int64_t i)
+{
+    return h2f(((const uint16_t *)row)[i]);
+}
+template <> __device__ __forceinline__ float ldw<MINFER_TYPE_BF16>(const uint8_t *row, int64_t i)
+{
+    return bf2f(((const uint16_t *)row)[i]);
+}
+
+/* 8 weights at k0 (k0 % 8 == 0) with vector loads; needs 16-byte rows
+ * for the 2-byte types and 32-byte alignment of k0 for f32. */
+template <int T> __device__ __forceinline__ void ldw8(const uint8_t *row, int64_t k0, float *o)
+{
+    if (T == MINFER_TYPE_F32) {
+        const float4 *p = (const float4 *)((const float *)row + k0);
+        float4 a = p[0], b = p[1];
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+        o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+    } else {
+        uint4 v = *(const uint4 *)((const uint16_t *)row + k0);
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint16_t a = (uint16_t)w[i], b = (uint16_t)(w[i] >> 16);
+            o[2 * i] = T == MINFER_TYPE_F16 ? h2f(a) : bf2f(a);
+            o[2 * i + 1] = T == MINFER_TYPE_F16 ? h2f(b) : bf2f(b);
+        }
+    }
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    mmvf_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int64_t K, const float *__restrict__ x,
+                int64_t x_nb1, int N, int M, float *__restrict__ dst, int64_t dst_nb1, int vec)
+{
+    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const uint8_t *wr = W + (int64_t)row * w_nb1;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    int64_t kv = vec ? (K / 8) * 8 : 0;
+    for (int64_t k0 = 8 * (int64_t)lane; k0 < kv; k0 += 256) {
+        float w[8];
+        ldw8<T>(wr, k0, w);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (NT == 1 || t < M) {
+                const float4 *xp = (const float4 *)((const char *)x + t * x_nb1) + k0 / 4;
+                float4 a = xp[0], b = xp[1];
+                acc[t] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x +
+                          w[5] * b.y + w[6] * b.z + w[7] * b.w;
+            }
+        }
+    }
+    for (int64_t i = kv + lane; i < K; i += 32) {
+        float w = ldw<T>(wr, i);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                acc[t] += w * ((const float *)((const char *)x + t * x_nb1))[i];
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && (NT == 1 || t < M))
+            *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
+    }
+}
+
+template <int T>
+static int launch_mmvf(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+                       const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1)
+{
+    int es = T == MINFER_TYPE_F32 ? 4 : 2;
+    /* vector loads need every row start 16-byte aligned (weights and x) */
+    int vec = ((uintptr_t)W % 16 == 0) && (w_nb1 % 16 == 0) && ((uintptr_t)x % 16 == 0) &&
+              (x_nb1 % 16 == 0 || M == 1) && (K * es >= 16);
+    unsigned grid = (unsigned)((N + MV_WARPS - 1) / MV_WARPS);
+    const uint8_t *w = (const uint8_t *)W;
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+        int64_t mc = M - m0 < 8 ? M - m0 : 8;
+        const float *xs = (const float *)((const char *)x + m0 * x_nb1);
+        float *ds = (float *)((char *)dst + m0 * dst_nb1);
+        if (mc == 1) {
+            auto kf = mmvf_kernel<T, 1>;
+            KLAUNCH(k, "matvec_f<nt=1>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec);
+        } else if (mc == 2) {
+            auto kf = mmvf_kernel<T, 2>;
+            KLAUNCH(k, "matvec_f<nt=2>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec);
+        } else if (mc <= 4) {
+            auto kf = mmvf_kernel<T, 4>;
+            KLAUNCH(k, "matvec_f<nt=4>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec);
+        } else {
+            auto kf = mmvf_kernel<T, 8>;
+            KLAUNCH(k, "matvec_f<nt=8>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec);
+        }
+    }
+    return 0;
+}
+
+extern "C" int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                          int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
+                          int64_t dst_nb1)
+{
+    switch (type) {
+        K_TYPE_CASE(MINFER_TYPE_F32, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_F16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_BF16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
+    default:
+        return k_fail(k, "matvec_f", "weight type is not f32/f16/bf16");
+    }
+}

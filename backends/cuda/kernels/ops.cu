@@ -1,0 +1,346 @@
+/*
+ * ops.cu — the small kernels: GET_ROWS (every readable type), RMS_NORM
+ * (optionally fused with the weight multiply), NeoX RoPE with positions
+ * read from device memory, element-wise ADD / MUL / SWIGLU / SCALE, type
+ * COPY, and KV_STORE into F32 / F16 / Q8_0 caches. Every kernel honours
+ * the byte strides nb[1..3] of its views.
+ */
+#include "common.cuh"
+
+/* Row r of a view flattened over ne[1..3]. */
+static __device__ __forceinline__ char *view_row(const kview &v, int64_t r)
+{
+    int64_t i1 = r % v.ne[1], i23 = r / v.ne[1];
+    int64_t i2 = i23 % v.ne[2], i3 = i23 / v.ne[2];
+    return (char *)v.data + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
+}
+
+static int64_t nrows(const kview &v)
+{
+    return v.ne[1] * v.ne[2] * v.ne[3];
+}
+
+/* grid.x limit is 2^31-1; rows beyond that are not a real case here */
+static int grid_ok(struct kctx *k, const char *site, int64_t rows)
+{
+    if (rows <= 0 || rows > 0x7fffffff)
+        return k_fail(k, site, "row count outside 1..2^31-1");
+    return 0;
+}
+
+/* ---- GET_ROWS ---- */
+
+template <int T>
+__global__ void get_rows_q(const uint8_t *table, int64_t n, int64_t n_rows, int64_t t_nb1,
+                           const int32_t *ids, float *dst, int64_t dst_nb1, unsigned *flags)
+{
+    int64_t i = blockIdx.y;
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 8 */
+    if (8 * g >= n)
+        return;
+    int32_t id = ids[i];
+    float *o = (float *)((char *)dst + i * dst_nb1) + 8 * g;
+    if (id < 0 || id >= n_rows) {
+        if (g == 0)
+            atomicOr(flags, KFLAG_GET_ROWS_ID);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            o[j] = 0.0f;
+        return;
+    }
+    float v[8];
+    dq8<T>(table + (int64_t)id * t_nb1, 8 * g, v);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        o[j] = v[j];
+}
+
+/* plain types with any n: one thread per element */
+template <int T>
+__global__ void get_rows_plain(const uint8_t *table, int64_t n, int64_t n_rows, int64_t t_nb1,
+                               const int32_t *ids, float *dst, int64_t dst_nb1, unsigned *flags)
+{
+    int64_t i = blockIdx.y;
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n)
+        return;
+    int32_t id = ids[i];
+    float *o = (float *)((char *)dst + i * dst_nb1);
+    if (id < 0 || id >= n_rows) {
+        if (e == 0)
+            atomicOr(flags, KFLAG_GET_ROWS_ID);
+        o[e] = 0.0f;
+        return;
+    }
+    const uint8_t *r = table + (int64_t)id * t_nb1;
+    float v;
+    if (T == MINFER_TYPE_F32)
+        v = ((const float *)r)[e];
+    else if (T == MINFER_TYPE_F16)
+        v = h2f(((const uint16_t *)r)[e]);
+    else
+        v = bf2f(((const uint16_t *)r)[e]);
+    o[e] = v;
+}
+
+template <int T>
+static int launch_get_rows(struct kctx *k, const void *table, int64_t n, int64_t n_rows,
+                           int64_t t_nb1, const int32_t *ids, int64_t n_ids, float *dst,
+                           int64_t dst_nb1)
+{
+    if (n_ids <= 0 || n_ids > 65535)
+        return k_fail(k, "get_rows", "id count outside 1..65535");
+    const uint8_t *t = (const uint8_t *)table;
+    if (T == MINFER_TYPE_F32 || T == MINFER_TYPE_F16 || T == MINFER_TYPE_BF16) {
+        dim3 grid((unsigned)((n + 127) / 128), (unsigned)n_ids);
+        auto kf = get_rows_plain<T>;
+        KLAUNCH(k, "get_rows", kf, grid, 128, 0, t, n, n_rows, t_nb1, ids, dst, dst_nb1,
+                k->flags);
+    } else {
+        if (n % 8)
+            return k_fail(k, "get_rows", "row length is not a multiple of 8");
+        dim3 grid((unsigned)((n / 8 + 127) / 128), (unsigned)n_ids);
+        auto kf = get_rows_q<T>;
+        KLAUNCH(k, "get_rows", kf, grid, 128, 0, t, n, n_rows, t_nb1, ids, dst, dst_nb1,
+                k->flags);
+    }
+    return 0;
+}
+
+extern "C" int k_type_readable(uint32_t type)
+{
+    switch (type) {
+    case MINFER_TYPE_F32: case MINFER_TYPE_F16: case MINFER_TYPE_BF16:
+    case MINFER_TYPE_Q4_0: case MINFER_TYPE_Q4_1: case MINFER_TYPE_Q5_0:
+    case MINFER_TYPE_Q5_1: case MINFER_TYPE_Q8_0: case MINFER_TYPE_Q8_1:
+    case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
+    case MINFER_TYPE_Q8_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+extern "C" int k_get_rows(struct kctx *k, uint32_t type, const void *table, int64_t n,
+                          int64_t n_rows, int64_t t_nb1, const int32_t *ids, int64_t n_ids,
+                          float *dst, int64_t dst_nb1)
+{
+#define GR(T) K_TYPE_CASE(T, launch_get_rows, k, table, n, n_rows, t_nb1, ids, n_ids, dst, dst_nb1)
+    switch (type) {
+        GR(MINFER_TYPE_F32) GR(MINFER_TYPE_F16) GR(MINFER_TYPE_BF16)
+        GR(MINFER_TYPE_Q4_0) GR(MINFER_TYPE_Q4_1) GR(MINFER_TYPE_Q5_0) GR(MINFER_TYPE_Q5_1)
+        GR(MINFER_TYPE_Q8_0) GR(MINFER_TYPE_Q8_1) GR(MINFER_TYPE_Q4_K) GR(MINFER_TYPE_Q5_K)
+        GR(MINFER_TYPE_Q6_K) GR(MINFER_TYPE_Q8_K)
+    default:
+        return k_fail(k, "get_rows", "table type is not readable by this plugin");
+    }
+#undef GR
+}
+
+/* ---- RMS norm ---- */
+
+__global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
+{
+    int64_t r = blockIdx.x;
+    const float *xr = (const float *)view_row(x, r);
+    float *o = (float *)view_row(dst, r);
+    int64_t n = x.ne[0];
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += xr[i] * xr[i];
+    __shared__ float red[32];
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            red[0] = v;
+    }
+    __syncthreads();
+    float scale = rsqrtf(red[0] / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+}
+
+extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst,
+                          float eps)
+{
+    int64_t rows = nrows(x);
+    if (grid_ok(k, "rms_norm", rows))
+        return -1;
+    KLAUNCH(k, "rms_norm", rms_norm_kernel, (unsigned)rows, 256, 0, x, w, dst, eps);
+    return 0;
+}
+
+/* ---- RoPE (NeoX) ---- */
+
+__global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, float base,
+                            float fscale)
+{
+    int64_t h = blockIdx.x, t = blockIdx.y;
+    const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    int half = n_rot / 2;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < x.ne[0]; i += blockDim.x) {
+        if (i < half) {
+            float inv = powf(base, -2.0f * (float)i / (float)n_rot);
+            float th = p * fscale * inv;
+            float sn, cs;
+            sincosf(th, &sn, &cs);
+            float a = xr[i], b = xr[i + half];
+            o[i] = a * cs - b * sn;
+            o[i + half] = a * sn + b * cs;
+        } else if (i >= n_rot) {
+            o[i] = xr[i];
+        }
+    }
+}
+
+extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
+                      int n_rot, float freq_base, float freq_scale)
+{
+    if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
+        return k_fail(k, "rope", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
+    dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
+    KLAUNCH(k, "rope", rope_kernel, grid, 64, 0, x, pos, dst, n_rot, freq_base, freq_scale);
+    return 0;
+}
+
+/* ---- element-wise ---- */
+
+__global__ void binary_kernel(int op, kview a, kview b, kview dst)
+{
+    int64_t r = blockIdx.x;
+    int64_t i1 = r % a.ne[1], i23 = r / a.ne[1];
+    int64_t i2 = i23 % a.ne[2], i3 = i23 / a.ne[2];
+    const float *ar = (const float *)((const char *)a.data + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
+    const float *br = (const float *)((const char *)b.data + (i1 % b.ne[1]) * b.nb[1] +
+                                      (i2 % b.ne[2]) * b.nb[2] + (i3 % b.ne[3]) * b.nb[3]);
+    float *o = (float *)((char *)dst.data + i1 * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]);
+    int64_t n = a.ne[0], nb0 = b.ne[0];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float x = ar[i], y = br[nb0 == n ? i : i % nb0];
+        float v;
+        if (op == KBIN_ADD)
+            v = x + y;
+        else if (op == KBIN_MUL)
+            v = x * y;
+        else
+            v = x / (1.0f + expf(-x)) * y;
+        o[i] = v;
+    }
+}
+
+extern "C" int k_binary(struct kctx *k, int op, struct kview a, struct kview b, struct kview dst)
+{
+    int64_t rows = nrows(a);
+    if (grid_ok(k, "binary", rows))
+        return -1;
+    KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : "swiglu", binary_kernel,
+            (unsigned)rows, 128, 0, op, a, b, dst);
+    return 0;
+}
+
+__global__ void scale_kernel(kview s, kview dst, float f)
+{
+    const float *sr = (const float *)view_row(s, blockIdx.x);
+    float *o = (float *)view_row(dst, blockIdx.x);
+    for (int64_t i = threadIdx.x; i < s.ne[0]; i += blockDim.x)
+        o[i] = sr[i] * f;
+}
+
+extern "C" int k_scale(struct kctx *k, struct kview src, struct kview dst, float s)
+{
+    int64_t rows = nrows(src);
+    if (grid_ok(k, "scale", rows))
+        return -1;
+    KLAUNCH(k, "scale", scale_kernel, (unsigned)rows, 128, 0, src, dst, s);
+    return 0;
+}
+
+__global__ void copy_kernel(uint32_t st, kview s, uint32_t dt, kview dst)
+{
+    const char *sr = view_row(s, blockIdx.x);
+    char *o = view_row(dst, blockIdx.x);
+    for (int64_t i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
+        float v;
+        if (st == MINFER_TYPE_F32)
+            v = ((const float *)sr)[i];
+        else if (st == MINFER_TYPE_F16)
+            v = h2f(((const uint16_t *)sr)[i]);
+        else
+            v = bf2f(((const uint16_t *)sr)[i]);
+        if (dt == MINFER_TYPE_F32)
+            ((float *)o)[i] = v;
+        else if (dt == MINFER_TYPE_F16)
+            ((uint16_t *)o)[i] = f2h(v);
+        else
+            ((uint16_t *)o)[i] = f2bf(v);
+    }
+}
+
+extern "C" int k_copy(struct kctx *k, uint32_t src_type, struct kview src, uint32_t dst_type,
+                      struct kview dst)
+{
+    int64_t rows = nrows(src);
+    if (grid_ok(k, "copy", rows))
+        return -1;
+    KLAUNCH(k, "copy", copy_kernel, (unsigned)rows, 128, 0, src_type, src, dst_type, dst);
+    return 0;
+}
+
+/* ---- KV store ---- */
+
+/* One block per token; for Q8_0 one warp per 32-element block, with the
+ * reference quantizer's arithmetic (amax/127, 1/d, roundf), so the cache
+ * bytes equal the CPU's. */
+__global__ void kv_store_kernel(kview src, const int32_t *cells, uint32_t dt, uint8_t *dst,
+                                int64_t dst_nb1, int64_t n_cells, unsigned *flags)
+{
+    int64_t t = blockIdx.x;
+    int32_t c = cells[t];
+    if (c < 0 || c >= n_cells) {
+        if (threadIdx.x == 0)
+            atomicOr(flags, KFLAG_KV_CELL);
+        return;
+    }
+    const float *sr = (const float *)((const char *)src.data + t * src.nb[1]);
+    uint8_t *o = dst + (int64_t)c * dst_nb1;
+    int64_t n = src.ne[0];
+    if (dt == MINFER_TYPE_F32) {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            ((float *)o)[i] = sr[i];
+    } else if (dt == MINFER_TYPE_F16) {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+            ((uint16_t *)o)[i] = f2h(sr[i]);
+    } else {
+        int lane = threadIdx.x % 32, nw = blockDim.x / 32;
+        for (int64_t b = threadIdx.x / 32; b < n / 32; b += nw) {
+            float v = sr[32 * b + lane];
+            float amax = warp_max(fabsf(v));
+            float d = amax / 127.0f;
+            float id = d != 0.0f ? 1.0f / d : 0.0f;
+            bq8_0 *blk = (bq8_0 *)o + b;
+            blk->qs[lane] = (int8_t)roundf(v * id);
+            if (lane == 0)
+                blk->d = f2h(d);
+        }
+    }
+}
+
+extern "C" int k_kv_store(struct kctx *k, struct kview src, const int32_t *cells,
+                          uint32_t dst_type, void *dst, int64_t dst_nb1, int64_t n_cells)
+{
+    int64_t nt = src.ne[1];
+    if (grid_ok(k, "kv_store", nt))
+        return -1;
+    if (dst_type == MINFER_TYPE_Q8_0 && src.ne[0] % 32)
+        return k_fail(k, "kv_store", "Q8_0 cache row length is not a multiple of 32");
+    KLAUNCH(k, "kv_store", kv_store_kernel, (unsigned)nt, 128, 0, src, cells, dst_type,
+            (uint8_t *)dst, dst_nb1, n_cells, k->flags);
+    return 0;
+}
