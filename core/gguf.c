@@ -29,7 +29,8 @@
  *    int64, ne[0] a multiple of the type's block size, and the type one
  *    this build reads (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
  *    Q8_1, Q4_K, Q5_K, Q6_K, Q8_K, I8, I16, I32, I64, F64). Other types
- *    are refused by name. Tensors may overlap (the mapping is read-only).
+ *    are refused by name (MINFER_GGUF_OPEN_ANY_TYPE lets describing tools
+ *    see them). Tensors may overlap (the mapping is read-only).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,6 +95,7 @@ struct parser {
     uint64_t size;
     uint64_t pos;
     const char *src; /* path or "<memory>" for messages */
+    uint32_t flags;  /* MINFER_GGUF_OPEN_* */
     char *err;
     size_t err_len;
 };
@@ -493,7 +495,7 @@ static minfer_status take_tensor(struct parser *ps, int64_t i)
         return perr(ps, MINFER_ERR_FORMAT,
                     "%s type id %" PRIu32 " at offset 0x%" PRIx64 " is not a GGUF tensor type", ws,
                     t->type, at);
-    if (!minfer_gguf_tensor_type_readable(t->type)) {
+    if (!minfer_gguf_tensor_type_readable(t->type) && !(ps->flags & MINFER_GGUF_OPEN_ANY_TYPE)) {
         char nm[256];
         show(ti->nraw, ti->nlen, nm, sizeof nm);
         return perr(ps, MINFER_ERR_UNSUPPORTED,
@@ -785,10 +787,10 @@ static void free_handle(struct minfer_gguf *g)
 }
 
 static struct minfer_gguf *open_bytes(const void *data, uint64_t size, bool mapped,
-                                      const char *src, minfer_status *st, char *err,
-                                      size_t err_len)
+                                      const char *src, uint32_t flags, minfer_status *st,
+                                      char *err, size_t err_len)
 {
-    struct parser ps = {NULL, data, size, 0, src, err, err_len};
+    struct parser ps = {NULL, data, size, 0, src, flags, err, err_len};
     minfer_status s;
     struct minfer_gguf *g = calloc(1, sizeof *g);
     if (!g) {
@@ -820,19 +822,25 @@ struct minfer_gguf *minfer_gguf_open_memory(const void *data, size_t size, minfe
                                             char *err, size_t err_len)
 {
     if (!data && size) {
-        struct parser ps = {NULL, NULL, 0, 0, "<memory>", err, err_len};
+        struct parser ps = {NULL, NULL, 0, 0, "<memory>", 0, err, err_len};
         minfer_status s = perr(&ps, MINFER_ERR_INVALID_ARG, "NULL data with size %zu", size);
         if (st)
             *st = s;
         return NULL;
     }
-    return open_bytes(data ? data : "", size, false, "<memory>", st, err, err_len);
+    return open_bytes(data ? data : "", size, false, "<memory>", 0, st, err, err_len);
 }
 
 struct minfer_gguf *minfer_gguf_open(const char *path, minfer_status *st, char *err,
                                      size_t err_len)
 {
-    struct parser ps = {NULL, NULL, 0, 0, path ? path : "(null)", err, err_len};
+    return minfer_gguf_open_flags(path, 0, st, err, err_len);
+}
+
+struct minfer_gguf *minfer_gguf_open_flags(const char *path, uint32_t flags, minfer_status *st,
+                                           char *err, size_t err_len)
+{
+    struct parser ps = {NULL, NULL, 0, 0, path ? path : "(null)", flags, err, err_len};
     minfer_status s;
     struct stat sb;
     void *map;
@@ -869,7 +877,7 @@ struct minfer_gguf *minfer_gguf_open(const char *path, minfer_status *st, char *
         goto out_close;
     }
     close(fd);
-    return open_bytes(map, (uint64_t)sb.st_size, true, path, st, err, err_len);
+    return open_bytes(map, (uint64_t)sb.st_size, true, path, flags, st, err, err_len);
 
 out_close:
     close(fd);

@@ -202,6 +202,47 @@ static char *hex(size_t v)
     return buf[k];
 }
 
+/* ---- temporary files ---- */
+
+/* A fresh empty directory under /tmp for one test's files. */
+static char *temp_dir(void)
+{
+    static char d[64];
+    snprintf(d, sizeof d, "/tmp/minfer-test-gguf-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+/* Number of entries in dir besides . and .. */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[512];
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
 /* ---- reader: a valid image ---- */
 
 START_TEST(image_reads_back)
@@ -632,6 +673,43 @@ START_TEST(unsupported_tensor_type_named)
 }
 END_TEST
 
+START_TEST(any_type_flag_opens_unsupported)
+{
+    /* Catches MINFER_GGUF_OPEN_ANY_TYPE either not working (info could not
+     * show IQ/q2_K files) or leaking into plain open (a loader would then
+     * misread them); sizes of such tensors are still checked. */
+    struct layout L;
+    struct img m = make_image(&L);
+    set_u32(&m, L.t0_type, MINFER_TYPE_Q2_K);
+    set_u64(&m, L.t0_ne0, 256);
+    set_u64(&m, L.t0_ne1, 1); /* 84 bytes: fits before t1 at 256 */
+    char *dir = temp_dir();
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/q2k.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(m.b, 1, m.n, f), m.n);
+    fclose(f);
+    minfer_status st;
+    ck_assert_ptr_null(minfer_gguf_open(path, &st, err, sizeof err));
+    ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
+    struct minfer_gguf *g =
+        minfer_gguf_open_flags(path, MINFER_GGUF_OPEN_ANY_TYPE, &st, err, sizeof err);
+    ck_assert_msg(g, "%s", err);
+    ck_assert_uint_eq(minfer_gguf_tensor(g, 0)->type, MINFER_TYPE_Q2_K);
+    ck_assert_uint_eq(minfer_gguf_tensor(g, 0)->size, 84);
+    minfer_gguf_close(g);
+    /* a block-size violation is still refused */
+    set_u64(&m, L.t0_ne0, 128);
+    f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(m.b, 1, m.n, f), m.n);
+    fclose(f);
+    ck_assert_ptr_null(minfer_gguf_open_flags(path, MINFER_GGUF_OPEN_ANY_TYPE, &st, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "block size 256"));
+    free(m.b);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(alignment_invalid)
 {
     /* Advisory class: alignment 0 (division by zero) or not a power of
@@ -866,45 +944,6 @@ START_TEST(fixture_facts)
 END_TEST
 
 /* ---- writer ---- */
-
-/* A fresh empty directory under /tmp for one test's files. */
-static char *temp_dir(void)
-{
-    static char d[64];
-    snprintf(d, sizeof d, "/tmp/minfer-test-gguf-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
-/* Number of entries in dir besides . and .. */
-static int dir_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[512];
-    while (d && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
 
 /* Fill callback: byte k of the tensor is (k * 7 + seed) & 0xff; records
  * that chunks arrive in order. */
@@ -1350,6 +1389,7 @@ Suite *gguf_suite(void)
     tcase_add_test(tc, block_size_mismatch);
     tcase_add_test(tc, unknown_tensor_type);
     tcase_add_test(tc, unsupported_tensor_type_named);
+    tcase_add_test(tc, any_type_flag_opens_unsupported);
     tcase_add_test(tc, alignment_invalid);
     tcase_add_test(tc, alignment_respected);
     tcase_add_test(tc, tensor_offset_unaligned);

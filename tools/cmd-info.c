@@ -156,8 +156,9 @@ static void print_tensors(const struct minfer_gguf *g)
                           t->ne[d]);
         if (k > 0 && (size_t)k < sizeof shape)
             snprintf(shape + k, sizeof shape - (size_t)k, "]");
-        printf("%5" PRId64 "  %-40s %-6s %-28s %14" PRIu64 "  0x%" PRIx64 "\n", i, t->name,
-               tr ? tr->name : "?", shape, t->size, t->offset);
+        printf("%5" PRId64 "  %-40s %-6s %-28s %14" PRIu64 "  0x%" PRIx64 "%s\n", i, t->name,
+               tr ? tr->name : "?", shape, t->size, t->offset,
+               tr && tr->supported ? "" : "  (type not computed by this build)");
         total += t->size;
     }
     printf("total tensor bytes: %" PRIu64 " (%.2f MiB)\n", total, (double)total / (1 << 20));
@@ -221,7 +222,8 @@ int cmd_info(int argc, char **argv)
     }
     char err[1024];
     minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open(path, &st, err, sizeof err);
+    struct minfer_gguf *g = minfer_gguf_open_flags(path, MINFER_GGUF_OPEN_ANY_TYPE, &st, err,
+                                                   sizeof err);
     if (!g) {
         fprintf(stderr, "minfer info: %s\n", err);
         return 1;

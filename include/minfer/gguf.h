@@ -58,6 +58,16 @@ MINFER_API struct minfer_gguf *minfer_gguf_open_memory(const void *data, size_t 
                                                        size_t err_len);
 MINFER_API void minfer_gguf_close(struct minfer_gguf *g); /* NULL is a no-op */
 
+/* minfer_gguf_open with flags. MINFER_GGUF_OPEN_ANY_TYPE also accepts
+ * tensors of GGUF types this build cannot compute with (q2_K, the IQ
+ * family, ...; their sizes are still checked), for tools such as
+ * `minfer info` that only describe a file. Loaders use minfer_gguf_open,
+ * which refuses them by name. */
+#define MINFER_GGUF_OPEN_ANY_TYPE 0x1u
+MINFER_API struct minfer_gguf *minfer_gguf_open_flags(const char *path, uint32_t flags,
+                                                      minfer_status *st, char *err,
+                                                      size_t err_len);
+
 MINFER_API uint32_t minfer_gguf_version(const struct minfer_gguf *g);
 MINFER_API uint64_t minfer_gguf_alignment(const struct minfer_gguf *g);
 MINFER_API uint64_t minfer_gguf_data_offset(const struct minfer_gguf *g);
