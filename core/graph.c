@@ -397,7 +397,7 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
         return NULL;
     /* Present x as [row_len, n_tokens]. */
     struct gtensor *x2 = x;
-    if (x->t.ne[0] != cache->t.ne[0])
+    if (x->t.ne[0] != cache->t.ne[0] || x->t.ne[1] != n_tok || x->t.ne[2] != 1)
         x2 = graph_reshape(g, x, cache->t.ne[0], n_tok, 1);
     struct gtensor *src[2] = {x2, cells};
     return add_node(g, MINFER_OP_KV_STORE, src, 2, NULL, cache, label, NULL);

@@ -46,8 +46,11 @@ static minfer_status assign(struct graph *g, const struct sched_backend *bes, in
         if (nb[i] < 0) {
             char desc[320];
             graph_describe_node(n, desc, sizeof desc);
-            snprintf(err, err_len, "backend '%s' does not support %s%s", bes[0].plugin->name,
-                     desc, limit < n_bes ? " (it holds the weights this node reads)" : "");
+            const char *why = plugin_last_error(bes[0].plugin, bes[0].be);
+            snprintf(err, err_len, "backend '%s' does not support %s%s%s%.300s",
+                     bes[0].plugin->name, desc,
+                     limit < n_bes ? " (it holds the weights this node reads)" : "",
+                     why[0] ? ": " : "", why);
             return MINFER_ERR_UNSUPPORTED;
         }
     }
@@ -75,6 +78,12 @@ minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, in
         snprintf(err, err_len, "graph construction failed: %s", g->err);
         return MINFER_ERR_NO_MEMORY;
     }
+    /* Until alloc places them, arena tensors point at a placeholder: a
+     * backend's supports_op may insist on non-NULL data (the CPU plugin
+     * validates nodes the same way for both calls). The addresses are
+     * replaced by graph_bind after graph_alloc. */
+    static _Alignas(256) unsigned char placeholder[256];
+    graph_bind(g, placeholder);
     minfer_status st = assign(g, bes, n_bes, err, err_len);
     if (st != MINFER_OK || !fuse)
         return st;
