@@ -1,0 +1,773 @@
+/*
+ * test-cuda-ops.c — the cross-backend op test: every IR op the CUDA plugin
+ * accepts, for every weight type and a set of shapes (odd sizes, tails,
+ * nt = 1..9 and beyond, strided views, long KV), run through the dlopen'd
+ * CUDA plugin and the dlopen'd CPU plugin (the reference), compared by
+ * normalised MSE under a named tolerance class per op family. Outputs are
+ * poisoned (NaN bytes) on both sides first, so an unwritten element fails.
+ * Also: device info, device OOM is an error and the next op still runs,
+ * a device-side id violation is reported at sync, the weight registry
+ * returns the same address for the same weight, supports_op agrees with
+ * execute_node on a malformed node.
+ *
+ * The whole suite is skipped (exit 77) without a CUDA device.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "minfer/backend.h"
+#include "minfer/quant.h"
+#include "quant-ref.h"
+#include "testutil.h"
+
+/* ---- tolerance classes (normalised MSE: sum (a-b)^2 / sum b^2) ---- */
+
+/* Same arithmetic up to f32 summation order (element-wise, norms, gathers,
+ * conversions, KV stores). */
+#define TOL_F32 1e-10
+/* RoPE angles for positions up to ~5000 computed in f32 by two different
+ * formulas (pow per dim vs an iterated product) differ by ~1e-3 rad. */
+#define TOL_ROPE 1e-6
+/* Quantized weights: each side rounds the activations to 8 bits per block
+ * (CPU q8_0/q8_K, CUDA q8_1) — expected NMSE ~3e-5 per side. */
+#define TOL_Q8ACT 3e-4
+/* Float weights: either side may round activations to f16/bf16 (the CUDA
+ * GEMM uses f16 tensor cores; the CPU may use 2-byte dot products). */
+#define TOL_FDOT 3e-5
+/* Attention: f32 softmax in a different order, f16/q8_0 caches read by
+ * both sides from the same bytes. */
+#define TOL_ATTN 1e-6
+
+/* ---- plugins ---- */
+
+struct plug {
+    void *dl;
+    const struct minfer_backend_iface *t;
+    struct minfer_backend *be;
+};
+
+static struct plug P[2]; /* 0 = CUDA (under test), 1 = CPU (reference) */
+
+static const struct minfer_backend_iface *open_plugin(const char *file, void **dl, char *why,
+                                                      size_t why_len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", MINFER_PLUGIN_DIR, file);
+    *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!*dl) {
+        snprintf(why, why_len, "cannot dlopen %.200s: %.300s", path, dlerror());
+        return NULL;
+    }
+    minfer_plugin_entry_fn e = (minfer_plugin_entry_fn)dlsym(*dl, MINFER_PLUGIN_ENTRY_SYMBOL);
+    uint32_t abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+    const struct minfer_backend_iface *t = e ? e(&abi, NULL) : NULL;
+    if (!t)
+        snprintf(why, why_len, "%.300s: no entry or the entry refused", path);
+    return t;
+}
+
+const char *minfer_test_skip_reason(void)
+{
+    static char why[600];
+    void *dl = NULL;
+    const struct minfer_backend_iface *t = open_plugin("libminfer-cuda.so", &dl, why, sizeof why);
+    if (!t) {
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "no CUDA device: the CUDA plugin is unavailable (%.500s)", why);
+        snprintf(why, sizeof why, "%.590s", tmp);
+        return why;
+    }
+    int score = t->probe(why, sizeof why);
+    t->shutdown();
+    dlclose(dl);
+    return score > 0 ? NULL : why;
+}
+
+static void setup(void)
+{
+    char why[600];
+    P[0].t = open_plugin("libminfer-cuda.so", &P[0].dl, why, sizeof why);
+    ck_assert_msg(P[0].t, "%s", why);
+    P[1].t = open_plugin("libminfer-cpu.so", &P[1].dl, why, sizeof why);
+    ck_assert_msg(P[1].t, "%s", why);
+    for (int i = 0; i < 2; i++) {
+        struct minfer_backend_config cfg = {.struct_size = sizeof cfg, .device = 0};
+        minfer_status st = P[i].t->create(&cfg, &P[i].be);
+        ck_assert_msg(st == MINFER_OK, "%s create: %s", P[i].t->name, P[i].t->last_error(NULL));
+    }
+}
+
+static void *g_allocs[8192];
+static int g_nallocs;
+
+static void *talloc(size_t n)
+{
+    void *p = calloc(1, n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_lt(g_nallocs, 8192);
+    g_allocs[g_nallocs++] = p;
+    return p;
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < 2; i++) {
+        if (P[i].t) {
+            P[i].t->destroy(P[i].be);
+            P[i].t->shutdown();
+        }
+        if (P[i].dl)
+            dlclose(P[i].dl);
+        memset(&P[i], 0, sizeof P[i]);
+    }
+    for (int i = 0; i < g_nallocs; i++)
+        free(g_allocs[i]);
+    g_nallocs = 0;
+}
+
+/* ---- random data ---- */
+
+static uint64_t g_rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+static float rndf(void)
+{
+    return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* ---- test tensors ---- */
+
+struct tt {
+    uint32_t type;
+    int64_t ne[4];
+    size_t nb[4];
+    size_t bytes;
+    uint8_t *host;
+    struct minfer_tensor t[2]; /* as seen by each plugin */
+};
+
+static size_t row_bytes(uint32_t type, int64_t n)
+{
+    size_t r = minfer_row_size(type, n);
+    ck_assert_msg(r > 0 || n == 0, "row size of %lld %s", (long long)n,
+                  minfer_type_traits_of(type)->name);
+    return r;
+}
+
+/* A tensor with rows padded by pad bytes (a strided view), filled with
+ * random values of its type (quantized from random floats). */
+static struct tt *tt_new(uint32_t type, int64_t n0, int64_t n1, int64_t n2, int64_t n3, size_t pad)
+{
+    struct tt *x = talloc(sizeof *x);
+    x->type = type;
+    int64_t ne[4] = {n0, n1, n2, n3};
+    memcpy(x->ne, ne, sizeof ne);
+    x->nb[0] = minfer_type_traits_of(type)->type_size;
+    x->nb[1] = row_bytes(type, n0) + pad;
+    x->nb[2] = x->nb[1] * (size_t)n1;
+    x->nb[3] = x->nb[2] * (size_t)n2;
+    x->bytes = x->nb[3] * (size_t)n3;
+    x->host = talloc(x->bytes);
+    float *tmp = talloc((size_t)n0 * sizeof(float));
+    for (int64_t r = 0; r < n1 * n2 * n3; r++) {
+        uint8_t *row = x->host + (size_t)r * x->nb[1];
+        for (int64_t i = 0; i < n0; i++)
+            tmp[i] = rndf();
+        if (type == MINFER_TYPE_I32) {
+            memset(row, 0, row_bytes(type, n0));
+        } else {
+            ck_assert_int_eq(minfer_quantize_row_ref(type, tmp, row, n0), MINFER_OK);
+        }
+        for (size_t p = 0; p < pad; p++)
+            row[row_bytes(type, n0) + p] = (uint8_t)rnd();
+    }
+    return x;
+}
+
+static int32_t *tt_i32(struct tt *x)
+{
+    return (int32_t *)x->host;
+}
+
+/* Places x on both plugins: as a registered weight (name given) or a
+ * buffer with the host bytes written. */
+static void tt_place(struct tt *x, const char *weight_name)
+{
+    for (int i = 0; i < 2; i++) {
+        void *d = NULL;
+        minfer_status st;
+        if (weight_name) {
+            struct minfer_weight_desc w = {.name = weight_name, .type = x->type,
+                                           .host_data = x->host, .size = x->bytes};
+            memcpy(w.ne, x->ne, sizeof w.ne);
+            st = P[i].t->weight_register(P[i].be, &w, &d);
+        } else {
+            st = P[i].t->buffer_alloc(P[i].be, x->bytes, &d);
+            if (st == MINFER_OK)
+                st = P[i].t->buffer_write(P[i].be, d, x->host, x->bytes);
+        }
+        ck_assert_msg(st == MINFER_OK, "%s: placing %zu bytes: %s", P[i].t->name, x->bytes,
+                      P[i].t->last_error(P[i].be));
+        struct minfer_tensor *t = &x->t[i];
+        memset(t, 0, sizeof *t);
+        t->type = x->type;
+        memcpy(t->ne, x->ne, sizeof t->ne);
+        memcpy(t->nb, x->nb, sizeof t->nb);
+        t->data = d;
+        t->name = weight_name;
+    }
+}
+
+/* An output: poisoned with 0xFF bytes (NaN for f32/f16/bf16) on both. */
+static struct tt *tt_out(uint32_t type, int64_t n0, int64_t n1, int64_t n2, int64_t n3, size_t pad)
+{
+    struct tt *x = tt_new(type, n0, n1, n2, n3, pad);
+    memset(x->host, 0xFF, x->bytes);
+    tt_place(x, NULL);
+    return x;
+}
+
+/* Reads x back from plugin i as floats (rows of ne0, padding skipped). */
+static float *tt_read(struct tt *x, int i)
+{
+    uint8_t *raw = talloc(x->bytes);
+    minfer_status st = P[i].t->synchronize(P[i].be);
+    ck_assert_msg(st == MINFER_OK, "%s sync: %s", P[i].t->name, P[i].t->last_error(P[i].be));
+    st = P[i].t->buffer_read(P[i].be, raw, x->t[i].data, x->bytes);
+    ck_assert_msg(st == MINFER_OK, "%s read: %s", P[i].t->name, P[i].t->last_error(P[i].be));
+    int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
+    float *f = talloc((size_t)(x->ne[0] * rows) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        ck_assert_int_eq(minfer_dequantize_row(x->type, raw + (size_t)r * x->nb[1],
+                                               f + r * x->ne[0], x->ne[0]),
+                         MINFER_OK);
+    return f;
+}
+
+/* ---- running and comparing ---- */
+
+struct stat_row {
+    const char *family;
+    int cases;
+    double worst;
+    char worst_case[160];
+};
+static struct stat_row g_stats[32];
+static int g_nstats;
+
+static void record(const char *family, const char *what, double nmse)
+{
+    struct stat_row *s = NULL;
+    for (int i = 0; i < g_nstats; i++)
+        if (strcmp(g_stats[i].family, family) == 0)
+            s = &g_stats[i];
+    if (!s) {
+        ck_assert_int_lt(g_nstats, 32);
+        s = &g_stats[g_nstats++];
+        s->family = family;
+    }
+    s->cases++;
+    if (nmse >= s->worst) {
+        s->worst = nmse;
+        snprintf(s->worst_case, sizeof s->worst_case, "%s", what);
+    }
+}
+
+static void print_stats(const char *test)
+{
+    for (int i = 0; i < g_nstats; i++)
+        printf("NMSE %-14s %-16s cases %4d  worst %.3e  (%s)\n", test, g_stats[i].family,
+               g_stats[i].cases, g_stats[i].worst, g_stats[i].worst_case);
+    fflush(stdout);
+    g_nstats = 0;
+}
+
+/* Runs node on both plugins (the node's tensors are filled per plugin). */
+static void run_both(struct minfer_node *n, struct tt **src, int nsrc, struct tt *dst,
+                     const char *what)
+{
+    for (int i = 0; i < 2; i++) {
+        n->n_src = (uint32_t)nsrc;
+        for (int s = 0; s < nsrc; s++)
+            n->src[s] = &src[s]->t[i];
+        n->dst = &dst->t[i];
+        n->label = what;
+        ck_assert_msg(P[i].t->supports_op(P[i].be, n), "%s does not support %s", P[i].t->name,
+                      what);
+        minfer_status st = P[i].t->execute_node(P[i].be, n);
+        ck_assert_msg(st == MINFER_OK, "%s execute %s: %s", P[i].t->name, what,
+                      P[i].t->last_error(P[i].be));
+    }
+}
+
+/* NMSE of CUDA vs CPU over dst; an unwritten (NaN) element fails. */
+static double compare(struct tt *dst, const char *family, const char *what, double tol)
+{
+    float *a = tt_read(dst, 0), *b = tt_read(dst, 1);
+    int64_t n = dst->ne[0] * dst->ne[1] * dst->ne[2] * dst->ne[3];
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(a[i]), "%s: CUDA element %lld is %g (unwritten or overflow)",
+                      what, (long long)i, (double)a[i]);
+        ck_assert_msg(isfinite(b[i]), "%s: CPU element %lld is %g", what, (long long)i,
+                      (double)b[i]);
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    double nmse = den > 0 ? num / den : num;
+    record(family, what, nmse);
+    ck_assert_msg(nmse <= tol, "%s: NMSE %.3e above the %s class %.1e", what, nmse, family, tol);
+    return nmse;
+}
+
+static const char *tn(uint32_t t)
+{
+    return minfer_type_traits_of(t)->name;
+}
+
+static const uint32_t WTYPES[] = {MINFER_TYPE_F32,  MINFER_TYPE_F16,  MINFER_TYPE_BF16,
+                                  MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,
+                                  MINFER_TYPE_Q5_1, MINFER_TYPE_Q8_0, MINFER_TYPE_Q4_K,
+                                  MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K};
+#define NWTYPES (sizeof WTYPES / sizeof WTYPES[0])
+
+static int is_float(uint32_t t)
+{
+    return t == MINFER_TYPE_F32 || t == MINFER_TYPE_F16 || t == MINFER_TYPE_BF16;
+}
+
+static int g_wid; /* unique weight names */
+
+/* ---- tests ---- */
+
+/* Catches: a device_info that leaves fields empty or reports a non-GPU. */
+START_TEST(device_info_is_real)
+{
+    struct minfer_device_info d = {.struct_size = sizeof d};
+    ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
+    ck_assert_msg(d.name[0] != 0, "empty device name");
+    ck_assert_msg(d.cc_major >= 7, "compute capability %d.%d", d.cc_major, d.cc_minor);
+    ck_assert_msg(d.memory_total > 0 && d.memory_free > 0 && d.memory_free <= d.memory_total,
+                  "memory %llu free of %llu", (unsigned long long)d.memory_free,
+                  (unsigned long long)d.memory_total);
+    ck_assert_uint_eq(d.is_gpu, 1);
+    printf("device: %s, %s, cc %d.%d, %.1f GiB\n", d.name, d.description, d.cc_major,
+           d.cc_minor, d.memory_total / 1073741824.0);
+}
+END_TEST
+
+/* Catches: a dequantizer with a wrong block layout in any type, a gather
+ * that ignores the table's row stride, odd-length plain rows. */
+START_TEST(get_rows_every_type)
+{
+    for (size_t ti = 0; ti < NWTYPES; ti++) {
+        uint32_t t = WTYPES[ti];
+        int64_t ns[2] = {512, is_float(t) ? 13 : 256};
+        for (int k = 0; k < 2; k++) {
+            struct tt *tab = tt_new(t, ns[k], 37, 1, 1, k ? 16 : 0);
+            char name[64];
+            snprintf(name, sizeof name, "t%d.tok_embd", g_wid++);
+            tt_place(tab, name);
+            struct tt *ids = tt_new(MINFER_TYPE_I32, 9, 1, 1, 1, 0);
+            int32_t v[9] = {0, 36, 5, 5, 17, 1, 35, 20, 9};
+            memcpy(ids->host, v, sizeof v);
+            tt_place(ids, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, ns[k], 9, 1, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_GET_ROWS};
+            struct tt *src[2] = {tab, ids};
+            char what[96];
+            snprintf(what, sizeof what, "get_rows %s n=%lld", tn(t), (long long)ns[k]);
+            run_both(&n, src, 2, dst, what);
+            compare(dst, "get_rows", what, TOL_F32);
+        }
+    }
+    print_stats("get_rows");
+}
+END_TEST
+
+/* Catches: norms over tails (ne0 not a multiple of the block), strided
+ * rows, 3-D inputs, the fused weight multiply. */
+START_TEST(rms_norm_shapes)
+{
+    int64_t shapes[][3] = {{13, 3, 1}, {4096, 5, 1}, {128, 7, 3}, {3584, 1, 1}, {1000, 9, 2}};
+    for (size_t s = 0; s < 5; s++) {
+        for (int fused = 0; fused < 2; fused++) {
+            size_t pad = s % 2 ? 32 : 0;
+            struct tt *x = tt_new(MINFER_TYPE_F32, shapes[s][0], shapes[s][1], shapes[s][2], 1, pad);
+            tt_place(x, NULL);
+            struct tt *w = tt_new(MINFER_TYPE_F32, shapes[s][0], 1, 1, 1, 0);
+            tt_place(w, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0);
+            struct minfer_node n = {.op = fused ? MINFER_OP_RMS_NORM_MUL : MINFER_OP_RMS_NORM};
+            n.fparams[0] = 1e-6f;
+            struct tt *src[2] = {x, w};
+            char what[96];
+            snprintf(what, sizeof what, "%s [%lld,%lld,%lld] pad %zu", fused ? "rms_norm_mul" : "rms_norm",
+                     (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], pad);
+            run_both(&n, src, fused ? 2 : 1, dst, what);
+            compare(dst, "rms_norm", what, TOL_F32);
+        }
+    }
+    print_stats("rms_norm");
+}
+END_TEST
+
+/* Catches: broadcast of one src1 row, strided views, odd lengths, the
+ * swiglu formula, scale, and every conversion of COPY. */
+START_TEST(elementwise_ops)
+{
+    int64_t shapes[][3] = {{13, 5, 1}, {3584, 9, 1}, {128, 7, 3}};
+    uint32_t ops[] = {MINFER_OP_ADD, MINFER_OP_MUL, MINFER_OP_SWIGLU, MINFER_OP_SCALE};
+    const char *names[] = {"add", "mul", "swiglu", "scale"};
+    for (size_t s = 0; s < 3; s++) {
+        for (size_t o = 0; o < 4; o++) {
+            for (int bc = 0; bc < 2; bc++) {
+                if (bc && (ops[o] == MINFER_OP_SWIGLU || ops[o] == MINFER_OP_SCALE))
+                    continue;
+                int64_t *sh = shapes[s];
+                struct tt *a = tt_new(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, 8);
+                struct tt *b = tt_new(MINFER_TYPE_F32, sh[0], bc ? 1 : sh[1], bc ? 1 : sh[2], 1, 0);
+                tt_place(a, NULL);
+                tt_place(b, NULL);
+                struct tt *dst = tt_out(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, 4);
+                struct minfer_node n = {.op = ops[o]};
+                n.fparams[0] = 0.37f;
+                struct tt *src[2] = {a, b};
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld,%lld,%lld]%s", names[o], (long long)sh[0],
+                         (long long)sh[1], (long long)sh[2], bc ? " bcast" : "");
+                run_both(&n, src, ops[o] == MINFER_OP_SCALE ? 1 : 2, dst, what);
+                compare(dst, names[o], what, TOL_F32);
+            }
+        }
+    }
+    uint32_t conv[][2] = {{MINFER_TYPE_F32, MINFER_TYPE_F16}, {MINFER_TYPE_F32, MINFER_TYPE_BF16},
+                          {MINFER_TYPE_F16, MINFER_TYPE_F32}, {MINFER_TYPE_BF16, MINFER_TYPE_F32},
+                          {MINFER_TYPE_F32, MINFER_TYPE_F32}};
+    for (size_t c = 0; c < 5; c++) {
+        struct tt *a = tt_new(conv[c][0], 257, 3, 1, 1, 0);
+        tt_place(a, NULL);
+        struct tt *dst = tt_out(conv[c][1], 257, 3, 1, 1, 0);
+        struct minfer_node n = {.op = MINFER_OP_COPY};
+        struct tt *src[1] = {a};
+        char what[64];
+        snprintf(what, sizeof what, "copy %s->%s", tn(conv[c][0]), tn(conv[c][1]));
+        run_both(&n, src, 1, dst, what);
+        compare(dst, "copy", what, TOL_F32);
+    }
+    print_stats("elementwise");
+}
+END_TEST
+
+/* Catches: wrong pair layout (neox is (i, i+n_rot/2)), dims past n_rot not
+ * passed through, positions not read per token, freq_scale ignored. */
+START_TEST(rope_neox)
+{
+    int cfg[][3] = {{128, 128, 0}, {128, 64, 1}, {64, 64, 0}};
+    for (int c = 0; c < 3; c++) {
+        for (int nt = 1; nt <= 9; nt += 4) {
+            int hd = cfg[c][0], nrot = cfg[c][1];
+            struct tt *x = tt_new(MINFER_TYPE_F32, hd, 7, nt, 1, 0);
+            tt_place(x, NULL);
+            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            for (int t = 0; t < nt; t++)
+                tt_i32(pos)[t] = (int32_t)(rnd() % 5000);
+            tt_place(pos, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, 7, nt, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_ROPE};
+            n.iparams[0] = nrot;
+            n.fparams[0] = cfg[c][2] ? 10000.0f : 1000000.0f;
+            n.fparams[1] = cfg[c][2] ? 0.5f : 1.0f;
+            struct tt *src[2] = {x, pos};
+            char what[96];
+            snprintf(what, sizeof what, "rope hd=%d n_rot=%d nt=%d", hd, nrot, nt);
+            run_both(&n, src, 2, dst, what);
+            compare(dst, "rope", what, TOL_ROPE);
+        }
+    }
+    print_stats("rope");
+}
+END_TEST
+
+/* Catches: matvec kernels (nt = 1..8) and the GEMM (nt > 8) with a wrong
+ * block decode, wrong activation scale/sum term, missed tails in N or M,
+ * strided activations, and the dispatch between the two families. */
+START_TEST(mul_mat_every_type)
+{
+    int64_t shapes[][2] = {{256, 33}, {768, 130}, {4096, 67}};
+    int nts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 67};
+    for (size_t ti = 0; ti < NWTYPES; ti++) {
+        uint32_t t = WTYPES[ti];
+        for (size_t s = 0; s < 3; s++) {
+            int64_t K = shapes[s][0], N = shapes[s][1];
+            struct tt *w = tt_new(t, K, N, 1, 1, 0);
+            char name[64];
+            snprintf(name, sizeof name, "t%d.w", g_wid++);
+            tt_place(w, name);
+            for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+                int M = nts[m];
+                struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, m % 3 == 1 ? 16 : 0);
+                tt_place(x, NULL);
+                struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+                struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
+                struct tt *src[2] = {w, x};
+                char what[96];
+                snprintf(what, sizeof what, "mul_mat %s K=%lld N=%lld nt=%d", tn(t), (long long)K,
+                         (long long)N, M);
+                run_both(&n, src, 2, dst, what);
+                compare(dst, is_float(t) ? "mul_mat_float" : "mul_mat_quant", what,
+                        is_float(t) ? TOL_FDOT : TOL_Q8ACT);
+            }
+        }
+        /* float weights with K not a multiple of 8 or 32 */
+        if (is_float(t)) {
+            int64_t K = 100, N = 9;
+            struct tt *w = tt_new(t, K, N, 1, 1, 0);
+            char name[64];
+            snprintf(name, sizeof name, "t%d.w", g_wid++);
+            tt_place(w, name);
+            for (int M = 1; M <= 12; M += 11) {
+                struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+                tt_place(x, NULL);
+                struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+                struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
+                struct tt *src[2] = {w, x};
+                char what[96];
+                snprintf(what, sizeof what, "mul_mat %s K=100 N=9 nt=%d", tn(t), M);
+                run_both(&n, src, 2, dst, what);
+                compare(dst, "mul_mat_float", what, TOL_FDOT);
+            }
+        }
+    }
+    print_stats("mul_mat");
+}
+END_TEST
+
+/* Catches: a fused gate/up that swaps gate and up, forgets silu, or
+ * breaks for nt past the matvec range. */
+START_TEST(ffn_gate_up)
+{
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_F16, MINFER_TYPE_Q4_0,
+                        MINFER_TYPE_Q6_K};
+    int nts[] = {1, 4, 9, 33};
+    for (size_t ti = 0; ti < 5; ti++) {
+        int64_t K = 512, N = 96;
+        struct tt *g = tt_new(types[ti], K, N, 1, 1, 0), *u = tt_new(types[ti], K, N, 1, 1, 0);
+        char name[64];
+        snprintf(name, sizeof name, "t%d.gate", g_wid++);
+        tt_place(g, name);
+        snprintf(name, sizeof name, "t%d.up", g_wid++);
+        tt_place(u, name);
+        for (int m = 0; m < 4; m++) {
+            struct tt *x = tt_new(MINFER_TYPE_F32, K, nts[m], 1, 1, 0);
+            tt_place(x, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, N, nts[m], 1, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
+            struct tt *src[3] = {g, u, x};
+            char what[96];
+            snprintf(what, sizeof what, "ffn_gate_up %s nt=%d", tn(types[ti]), nts[m]);
+            run_both(&n, src, 3, dst, what);
+            compare(dst, "ffn_gate_up", what, is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
+        }
+    }
+    print_stats("ffn_gate_up");
+}
+END_TEST
+
+/* Catches: a store that writes cells other than the named ones, a Q8_0
+ * quantizer that differs from the CPU's, strided source rows. */
+START_TEST(kv_store_layouts)
+{
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        for (int nt = 1; nt <= 9; nt += 8) {
+            int64_t row = 256, cells = 40;
+            struct tt *cache = tt_new(kv[k], row, cells, 1, 1, 0);
+            tt_place(cache, NULL); /* prior contents must survive */
+            struct tt *x = tt_new(MINFER_TYPE_F32, row, nt, 1, 1, 64);
+            tt_place(x, NULL);
+            struct tt *ids = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            for (int t = 0; t < nt; t++)
+                tt_i32(ids)[t] = (int32_t)(3 + 4 * t);
+            tt_place(ids, NULL);
+            struct minfer_node n = {.op = MINFER_OP_KV_STORE};
+            struct tt *src[2] = {x, ids};
+            char what[64];
+            snprintf(what, sizeof what, "kv_store %s nt=%d", tn(kv[k]), nt);
+            run_both(&n, src, 2, cache, what);
+            compare(cache, "kv_store", what, TOL_F32);
+        }
+    }
+    print_stats("kv_store");
+}
+END_TEST
+
+/* Catches: causal masking off by one, kv_len not read at run time, GQA
+ * head mapping, split-K combine errors (long KV spreads over many
+ * splits), each cache layout, prefill with many query tokens. */
+START_TEST(attention_layouts)
+{
+    /* hd, n_head, n_kv, n_cells, kv_len, nt */
+    int cfg[][6] = {{128, 8, 2, 64, 1, 1},     {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
+                    {128, 8, 2, 1000, 999, 2}, {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
+                    {128, 28, 4, 512, 300, 9}, {128, 8, 2, 4100, 2500, 3}};
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], ncell = cfg[c][3];
+            int kvlen = cfg[c][4], nt = cfg[c][5];
+            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
+            struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
+            struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
+            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            tt_i32(len)[0] = kvlen;
+            for (int t = 0; t < nt; t++)
+                tt_i32(pos)[t] = kvlen - nt + t;
+            tt_place(q, NULL);
+            tt_place(kc, NULL);
+            tt_place(vc, NULL);
+            tt_place(len, NULL);
+            tt_place(pos, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_ATTENTION};
+            n.iparams[0] = nkv;
+            n.fparams[0] = 1.0f / sqrtf((float)hd);
+            struct tt *src[5] = {q, kc, vc, len, pos};
+            char what[128];
+            snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
+                     tn(kv[k]), hd, nh, nkv, ncell, kvlen, nt);
+            run_both(&n, src, 5, dst, what);
+            compare(dst, "attention", what, TOL_ATTN);
+        }
+    }
+    print_stats("attention");
+}
+END_TEST
+
+/* Catches: device OOM that crashes or poisons the instance; the next op
+ * must still run and be right. */
+START_TEST(oom_then_next_op_runs)
+{
+    void *p = NULL;
+    size_t huge = (size_t)1 << 50;
+    minfer_status st = P[0].t->buffer_alloc(P[0].be, huge, &p);
+    ck_assert_int_eq(st, MINFER_ERR_DEVICE_OOM);
+    ck_assert_ptr_null(p);
+    const char *e = P[0].t->last_error(P[0].be);
+    printf("OOM message: %s\n", e);
+    ck_assert_msg(strstr(e, "1125899906842624") != NULL, "OOM message does not name the request: %s", e);
+    struct tt *a = tt_new(MINFER_TYPE_F32, 77, 3, 1, 1, 0), *b = tt_new(MINFER_TYPE_F32, 77, 3, 1, 1, 0);
+    tt_place(a, NULL);
+    tt_place(b, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, 77, 3, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_ADD};
+    struct tt *src[2] = {a, b};
+    run_both(&n, src, 2, dst, "add after OOM");
+    compare(dst, "add", "add after OOM", TOL_F32);
+}
+END_TEST
+
+/* Catches: an out-of-range id read silently (or crashing); the error must
+ * surface at sync, and the instance must keep working. */
+START_TEST(bad_id_reported_at_sync)
+{
+    struct tt *tab = tt_new(MINFER_TYPE_F32, 64, 4, 1, 1, 0);
+    tt_place(tab, NULL);
+    struct tt *ids = tt_new(MINFER_TYPE_I32, 2, 1, 1, 1, 0);
+    tt_i32(ids)[0] = 1;
+    tt_i32(ids)[1] = 4; /* out of [0, 4) */
+    tt_place(ids, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, 64, 2, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_GET_ROWS, .n_src = 2, .label = "bad ids"};
+    n.src[0] = &tab->t[0];
+    n.src[1] = &ids->t[0];
+    n.dst = &dst->t[0];
+    ck_assert_int_eq(P[0].t->execute_node(P[0].be, &n), MINFER_OK);
+    minfer_status st = P[0].t->synchronize(P[0].be);
+    ck_assert_int_eq(st, MINFER_ERR_RANGE);
+    printf("bad id message: %s\n", P[0].t->last_error(P[0].be));
+    tt_i32(ids)[1] = 3;
+    ck_assert_int_eq(P[0].t->buffer_write(P[0].be, ids->t[0].data, ids->host, 8), MINFER_OK);
+    ck_assert_int_eq(P[0].t->execute_node(P[0].be, &n), MINFER_OK);
+    ck_assert_int_eq(P[0].t->synchronize(P[0].be), MINFER_OK);
+}
+END_TEST
+
+/* Catches: a registry that uploads the same weight twice, or returns the
+ * old address for different bytes under the same name. */
+START_TEST(weight_registry_reuses)
+{
+    uint8_t buf[4096], other[4096];
+    for (int i = 0; i < 4096; i++) {
+        buf[i] = (uint8_t)rnd();
+        other[i] = (uint8_t)(buf[i] ^ 0x5a);
+    }
+    struct minfer_weight_desc w = {.name = "blk.0.attn_q.weight", .type = MINFER_TYPE_F32,
+                                   .ne = {1024, 1, 1, 1}, .host_data = buf, .size = sizeof buf};
+    void *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(P[0].t->weight_register(P[0].be, &w, &a), MINFER_OK);
+    ck_assert_int_eq(P[0].t->weight_register(P[0].be, &w, &b), MINFER_OK);
+    ck_assert_ptr_eq(a, b);
+    w.host_data = other;
+    ck_assert_int_eq(P[0].t->weight_register(P[0].be, &w, &c), MINFER_OK);
+    ck_assert_ptr_ne(a, c);
+    uint8_t back[4096];
+    ck_assert_int_eq(P[0].t->buffer_read(P[0].be, back, a, sizeof back), MINFER_OK);
+    ck_assert_int_eq(memcmp(back, buf, sizeof buf), 0);
+}
+END_TEST
+
+/* Catches: supports_op accepting what execute_node then cannot run, and
+ * an execute error that does not name the node. */
+START_TEST(unsupported_node_is_refused_by_both)
+{
+    struct tt *a = tt_new(MINFER_TYPE_F32, 16, 2, 1, 1, 0), *b = tt_new(MINFER_TYPE_F32, 8, 2, 1, 1, 0);
+    tt_place(a, NULL);
+    tt_place(b, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, 16, 2, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_ADD, .n_src = 2, .label = "blk.9.bad_add"};
+    n.src[0] = &a->t[0];
+    n.src[1] = &b->t[0]; /* ne0 8 vs 16: invalid */
+    n.dst = &dst->t[0];
+    ck_assert(!P[0].t->supports_op(P[0].be, &n));
+    ck_assert_int_ne(P[0].t->execute_node(P[0].be, &n), MINFER_OK);
+    const char *e = P[0].t->last_error(P[0].be);
+    ck_assert_msg(strstr(e, "blk.9.bad_add") != NULL, "error does not name the node: %s", e);
+}
+END_TEST
+
+Suite *cuda_ops_suite(void);
+Suite *cuda_ops_suite(void)
+{
+    Suite *s = suite_create("cuda_ops");
+    TCase *tc = tcase_create("ops");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, device_info_is_real);
+    tcase_add_test(tc, get_rows_every_type);
+    tcase_add_test(tc, rms_norm_shapes);
+    tcase_add_test(tc, elementwise_ops);
+    tcase_add_test(tc, rope_neox);
+    tcase_add_test(tc, mul_mat_every_type);
+    tcase_add_test(tc, ffn_gate_up);
+    tcase_add_test(tc, kv_store_layouts);
+    tcase_add_test(tc, attention_layouts);
+    tcase_add_test(tc, oom_then_next_op_runs);
+    tcase_add_test(tc, bad_id_reported_at_sync);
+    tcase_add_test(tc, weight_registry_reuses);
+    tcase_add_test(tc, unsupported_node_is_refused_by_both);
+    suite_add_tcase(s, tc);
+    return s;
+}
