@@ -1,0 +1,174 @@
+/*
+ * fuzz-tokenizer.c — libFuzzer target for the tokenizer: arbitrary bytes
+ * (invalid UTF-8, NULs, half special tokens, huge runs) must tokenize
+ * without a crash or sanitizer report, every id must be in range, the
+ * one-shot and streaming detokenizers must agree, streamed chunks must be
+ * valid UTF-8, and valid NFC-stable input must round-trip. The same bytes
+ * also go through chat-template recognition.
+ *
+ * Tokenizer: the real Qwen one from $MINFER_FIXTURES_DIR (or the build's
+ * fixtures dir) when present, else a small synthetic byte-level BPE.
+ * Input byte 0 selects options (bit 0: parse_special), the rest is text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "minfer/gguf.h"
+#include "minfer/minfer.h"
+#include "tokenizer.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct minfer_tokenizer *tok;
+
+/* 256 byte tokens in GPT-2's byte-to-unicode form, a few merges, specials. */
+static struct minfer_tokenizer *synthetic(void)
+{
+    enum { NB = 256, NX = 6 };
+    static char store[NB][4];
+    const char *toks[NB + NX];
+    size_t lens[NB + NX];
+    int32_t types[NB + NX];
+    uint32_t next = 256;
+    for (int b = 0; b < NB; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        uint32_t cp = printable ? (uint32_t)b : next++;
+        lens[b] = (size_t)tok_utf8_put(cp, store[b]);
+        toks[b] = store[b];
+        types[b] = MINFER_TOKEN_NORMAL;
+    }
+    static const char *extra[NX] = {"he", "ll", "hell", "hello", "<|im_start|>", "<think>"};
+    static const int32_t xtypes[NX] = {1, 1, 1, 1, MINFER_TOKEN_CONTROL,
+                                      MINFER_TOKEN_USER_DEFINED};
+    for (int i = 0; i < NX; i++) {
+        toks[NB + i] = extra[i];
+        lens[NB + i] = strlen(extra[i]);
+        types[NB + i] = xtypes[i];
+    }
+    static const char *merges[] = {"h e", "l l", "he ll", "hell o"};
+    size_t mlens[4];
+    for (int i = 0; i < 4; i++)
+        mlens[i] = strlen(merges[i]);
+    struct tok_source src = {
+        .model = "gpt2", .model_len = 4, .pre = "qwen2", .pre_len = 5,
+        .n_tokens = NB + NX, .tokens = toks, .token_lens = lens, .types = types,
+        .n_merges = 4, .merges = merges, .merge_lens = mlens,
+        .bos = -1, .eos = NB + 4, .eot = -1, .pad = -1,
+    };
+    minfer_status st;
+    char err[256];
+    struct minfer_tokenizer *t = tok_new(&src, &st, err, sizeof err);
+    if (!t)
+        fprintf(stderr, "fuzz-tokenizer: synthetic tokenizer failed: %s\n", err);
+    return t;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    const char *dir = getenv("MINFER_FIXTURES_DIR");
+#ifdef MINFER_FIXTURES_DIR
+    if (!dir)
+        dir = MINFER_FIXTURES_DIR;
+#endif
+    if (dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/fixture-A-f16.gguf", dir);
+        minfer_status st;
+        struct minfer_gguf *g = minfer_gguf_open(path, &st, NULL, 0);
+        if (g) {
+            tok = minfer_tokenizer_from_gguf(g, &st, NULL, 0);
+            minfer_gguf_close(g);
+        }
+    }
+    fprintf(stderr, "fuzz-tokenizer: %s tokenizer\n", tok ? "fixture (Qwen)" : "synthetic");
+    if (!tok)
+        tok = synthetic();
+    if (!tok)
+        abort();
+    return 0;
+}
+
+static bool valid_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int r = tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
+        if (r <= 0)
+            return false;
+        i += (size_t)r;
+    }
+    return true;
+}
+
+static bool nfc_stable_ascii(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)s[i] >= 0x80)
+            return false;
+    return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    bool special = data[0] & 1;
+    const char *text = (const char *)data + 1;
+    size_t len = size - 1;
+
+    size_t n;
+    minfer_status st = minfer_tokenize(tok, text, len, special, NULL, 0, &n);
+    if (st != MINFER_OK && st != MINFER_ERR_RANGE)
+        abort();
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (minfer_tokenize(tok, text, len, special, ids, n, &n) != MINFER_OK)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= minfer_tokenizer_n_vocab(tok))
+            abort();
+
+    size_t dn;
+    st = minfer_detokenize(tok, ids, n, true, NULL, 0, &dn);
+    char *dec = malloc(dn + 1);
+    if (minfer_detokenize(tok, ids, n, true, dec, dn, &dn) != MINFER_OK || !valid_utf8(dec, dn))
+        abort();
+    /* ASCII is NFC-stable and always valid: it must come back unchanged */
+    if (nfc_stable_ascii(text, len) && (dn != len || memcmp(dec, text, len)))
+        abort();
+
+    struct minfer_detok *d = minfer_detok_new(tok, true);
+    size_t cap = minfer_detok_max_out(d), at = 0, cn;
+    char *chunk = malloc(cap);
+    for (size_t i = 0; i < n; i++) {
+        if (minfer_detok_push(d, ids[i], chunk, cap, &cn) != MINFER_OK || !valid_utf8(chunk, cn))
+            abort();
+        if (at + cn > dn || memcmp(dec + at, chunk, cn))
+            abort();
+        at += cn;
+    }
+    if (minfer_detok_flush(d, chunk, cap, &cn) != MINFER_OK || at + cn != dn ||
+        memcmp(dec + at, chunk, cn))
+        abort();
+    minfer_detok_free(d);
+
+    /* chat template recognition over arbitrary bytes */
+    char *tmpl = malloc(len + 1);
+    memcpy(tmpl, text, len);
+    tmpl[len] = 0;
+    struct minfer_tokenizer t;
+    memset(&t, 0, sizeof t);
+    t.chat_template = tmpl;
+    t.chat_template_len = len;
+    tok_chat_init(&t);
+    free(t.chat_default_system);
+    free(tmpl);
+
+    free(chunk);
+    free(dec);
+    free(ids);
+    return 0;
+}
