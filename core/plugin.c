@@ -38,6 +38,8 @@ static const size_t iface_size_of_minor[] = {
     [0] = IFACE_END(shutdown),
 };
 #define IFACE_HEADER_SIZE IFACE_END(abi_minor)
+_Static_assert(sizeof iface_size_of_minor / sizeof iface_size_of_minor[0] == MINFER_ABI_MINOR + 1,
+               "a new ABI minor needs its table size in iface_size_of_minor");
 
 /* ---- logging and the host table ---- */
 
