@@ -531,6 +531,30 @@ START_TEST(real_cpu_plugin_loads)
 }
 END_TEST
 
+START_TEST(build_plugin_dir_has_cpu_and_explains_the_rest)
+{
+    /* Catches the issue's acceptance state breaking: in the build's plugin
+     * directory cpu loads, and every other plugin (cuda on a machine
+     * without a GPU or driver) either loads with devices or is refused
+     * with the reason the user needs ("no CUDA device" or the dlopen text). */
+    const char *paths[] = {MINFER_PLUGIN_DIR};
+    struct minfer_runtime *rt = load_only(paths, 1);
+    ck_assert_ptr_nonnull(runtime_find_backend(rt, "cpu"));
+    for (size_t i = 0; i < minfer_runtime_record_count(rt); i++) {
+        struct minfer_plugin_record r = rec(rt, i);
+        if (r.loaded) {
+            ck_assert_int_ge(r.n_devices, 1);
+            continue;
+        }
+        ck_assert_msg(r.reason[0], "%s refused without a reason", r.path);
+        if (!strcmp(r.name, "cuda"))
+            ck_assert_msg(strstr(r.reason, "no CUDA device") || strstr(r.reason, "dlopen failed"),
+                          "cuda refused with: %s", r.reason);
+    }
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 Suite *loader_suite(void);
 Suite *loader_suite(void)
 {
@@ -541,6 +565,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, bigger_table_from_later_minor_loads);
     tcase_add_test(tc, plugin_has_respects_iface_size);
     tcase_add_test(tc, real_cpu_plugin_loads);
+    tcase_add_test(tc, build_plugin_dir_has_cpu_and_explains_the_rest);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("refuse");
