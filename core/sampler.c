@@ -182,12 +182,14 @@ static bool better(const float *l, int32_t a, int32_t b)
     return l[a] > l[b] || (l[a] == l[b] && a < b);
 }
 
-/* Moves the k best of cand[n] to cand[0..k) in order, best first. */
-static void select_top(const float *l, int32_t *cand, size_t n, size_t k)
+/* Writes the k best of src[n] (src NULL: the ids 0..n-1) to cand[0..k),
+ * best first. src may be cand itself. */
+static void select_top(const float *l, const int32_t *src, size_t n, int32_t *cand, size_t k)
 {
     /* min-heap of the k best seen so far in cand[0..k): root = worst kept */
+    float floor = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        int32_t c = cand[i];
+        int32_t c = src ? src[i] : (int32_t)i;
         size_t j;
         if (i < k) {
             j = i;
@@ -196,11 +198,12 @@ static void select_top(const float *l, int32_t *cand, size_t n, size_t k)
                 j = (j - 1) / 2;
             }
             cand[j] = c;
+            if (i + 1 == k)
+                floor = l[cand[0]];
             continue;
         }
-        if (!better(l, c, cand[0]))
-            continue;
-        cand[i] = cand[0];
+        if (l[c] < floor || !better(l, c, cand[0]))
+            continue; /* the common case: one float compare */
         j = 0; /* sift c down from the root */
         for (;;) {
             size_t a = 2 * j + 1;
@@ -214,6 +217,7 @@ static void select_top(const float *l, int32_t *cand, size_t n, size_t k)
             j = a;
         }
         cand[j] = c;
+        floor = l[cand[0]];
     }
     /* heap sort: repeatedly move the worst to the end, giving best first */
     for (size_t m = k; m > 1; m--) {
@@ -262,36 +266,44 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
     size_t n = (size_t)n_vocab;
     float *l = s->logit;
     /* 1. penalties, on a copy; NaN counts as -inf */
-    for (size_t i = 0; i < n; i++)
-        l[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    for (size_t i = 0; i < n; i++) {
+        float v = logits[i];
+        l[i] = v != v ? -INFINITY : v;
+    }
     bool penal = p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
                  p->presence_penalty != 0.0f;
     if (penal && s->ring_n)
         apply_penalties(s, l);
 
-    /* 2. greedy */
+    bool greedy = p->temperature <= 0.0f || p->top_k == 1;
     int32_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (l[i] > l[best])
-            best = (int32_t)i;
-    if (!isfinite(l[best]))
-        return MINFER_ERR_INVALID_ARG; /* no finite logit (or +inf) */
-    if (p->temperature <= 0.0f || p->top_k == 1) {
-        *out_id = best;
-        return MINFER_OK;
-    }
-
-    /* candidates: every token that is not masked out */
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (l[i] > -INFINITY)
-            s->cand[m++] = (int32_t)i;
     bool sorted = false;
-    /* 3. top-k */
-    if (p->top_k > 0 && (size_t)p->top_k < m) {
-        select_top(l, s->cand, m, (size_t)p->top_k);
+    if (!greedy && p->top_k > 0 && (size_t)p->top_k < n) {
+        /* 3. top-k straight from the row: one pass, no candidate list */
         m = (size_t)p->top_k;
+        select_top(l, NULL, n, s->cand, m);
+        while (m > 1 && l[s->cand[m - 1]] == -INFINITY)
+            m--; /* fewer finite logits than k */
         sorted = true;
+        best = s->cand[0];
+        if (!isfinite(l[best]))
+            return MINFER_ERR_INVALID_ARG; /* no finite logit (or +inf) */
+    } else {
+        /* 2. greedy */
+        for (size_t i = 1; i < n; i++)
+            if (l[i] > l[best])
+                best = (int32_t)i;
+        if (!isfinite(l[best]))
+            return MINFER_ERR_INVALID_ARG;
+        if (greedy) {
+            *out_id = best;
+            return MINFER_OK;
+        }
+        /* candidates: every token that is not masked out */
+        for (size_t i = 0; i < n; i++)
+            if (l[i] > -INFINITY)
+                s->cand[m++] = (int32_t)i;
     }
     /* 4. temperature + softmax (unnormalised: the best has weight 1) */
     float mx = l[best], inv_t = 1.0f / p->temperature;
@@ -308,7 +320,7 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
             if (k > m)
                 k = m;
             if (!sorted || k < m) {
-                select_top(l, s->cand, m, k);
+                select_top(l, s->cand, m, s->cand, k);
                 for (size_t i = 0; i < k; i++)
                     s->prob[i] = expf((l[s->cand[i]] - mx) * inv_t);
             }
