@@ -27,4 +27,10 @@ void cli_progress(void *user, uint64_t done, uint64_t total);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 
+/* ---- models: run, chat, eval, bench ---- */
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
 #endif

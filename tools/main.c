@@ -26,6 +26,11 @@ static const struct cli_command commands[] = {
     /* ---- tokens ---- */
     {"tokenize", "print the token ids of a text as a JSON array", cmd_tokenize},
     {"detokenize", "print the text of a list of token ids", cmd_detokenize},
+    /* ---- models ---- */
+    {"run", "generate text from a prompt (streams; --json for one object)", cmd_run},
+    {"chat", "interactive multi-turn chat that keeps the KV cache", cmd_chat},
+    {"eval", "write a prompt's logits (f32 rows x n_vocab) to a file", cmd_eval},
+    {"bench", "prompt and generation throughput, like llama-bench", cmd_bench},
 };
 
 static void usage(FILE *f)
