@@ -1,0 +1,238 @@
+/*
+ * bench-cpu-ops.c — op micro-benchmark of the CPU plugin: matrix-vector
+ * products (decode) per weight type at Qwen2.5-0.5B/1.5B shapes, reported
+ * as weight bytes read per second, and prefill matrix products (M
+ * activation rows) as GFLOP/s, plus decode attention. Loads the plugin
+ * with dlopen exactly as the core does and drives it through its table.
+ *
+ *   minfer-bench-cpu-ops [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type]
+ *                        [-p plugin.so] [-s seconds] [-c]
+ *
+ * Decode weights rotate over >= 512 MiB of copies so every product reads
+ * from memory, not from cache. Each figure is the best of 3 timed runs
+ * after a warm-up (the machine is shared; the best run is the least
+ * disturbed one). -c times by process CPU time divided by the thread
+ * count instead of wall time: on a shared, oversubscribed machine it
+ * measures the kernels rather than the other tenants (spinning workers
+ * are counted, so it is still an upper bound on the time).
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "minfer/backend.h"
+#include "minfer/quant.h"
+#include "quant-ref.h"
+
+static const struct minfer_backend_iface *IF;
+static struct minfer_backend *BE;
+
+static int g_cpu_clock; /* -c: time by process CPU time / threads */
+static int g_nt = 2;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return ((double)ts.tv_sec + ts.tv_nsec * 1e-9) / (g_cpu_clock ? g_nt : 1);
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static void dense(struct minfer_tensor *t, uint32_t type, int64_t ne0, int64_t ne1, void *data)
+{
+    memset(t, 0, sizeof *t);
+    t->type = type;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = t->ne[3] = 1;
+    t->nb[0] = minfer_type_traits_of(type)->type_size;
+    t->nb[1] = minfer_row_size(type, ne0);
+    t->nb[2] = t->nb[3] = t->nb[1] * (size_t)ne1;
+    t->data = data;
+}
+
+/* A weight matrix [K, N] replicated over `total` bytes: copies[i] starts
+ * at i * bytes. Rows come from quantizing 16 random rows, repeated. */
+static char *make_weights(uint32_t type, int K, int N, size_t total, int *n_copies)
+{
+    size_t row = minfer_row_size(type, K), bytes = row * (size_t)N;
+    int nc = (int)(total / bytes) + 1;
+    char *buf = aligned_alloc(64, ((bytes * (size_t)nc) + 63) & ~(size_t)63);
+    if (!buf)
+        return NULL;
+    float *x = malloc((size_t)K * sizeof *x);
+    for (int r = 0; r < 16 && r < N; r++) {
+        for (int k = 0; k < K; k++)
+            x[k] = frand();
+        minfer_quantize_row_ref(type, x, buf + (size_t)r * row, K);
+    }
+    free(x);
+    for (int r = 16; r < N; r++)
+        memcpy(buf + (size_t)r * row, buf + (size_t)(r % 16) * row, row);
+    for (int c = 1; c < nc; c++)
+        memcpy(buf + (size_t)c * bytes, buf, bytes);
+    *n_copies = nc;
+    return buf;
+}
+
+static double run_mm(uint32_t type, int K, int N, int M, char *w, int n_copies, size_t bytes,
+                     float *x, float *y, double seconds, int *reps_out)
+{
+    struct minfer_tensor wt, xt, yt;
+    dense(&xt, MINFER_TYPE_F32, K, M, x);
+    dense(&yt, MINFER_TYPE_F32, N, M, y);
+    struct minfer_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = MINFER_OP_MUL_MAT;
+    nd.n_src = 2;
+    nd.src[0] = &wt;
+    nd.src[1] = &xt;
+    nd.dst = &yt;
+    nd.label = "bench";
+    double best = 1e30;
+    int reps = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        int ci = 0;
+        reps = 0;
+        double t0 = now(), t;
+        do {
+            dense(&wt, type, K, N, w + (size_t)ci * bytes);
+            ci = (ci + 1) % n_copies;
+            if (IF->execute_node(BE, &nd) != MINFER_OK) {
+                fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
+                exit(1);
+            }
+            reps++;
+            t = now() - t0;
+        } while (t < seconds / 4);
+        if (trial > 0 && t / reps < best) /* trial 0 is the warm-up */
+            best = t / reps;
+    }
+    *reps_out = reps;
+    return best;
+}
+
+struct shape {
+    const char *name;
+    int K, N;
+};
+
+static const struct shape SHAPES[] = {
+    {"0.5B attn_q 896x896", 896, 896},
+    {"0.5B ffn_up 896x4864", 896, 4864},
+    {"0.5B ffn_down 4864x896", 4864, 896},
+    {"1.5B ffn_up 1536x8960", 1536, 8960},
+    {"1.5B ffn_down 8960x1536", 8960, 1536},
+};
+
+static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,
+                                 MINFER_TYPE_Q5_1, MINFER_TYPE_Q8_0, MINFER_TYPE_Q4_K,
+                                 MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_F16,
+                                 MINFER_TYPE_BF16, MINFER_TYPE_F32};
+
+int main(int argc, char **argv)
+{
+    int nt = 2, M = 512;
+    const char *isa = NULL, *only = NULL;
+    const char *path = MINFER_PLUGIN_DIR "/libminfer-cpu.so";
+    double seconds = 1.0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            nt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc)
+            isa = argv[++i];
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            M = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-T") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "-c"))
+            g_cpu_clock = 1;
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type] "
+                            "[-p plugin.so] [-s seconds] [-c]\n", argv[0]);
+            return 2;
+        }
+    }
+    g_nt = nt;
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        return 1;
+    }
+    minfer_plugin_entry_fn entry = (minfer_plugin_entry_fn)dlsym(dl, MINFER_PLUGIN_ENTRY_SYMBOL);
+    uint32_t abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+    IF = entry ? entry(&abi, NULL) : NULL;
+    struct minfer_backend_config cfg = {sizeof cfg, 0, nt, 0};
+    if (!IF || IF->create(&cfg, &BE) != MINFER_OK) {
+        fprintf(stderr, "cannot create the CPU backend\n");
+        return 1;
+    }
+    if (isa) {
+        minfer_status (*set_isa)(struct minfer_backend *, const char *) =
+            (minfer_status(*)(struct minfer_backend *, const char *))IF->get_proc(
+                "minfer_cpu_set_isa");
+        if (set_isa(BE, isa) != MINFER_OK) {
+            fprintf(stderr, "%s\n", IF->last_error(BE));
+            return 1;
+        }
+    }
+    const char *(*get_isa)(struct minfer_backend *) =
+        (const char *(*)(struct minfer_backend *))IF->get_proc("minfer_cpu_isa");
+    struct minfer_device_info info = {.struct_size = sizeof info};
+    IF->device_info(0, &info);
+    printf("# %s | %s | threads %d | kernels %s | prefill M = %d | %s time\n", info.name,
+           info.description, nt, get_isa(BE), M, g_cpu_clock ? "CPU" : "wall");
+    printf("%-6s %-26s %10s %10s %9s %12s %10s\n", "type", "shape", "MiB", "decode us", "GB/s",
+           "prefill ms", "GFLOP/s");
+
+    float *x = aligned_alloc(64, (size_t)8960 * M * sizeof(float));
+    float *y = aligned_alloc(64, (size_t)8960 * M * sizeof(float));
+    if (!x || !y)
+        return 1;
+    for (size_t i = 0; i < (size_t)8960 * M; i++)
+        x[i] = frand();
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+        const char *tn = minfer_type_traits_of(TYPES[ti])->name;
+        if (only && strcmp(only, tn))
+            continue;
+        for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
+            const struct shape *s = &SHAPES[si];
+            size_t bytes = minfer_row_size(TYPES[ti], s->K) * (size_t)s->N;
+            if (!bytes)
+                continue; /* K not a whole number of blocks (e.g. 896 for K-quants) */
+            int ncopies, reps;
+            char *w = make_weights(TYPES[ti], s->K, s->N, (size_t)512 << 20, &ncopies);
+            if (!w) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            double td = run_mm(TYPES[ti], s->K, s->N, 1, w, ncopies, bytes, x, y, seconds, &reps);
+            double tp = run_mm(TYPES[ti], s->K, s->N, M, w, 1, bytes, x, y, seconds, &reps);
+            printf("%-6s %-26s %10.2f %10.1f %9.2f %12.2f %10.1f\n", tn, s->name,
+                   bytes / 1048576.0, td * 1e6, bytes / td * 1e-9, tp * 1e3,
+                   2.0 * s->K * s->N * (double)M / tp * 1e-9);
+            fflush(stdout);
+            free(w);
+        }
+    }
+    free(x);
+    free(y);
+    IF->destroy(BE);
+    IF->shutdown();
+    dlclose(dl);
+    return 0;
+}
