@@ -1,0 +1,664 @@
+/*
+ * test-model.c — model loading and contexts: every load refusal names
+ * what is wrong; Qwen3 (q/k norms, head_dim != n_embd/n_head) and Qwen2
+ * with an untied head match a plain-C reference forward written here;
+ * chunked, truncated and re-decoded sequences equal a single pass; decode
+ * steps reuse one graph with stable addresses (what graph replay needs);
+ * minfer chat's second turn equals a fresh run over the conversation.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "minfer/gguf.h"
+#include "minfer/minfer.h"
+#include "model.h"
+#include "plugin.h"
+#include "testutil.h"
+
+#define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"
+
+/* ---- helpers ---- */
+
+static struct minfer_runtime *runtime(void)
+{
+    const char *paths[] = {MINFER_PLUGIN_DIR};
+    struct minfer_runtime_opts o = {
+        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 1,
+        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
+    };
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, err, sizeof err);
+    ck_assert_msg(rt, "runtime: %s", err);
+    ck_assert_msg(runtime_find_backend(rt, "cpu"), "the CPU plugin did not load");
+    return rt;
+}
+
+/* A tiny random model in memory (the caller frees *mem). */
+static void *synth(const char *arch, const char *spec, uint32_t ftype, size_t *size)
+{
+    struct minfer_synth_opts so;
+    memset(&so, 0, sizeof so);
+    so.struct_size = sizeof so;
+    so.seed = 7;
+    so.ftype = ftype;
+    so.n_threads = 1;
+    char err[512] = "";
+    ck_assert_msg(minfer_synth_shape_parse(arch, spec, &so.shape, err, sizeof err) == MINFER_OK,
+                  "%s", err);
+    void *mem = NULL;
+    ck_assert_msg(minfer_synth(&so, NULL, &mem, size, err, sizeof err) == MINFER_OK, "synth: %s",
+                  err);
+    return mem;
+}
+
+#define TINY_QWEN2 \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320,n_ctx=512,tied=0"
+#define TINY_QWEN3 \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=96,n_vocab=320,n_ctx=512,tied=1"
+
+static struct minfer_model *load_mem(struct minfer_runtime *rt, void *mem, size_t size,
+                                     char *err, size_t err_len)
+{
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
+    ck_assert_msg(g, "%s", err);
+    return minfer_model_load_gguf(rt, g, NULL, &st, err, err_len);
+}
+
+static struct minfer_ctx *ctx_of(struct minfer_model *m, int32_t n_ctx, int32_t n_batch,
+                                 uint32_t kv)
+{
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.type_k = cp.type_v = kv;
+    cp.n_threads = 2;
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
+    ck_assert_msg(c, "ctx: %s", err);
+    return c;
+}
+
+static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n, uint32_t flags)
+{
+    minfer_status st = minfer_ctx_decode(c, ids, n, flags);
+    ck_assert_msg(st == MINFER_OK, "decode: %s", minfer_ctx_last_error(c));
+}
+
+/* ---- load refusals ---- */
+
+enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE };
+
+/* Copies a GGUF with one edit, writes it to a temporary file, tries to
+ * load it and returns the error text (empty on success). */
+static void load_edited(const char *arch, const char *spec, enum edit e, const char *target,
+                        char *err, size_t err_len)
+{
+    size_t size;
+    void *mem = synth(arch, spec, MINFER_FTYPE_ALL_F32, &size);
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
+    ck_assert_ptr_nonnull(g);
+    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    for (int64_t i = 0; i < minfer_gguf_kv_count(g); i++) {
+        const char *key = minfer_gguf_kv_key(g, i);
+        if (!strcmp(key, target) && e == E_DROP_KEY)
+            continue;
+        if (!strcmp(key, target) && e == E_KEY_TYPE) {
+            ck_assert_int_eq(minfer_gguf_writer_set_str(w, key, "two", 3), MINFER_OK);
+            continue;
+        }
+        if (!strcmp(key, "general.architecture") && e == E_ARCH) {
+            ck_assert_int_eq(minfer_gguf_writer_set_str(w, key, target, strlen(target)),
+                             MINFER_OK);
+            continue;
+        }
+        ck_assert_int_eq(minfer_gguf_writer_copy_kv(w, g, i), MINFER_OK);
+    }
+    float *f16buf = NULL;
+    for (int64_t i = 0; i < minfer_gguf_tensor_count(g); i++) {
+        const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        uint32_t type = t->type;
+        const void *data = t->data;
+        bool hit = !strcmp(t->name, target);
+        if (hit && e == E_DROP_TENSOR)
+            continue;
+        if (hit && e == E_SHAPE) { /* same bytes, transposed shape */
+            ne[0] = t->ne[1];
+            ne[1] = t->ne[0];
+        }
+        if (hit && e == E_TYPE) { /* an f32 vector stored as f16 */
+            f16buf = calloc((size_t)t->ne[0], 2);
+            data = f16buf;
+            type = MINFER_TYPE_F16;
+        }
+        ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, t->name, type, t->n_dims, ne, data,
+                                                       NULL, NULL),
+                         MINFER_OK);
+    }
+    char path[] = "/tmp/minfer-test-model-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(minfer_gguf_writer_write(w, path, err, err_len), MINFER_OK);
+    minfer_gguf_writer_free(w);
+    free(f16buf);
+    minfer_gguf_close(g);
+    minfer_synth_mem_free(mem);
+
+    struct minfer_runtime *rt = runtime();
+    err[0] = 0;
+    struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, err_len);
+    if (m)
+        err[0] = 0;
+    else
+        ck_assert_int_ne(st, MINFER_OK);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    unlink(path);
+}
+
+#define EXPECT_LOAD_ERROR(arch, spec, edit, target, ...)                                   \
+    do {                                                                                    \
+        char err_[1024];                                                                    \
+        load_edited(arch, spec, edit, target, err_, sizeof err_);                           \
+        const char *want_[] = {__VA_ARGS__};                                                \
+        for (size_t k_ = 0; k_ < sizeof want_ / sizeof want_[0]; k_++)                      \
+            ck_assert_msg(strstr(err_, want_[k_]), "error '%s' lacks '%s'", err_, want_[k_]); \
+    } while (0)
+
+START_TEST(refuses_unknown_architecture)
+{
+    /* Catches an unknown architecture loaded as if it were a known one. */
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_ARCH, "llama", "unknown architecture 'llama'",
+                      "qwen2", "qwen3");
+}
+END_TEST
+
+START_TEST(refuses_missing_tensor)
+{
+    /* Catches a missing required weight found only at run time (or never). */
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_DROP_TENSOR, "blk.1.attn_q.weight",
+                      "missing tensor blk.1.attn_q.weight");
+    /* Qwen2's biases are required; Qwen3's per-head norms too. */
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_DROP_TENSOR, "blk.0.attn_k.bias",
+                      "blk.0.attn_k.bias");
+    EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_DROP_TENSOR, "blk.1.attn_k_norm.weight",
+                      "blk.1.attn_k_norm.weight");
+}
+END_TEST
+
+START_TEST(refuses_wrong_shape_and_type)
+{
+    /* Catches a transposed matrix or a norm of the wrong type being read. */
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_SHAPE, "blk.0.ffn_up.weight",
+                      "blk.0.ffn_up.weight", "shape [96, 64", "expected [64, 96]");
+    EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_TYPE, "blk.0.attn_norm.weight",
+                      "blk.0.attn_norm.weight", "f16", "f32");
+}
+END_TEST
+
+START_TEST(refuses_bad_hparams)
+{
+    /* Catches a missing or malformed hyperparameter replaced by a guess. */
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_DROP_KEY, "qwen2.block_count",
+                      "missing hyperparameter qwen2.block_count");
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_DROP_KEY, "qwen2.rope.freq_base",
+                      "qwen2.rope.freq_base");
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_KEY_TYPE, "qwen2.embedding_length",
+                      "qwen2.embedding_length", "malformed");
+    /* Qwen3's head_dim is its own key, never n_embd / n_head. */
+    EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_DROP_KEY, "qwen3.attention.key_length",
+                      "qwen3.attention.key_length");
+}
+END_TEST
+
+START_TEST(refuses_prompt_longer_than_context)
+{
+    /* Catches a prompt overflowing the KV cache (a write past its end) and
+     * a refused decode that still changes the context. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_ALL_F32, &size);
+    char err[512];
+    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_ctx *c = ctx_of(m, 16, 8, MINFER_TYPE_F32);
+    int32_t ids[20] = {0};
+    ck_assert_int_eq(minfer_ctx_decode(c, ids, 20, 0), MINFER_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(minfer_ctx_last_error(c), "exceed"));
+    ck_assert_int_eq(minfer_ctx_n_past(c), 0);
+    decode_ok(c, ids, 10, 0);
+    ck_assert_int_eq(minfer_ctx_decode(c, ids, 7, 0), MINFER_ERR_RANGE);
+    ck_assert_int_eq(minfer_ctx_n_past(c), 10);
+    ids[3] = 320; /* one past the vocabulary */
+    ck_assert_int_eq(minfer_ctx_decode(c, ids, 4, 0), MINFER_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(minfer_ctx_last_error(c), "vocabulary"));
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- reference forward ---- */
+
+struct ref {
+    const struct minfer_gguf *g;
+    int64_t n_embd, n_layer, n_head, n_kv, hd, n_ff, n_vocab;
+    double base, eps;
+};
+
+static const float *W(const struct ref *r, const char *fmt, int il)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, il);
+    const struct minfer_gguf_tensor *t = minfer_gguf_find_tensor(r->g, name);
+    if (!t)
+        return NULL;
+    ck_assert_int_eq(t->type, MINFER_TYPE_F32);
+    return t->data;
+}
+
+static void matvec(const float *w, const float *x, int64_t in, int64_t out, float *y)
+{
+    for (int64_t o = 0; o < out; o++) {
+        double s = 0;
+        for (int64_t i = 0; i < in; i++)
+            s += (double)w[o * in + i] * x[i];
+        y[o] = (float)s;
+    }
+}
+
+static void rmsnorm(float *x, int64_t n, const float *w, double eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    double k = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(x[i] * k) * w[i];
+}
+
+static void rope(float *x, int64_t hd, int pos, double base)
+{
+    for (int64_t i = 0; i < hd / 2; i++) {
+        double th = pos * pow(base, -2.0 * (double)i / (double)hd);
+        double a = x[i], b = x[i + hd / 2];
+        x[i] = (float)(a * cos(th) - b * sin(th));
+        x[i + hd / 2] = (float)(a * sin(th) + b * cos(th));
+    }
+}
+
+/* Logits of every position of ids[n] into out[n][n_vocab]. */
+static void ref_forward(const struct ref *r, const int32_t *ids, int n, float *out)
+{
+    int64_t E = r->n_embd, Q = r->n_head * r->hd, K = r->n_kv * r->hd;
+    float *x = calloc((size_t)(n * E), 4), *h = calloc((size_t)E, 4);
+    float *q = calloc((size_t)(n * Q), 4), *k = calloc((size_t)(n * K), 4),
+          *v = calloc((size_t)(n * K), 4), *a = calloc((size_t)Q, 4), *o = calloc((size_t)E, 4);
+    float *g = calloc((size_t)r->n_ff, 4), *u = calloc((size_t)r->n_ff, 4);
+    float *sc = calloc((size_t)n, 4);
+    const float *emb = W(r, "token_embd.weight", 0);
+    for (int t = 0; t < n; t++)
+        memcpy(x + t * E, emb + ids[t] * E, (size_t)E * 4);
+    for (int il = 0; il < r->n_layer; il++) {
+        const float *bq = W(r, "blk.%d.attn_q.bias", il), *bk = W(r, "blk.%d.attn_k.bias", il),
+                    *bv = W(r, "blk.%d.attn_v.bias", il);
+        const float *qn = W(r, "blk.%d.attn_q_norm.weight", il),
+                    *kn = W(r, "blk.%d.attn_k_norm.weight", il);
+        for (int t = 0; t < n; t++) {
+            memcpy(h, x + t * E, (size_t)E * 4);
+            rmsnorm(h, E, W(r, "blk.%d.attn_norm.weight", il), r->eps);
+            matvec(W(r, "blk.%d.attn_q.weight", il), h, E, Q, q + t * Q);
+            matvec(W(r, "blk.%d.attn_k.weight", il), h, E, K, k + t * K);
+            matvec(W(r, "blk.%d.attn_v.weight", il), h, E, K, v + t * K);
+            for (int64_t i = 0; bq && i < Q; i++)
+                q[t * Q + i] += bq[i];
+            for (int64_t i = 0; bk && i < K; i++)
+                k[t * K + i] += bk[i], v[t * K + i] += bv[i];
+            for (int64_t hh = 0; hh < r->n_head; hh++) {
+                if (qn)
+                    rmsnorm(q + t * Q + hh * r->hd, r->hd, qn, r->eps);
+                rope(q + t * Q + hh * r->hd, r->hd, t, r->base);
+            }
+            for (int64_t hh = 0; hh < r->n_kv; hh++) {
+                if (kn)
+                    rmsnorm(k + t * K + hh * r->hd, r->hd, kn, r->eps);
+                rope(k + t * K + hh * r->hd, r->hd, t, r->base);
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            for (int64_t hh = 0; hh < r->n_head; hh++) {
+                int64_t kh = hh / (r->n_head / r->n_kv);
+                double mx = -1e30, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int64_t i = 0; i < r->hd; i++)
+                        d += (double)q[t * Q + hh * r->hd + i] * k[s * K + kh * r->hd + i];
+                    sc[s] = (float)(d / sqrt((double)r->hd));
+                    mx = sc[s] > mx ? sc[s] : mx;
+                }
+                for (int s = 0; s <= t; s++)
+                    sum += (sc[s] = (float)exp(sc[s] - mx));
+                for (int64_t i = 0; i < r->hd; i++) {
+                    double acc = 0;
+                    for (int s = 0; s <= t; s++)
+                        acc += sc[s] / sum * v[s * K + kh * r->hd + i];
+                    a[hh * r->hd + i] = (float)acc;
+                }
+            }
+            matvec(W(r, "blk.%d.attn_output.weight", il), a, Q, E, o);
+            for (int64_t i = 0; i < E; i++)
+                x[t * E + i] += o[i];
+            memcpy(h, x + t * E, (size_t)E * 4);
+            rmsnorm(h, E, W(r, "blk.%d.ffn_norm.weight", il), r->eps);
+            matvec(W(r, "blk.%d.ffn_gate.weight", il), h, E, r->n_ff, g);
+            matvec(W(r, "blk.%d.ffn_up.weight", il), h, E, r->n_ff, u);
+            for (int64_t i = 0; i < r->n_ff; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            matvec(W(r, "blk.%d.ffn_down.weight", il), g, r->n_ff, E, o);
+            for (int64_t i = 0; i < E; i++)
+                x[t * E + i] += o[i];
+        }
+    }
+    const float *head = W(r, "output.weight", 0);
+    if (!head)
+        head = emb;
+    for (int t = 0; t < n; t++) {
+        memcpy(h, x + t * E, (size_t)E * 4);
+        rmsnorm(h, E, W(r, "output_norm.weight", 0), r->eps);
+        matvec(head, h, E, r->n_vocab, out + (size_t)t * (size_t)r->n_vocab);
+    }
+    free(x), free(h), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(sc);
+}
+
+static void check_against_reference(const char *arch, const char *spec)
+{
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth(arch, spec, MINFER_FTYPE_ALL_F32, &size);
+    char err[512];
+    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(m, &info);
+    struct ref r = {.g = minfer_model_gguf(m), .n_embd = info.n_embd, .n_layer = info.n_layer,
+                    .n_head = info.n_head, .n_kv = info.n_head_kv, .hd = info.head_dim,
+                    .n_ff = info.n_ff, .n_vocab = info.n_vocab};
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    ck_assert_int_eq(minfer_gguf_get_f64(r.g, key, &r.base), MINFER_OK);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    ck_assert_int_eq(minfer_gguf_get_f64(r.g, key, &r.eps), MINFER_OK);
+
+    enum { N = 9 };
+    int32_t ids[N] = {5, 17, 300, 42, 42, 7, 250, 1, 99};
+    float *want = malloc(sizeof *want * N * (size_t)r.n_vocab);
+    ref_forward(&r, ids, N, want);
+    /* Our forward in two passes (5 + 4 tokens) so the cache carries over. */
+    struct minfer_ctx *c = ctx_of(m, 64, 5, MINFER_TYPE_F32);
+    decode_ok(c, ids, N, MINFER_DECODE_ALL_LOGITS);
+    double worst = 0, scale = 0;
+    for (int t = 0; t < N; t++)
+        for (int64_t i = 0; i < r.n_vocab; i++) {
+            double d = fabs(minfer_ctx_logits(c, t)[i] - want[t * r.n_vocab + i]);
+            worst = d > worst || d != d ? d : worst;
+            scale = fabs(want[t * r.n_vocab + i]) > scale ? fabs(want[t * r.n_vocab + i]) : scale;
+        }
+    printf("%s vs plain-C reference: max |diff| %.3g (max |logit| %.3g)\n", arch, worst, scale);
+    /* f32 weights, f32 activations: only summation order differs. */
+    ck_assert_msg(worst <= 1e-4 * (scale > 1 ? scale : 1), "%s: %g", arch, worst);
+    free(want);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+
+START_TEST(qwen3_matches_reference)
+{
+    /* Catches a missing or misplaced per-head Q/K norm, head_dim taken from
+     * n_embd / n_head, a wrong GQA head mapping and a broken tied head. */
+    check_against_reference("qwen3", TINY_QWEN3);
+}
+END_TEST
+
+START_TEST(qwen2_untied_matches_reference)
+{
+    /* Catches QKV biases not applied and output.weight ignored when present. */
+    check_against_reference("qwen2", TINY_QWEN2);
+}
+END_TEST
+
+/* ---- contexts ---- */
+
+START_TEST(chunks_truncate_and_redecode_agree)
+{
+    /* Catches KV carried wrongly across passes of different sizes, and
+     * truncation that leaves stale cells visible to later tokens. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    char err[512];
+    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    int32_t ids[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, other[4] = {100, 200, 300, 310};
+    struct minfer_ctx *one = ctx_of(m, 64, 64, MINFER_TYPE_F32);
+    struct minfer_ctx *many = ctx_of(m, 64, 3, MINFER_TYPE_F32);
+    decode_ok(one, ids, 12, 0);
+    /* many: a detour of 4 wrong tokens, truncated away, then the rest. */
+    decode_ok(many, ids, 6, 0);
+    decode_ok(many, other, 4, 0);
+    ck_assert_int_eq(minfer_ctx_truncate(many, 6), MINFER_OK);
+    ck_assert_int_eq(minfer_ctx_n_past(many), 6);
+    decode_ok(many, ids + 6, 5, 0);
+    decode_ok(many, ids + 11, 1, 0);
+    ck_assert_int_eq(minfer_ctx_n_past(many), 12);
+    const float *a = minfer_ctx_logits(one, -1), *b = minfer_ctx_logits(many, -1);
+    double worst = 0;
+    for (int i = 0; i < 320; i++)
+        worst = fmax(worst, fabs(a[i] - b[i]));
+    /* Row batching may change the summation order inside the kernels. */
+    ck_assert_msg(worst < 1e-3, "max diff %g", worst);
+    ck_assert_int_eq(minfer_ctx_truncate(many, 13), MINFER_ERR_RANGE);
+    minfer_ctx_free(one);
+    minfer_ctx_free(many);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* A spy around the CPU plugin's table: records every replay offer. */
+static struct minfer_backend_iface spy_iface;
+static const struct minfer_backend_iface *spy_real;
+static struct minfer_replay_window spy_w[64];
+static void *spy_dst[64];
+static int spy_n;
+
+static minfer_status spy_replay(struct minfer_backend *be, const struct minfer_replay_window *w,
+                                bool *replayed)
+{
+    if (spy_n < 64) {
+        spy_w[spy_n] = *w;
+        spy_dst[spy_n] = w->nodes[w->last].dst->data;
+        spy_n++;
+    }
+    *replayed = false;
+    return MINFER_OK;
+}
+
+START_TEST(decode_steps_reuse_one_graph)
+{
+    /* Catches per-step graph rebuilds or moving buffers (a captured CUDA
+     * graph would replay stale addresses), token positions baked into the
+     * graph, and replay offered when the context turned it off. */
+    struct minfer_runtime *rt = runtime();
+    const struct minfer_plugin *cpu = runtime_find_backend(rt, "cpu");
+    spy_real = cpu->iface;
+    memcpy(&spy_iface, cpu->iface, sizeof spy_iface);
+    spy_iface.graph_replay = spy_replay;
+    struct minfer_plugin spy = *cpu;
+    spy.iface = &spy_iface;
+    spy.iface_size = sizeof spy_iface;
+
+    size_t size;
+    void *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    minfer_status st;
+    char err[512];
+    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
+    struct minfer_model *m = NULL;
+    ck_assert_int_eq(model_load_internal(NULL, &spy, g, NULL, &m, err, sizeof err), MINFER_OK);
+    struct minfer_ctx *c = ctx_of(m, 128, 16, MINFER_TYPE_F16);
+    int32_t ids[8] = {11, 22, 33, 44, 55, 66, 77, 88};
+    spy_n = 0;
+    decode_ok(c, ids, 8, 0);
+    ck_assert_int_eq(spy_n, 1);
+    ck_assert_int_eq(spy_w[0].nt_hint, 8);
+    for (int k = 0; k < 10; k++)
+        decode_ok(c, &ids[k % 8], 1, 0);
+    ck_assert_int_eq(spy_n, 11);
+    for (int k = 2; k < 11; k++) {
+        ck_assert_uint_eq(spy_w[k].uid, spy_w[1].uid);
+        ck_assert_uint_eq(spy_w[k].generation, spy_w[1].generation);
+        ck_assert_ptr_eq(spy_w[k].nodes, spy_w[1].nodes);
+        ck_assert_ptr_eq(spy_dst[k], spy_dst[1]);
+        ck_assert_int_eq(spy_w[k].nt_hint, 1);
+    }
+    ck_assert_uint_ne(spy_w[1].uid, spy_w[0].uid);
+    minfer_ctx_free(c);
+
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.flags = MINFER_CTX_NO_GRAPHS;
+    cp.n_ctx = 64;
+    c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
+    ck_assert_ptr_nonnull(c);
+    spy_n = 0;
+    decode_ok(c, ids, 3, 0);
+    ck_assert_int_eq(spy_n, 0);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- minfer chat ---- */
+
+static char *run_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;)
+        n += got;
+    buf[n] = 0;
+    ck_assert_int_eq(pclose(p), 0);
+    return buf;
+}
+
+START_TEST(chat_turn2_equals_fresh_run)
+{
+    /* Catches KV reuse across chat turns that drifts from recomputing the
+     * whole conversation, and a second turn that re-prefills everything. */
+    if (access(FIX_GGUF, R_OK))
+        MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hello there\\nWhat is 2+2?\\n' | MINFER_PLUGIN_PATH=%s %s/bin/minfer chat "
+             "-m %s -n 6 --temp 0 -c 256 2>/tmp/minfer-chat-test.err",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF);
+    char *out = run_capture(cmd);
+    char *nl = strchr(out, '\n');
+    ck_assert_ptr_nonnull(nl);
+    *nl = 0;
+    const char *reply1 = out, *reply2 = nl + 1;
+    char *nl2 = strchr(reply2, '\n');
+    ck_assert_ptr_nonnull(nl2);
+    *nl2 = 0;
+    char *log = run_capture("cat /tmp/minfer-chat-test.err");
+    ck_assert_msg(strstr(log, "[chat: 0 cached tokens reused") &&
+                      !strstr(strstr(log, "\n") ? strstr(log, "\n") + 1 : log, "[chat: 0 cached"),
+                  "turn 2 did not reuse the cache: %s", log);
+
+    /* Fresh: render the conversation, prefill it all, greedy 6 tokens. */
+    struct minfer_runtime *rt = runtime();
+    minfer_status st;
+    char err[512];
+    struct minfer_model *m = minfer_model_load(rt, FIX_GGUF, NULL, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(minfer_model_gguf(m), &st, err,
+                                                              sizeof err);
+    ck_assert_ptr_nonnull(tok);
+    struct minfer_chat_msg msgs[3] = {
+        {"user", "Hello there"}, {"assistant", reply1}, {"user", "What is 2+2?"}};
+    char text[4096];
+    size_t len;
+    ck_assert_int_eq(minfer_chat_render(tok, MINFER_CHAT_UNKNOWN, msgs, 3, true, text,
+                                        sizeof text, &len, err, sizeof err),
+                     MINFER_OK);
+    int32_t ids[512];
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, text, len, true, ids, 512, &n), MINFER_OK);
+    struct minfer_ctx *c = ctx_of(m, 256, 512, MINFER_TYPE_F16);
+    decode_ok(c, ids, (int32_t)n, 0);
+    int32_t gen[6];
+    int ng = 0;
+    for (; ng < 6; ng++) {
+        gen[ng] = 0;
+        const float *l = minfer_ctx_logits(c, -1);
+        for (int32_t i = 1; i < 151936; i++)
+            if (l[i] > l[gen[ng]])
+                gen[ng] = i;
+        if (minfer_tokenizer_is_eog(tok, gen[ng]))
+            break;
+        decode_ok(c, &gen[ng], 1, 0);
+    }
+    char fresh[1024];
+    size_t flen;
+    ck_assert_int_eq(minfer_detokenize(tok, gen, (size_t)ng, false, fresh, sizeof fresh - 1, &flen),
+                     MINFER_OK);
+    fresh[flen] = 0;
+    ck_assert_str_eq(reply2, fresh);
+    minfer_ctx_free(c);
+    minfer_tokenizer_free(tok);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    free(out);
+    free(log);
+}
+END_TEST
+
+Suite *model_suite(void);
+Suite *model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("load");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, refuses_unknown_architecture);
+    tcase_add_test(tc, refuses_missing_tensor);
+    tcase_add_test(tc, refuses_wrong_shape_and_type);
+    tcase_add_test(tc, refuses_bad_hparams);
+    tcase_add_test(tc, refuses_prompt_longer_than_context);
+    suite_add_tcase(s, tc);
+    TCase *fw = tcase_create("forward");
+    tcase_set_timeout(fw, 300);
+    tcase_add_test(fw, qwen3_matches_reference);
+    tcase_add_test(fw, qwen2_untied_matches_reference);
+    tcase_add_test(fw, chunks_truncate_and_redecode_agree);
+    tcase_add_test(fw, decode_steps_reuse_one_graph);
+    tcase_add_test(fw, chat_turn2_equals_fresh_run);
+    suite_add_tcase(s, fw);
+    return s;
+}
