@@ -535,6 +535,16 @@ START_TEST(decode_steps_reuse_one_graph)
         ck_assert_int_eq(spy_w[k].nt_hint, 1);
     }
     ck_assert_uint_ne(spy_w[1].uid, spy_w[0].uid);
+    /* The CPU plugin accepts the fused forms, so fusion must have used them. */
+    int fused_norm = 0, fused_ffn = 0, plain_swiglu = 0;
+    for (uint32_t k = spy_w[1].first; k <= spy_w[1].last; k++) {
+        fused_norm += spy_w[1].nodes[k].op == MINFER_OP_RMS_NORM_MUL;
+        fused_ffn += spy_w[1].nodes[k].op == MINFER_OP_FFN_GATE_UP;
+        plain_swiglu += spy_w[1].nodes[k].op == MINFER_OP_SWIGLU;
+    }
+    ck_assert_int_eq(fused_norm, 2 * 2 + 1);
+    ck_assert_int_eq(fused_ffn, 2);
+    ck_assert_int_eq(plain_swiglu, 0);
     minfer_ctx_free(c);
 
     struct minfer_ctx_params cp;
