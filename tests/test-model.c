@@ -94,12 +94,11 @@ static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n, uint3
 
 /* ---- load refusals ---- */
 
-enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE };
+enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX };
 
-/* Copies a GGUF with one edit, writes it to a temporary file, tries to
- * load it and returns the error text (empty on success). */
-static void load_edited(const char *arch, const char *spec, enum edit e, const char *target,
-                        char *err, size_t err_len)
+/* Copies a synthetic GGUF with one edit into path (mkstemp template). */
+static void write_edited(const char *arch, const char *spec, enum edit e, const char *target,
+                         char *path, char *err, size_t err_len)
 {
     size_t size;
     void *mem = synth(arch, spec, MINFER_FTYPE_ALL_F32, &size);
@@ -109,7 +108,8 @@ static void load_edited(const char *arch, const char *spec, enum edit e, const c
     struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     for (int64_t i = 0; i < minfer_gguf_kv_count(g); i++) {
         const char *key = minfer_gguf_kv_key(g, i);
-        if (!strcmp(key, target) && e == E_DROP_KEY)
+        if ((!strcmp(key, target) && e == E_DROP_KEY) ||
+            (e == E_DROP_PREFIX && !strncmp(key, target, strlen(target))))
             continue;
         if (!strcmp(key, target) && e == E_KEY_TYPE) {
             ck_assert_int_eq(minfer_gguf_writer_set_str(w, key, "two", 3), MINFER_OK);
@@ -144,7 +144,6 @@ static void load_edited(const char *arch, const char *spec, enum edit e, const c
                                                        NULL, NULL),
                          MINFER_OK);
     }
-    char path[] = "/tmp/minfer-test-model-XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
@@ -153,7 +152,16 @@ static void load_edited(const char *arch, const char *spec, enum edit e, const c
     free(f16buf);
     minfer_gguf_close(g);
     minfer_synth_mem_free(mem);
+}
 
+/* Writes the edited GGUF, tries to load it and returns the error text
+ * (empty on success). */
+static void load_edited(const char *arch, const char *spec, enum edit e, const char *target,
+                        char *err, size_t err_len)
+{
+    char path[] = "/tmp/minfer-test-model-XXXXXX";
+    write_edited(arch, spec, e, target, path, err, err_len);
+    minfer_status st;
     struct minfer_runtime *rt = runtime();
     err[0] = 0;
     struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, err_len);
@@ -218,6 +226,26 @@ START_TEST(refuses_bad_hparams)
     /* Qwen3's head_dim is its own key, never n_embd / n_head. */
     EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_DROP_KEY, "qwen3.attention.key_length",
                       "qwen3.attention.key_length");
+}
+END_TEST
+
+START_TEST(run_refuses_model_without_tokenizer)
+{
+    /* Catches minfer run crashing or generating from a GGUF whose
+     * tokenizer.* metadata is missing instead of saying so. */
+    char path[] = "/tmp/minfer-test-notok-XXXXXX", err[512], cmd[1024];
+    write_edited("qwen2", TINY_QWEN2, E_DROP_PREFIX, "tokenizer.", path, err, sizeof err);
+    snprintf(cmd, sizeof cmd,
+             "MINFER_PLUGIN_PATH=%s %s/bin/minfer run -m %s -p hi -n 2 2>&1; echo \"rc=$?\"",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, path);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    unlink(path);
+    ck_assert_msg(strstr(out, "tokenizer") && strstr(out, "rc=1"), "output: %s", out);
 }
 END_TEST
 
@@ -485,6 +513,17 @@ static struct minfer_replay_window spy_w[64];
 static void *spy_dst[64];
 static int spy_n;
 
+static int spy_weights, spy_weights_in_place;
+
+static minfer_status spy_weight_register(struct minfer_backend *be,
+                                         const struct minfer_weight_desc *w, void **data)
+{
+    minfer_status st = spy_real->weight_register(be, w, data);
+    spy_weights++;
+    spy_weights_in_place += st == MINFER_OK && *data == w->host_data;
+    return st;
+}
+
 static minfer_status spy_replay(struct minfer_backend *be, const struct minfer_replay_window *w,
                                 bool *replayed)
 {
@@ -507,6 +546,7 @@ START_TEST(decode_steps_reuse_one_graph)
     spy_real = cpu->iface;
     memcpy(&spy_iface, cpu->iface, sizeof spy_iface);
     spy_iface.graph_replay = spy_replay;
+    spy_iface.weight_register = spy_weight_register;
     struct minfer_plugin spy = *cpu;
     spy.iface = &spy_iface;
     spy.iface_size = sizeof spy_iface;
@@ -519,6 +559,9 @@ START_TEST(decode_steps_reuse_one_graph)
     struct minfer_model *m = NULL;
     ck_assert_int_eq(model_load_internal(NULL, &spy, g, NULL, &m, err, sizeof err), MINFER_OK);
     struct minfer_ctx *c = ctx_of(m, 128, 16, MINFER_TYPE_F16);
+    /* The CPU reads every weight in place, in the file's mapping. */
+    ck_assert_int_gt(spy_weights, 10);
+    ck_assert_int_eq(spy_weights_in_place, spy_weights);
     int32_t ids[8] = {11, 22, 33, 44, 55, 66, 77, 88};
     spy_n = 0;
     decode_ok(c, ids, 8, 0);
@@ -661,6 +704,7 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_wrong_shape_and_type);
     tcase_add_test(tc, refuses_bad_hparams);
     tcase_add_test(tc, refuses_prompt_longer_than_context);
+    tcase_add_test(tc, run_refuses_model_without_tokenizer);
     suite_add_tcase(s, tc);
     TCase *fw = tcase_create("forward");
     tcase_set_timeout(fw, 300);
