@@ -250,12 +250,12 @@ static inline uint16_t minfer_fp32_to_fp16(float f)
         return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) /* >= 65520 rounds to infinity */
         return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) { /* normal half: drop 13 mantissa bits */
-        uint32_t h = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
-        uint32_t rem = a & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-            h++; /* a carry into the exponent is still correct */
-        return (uint16_t)(sign | h);
+    if (a >= 0x38800000u) {
+        /* normal half: round the 13 dropped mantissa bits to nearest even
+         * without a branch (a carry into the exponent is still correct),
+         * then rebias the exponent from 127 to 15 */
+        uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r >> 13) - (112u << 10)));
     }
     if (a <= 0x33000000u) /* <= 2^-25: rounds to zero (the tie is even) */
         return sign;
