@@ -765,21 +765,92 @@ static minfer_status split(struct split_ctx *c, int lv, const char *s, size_t n)
     return off < n ? split(c, lv + 1, s + off, n - off) : MINFER_OK;
 }
 
-static bool all_below(const char *s, size_t n, uint32_t limit)
+/* Code points that NFC leaves alone and that never combine with what
+ * precedes them: starters below U+0300 (nothing there decomposes or is a
+ * second element of a composition), CJK unified ideographs and Hangul
+ * syllables. NFC of a text is the concatenation of NFC of the spans cut
+ * just before such a code point. */
+static bool nfc_inert(uint32_t cp)
+{
+    return cp < 0x300 || (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3);
+}
+
+/* NFC of valid UTF-8 s[n]: *out = s when nothing changes (*owned NULL),
+ * else a malloc'd copy. Only spans around non-inert code points are handed
+ * to utf8proc, so mostly-ASCII or CJK text costs one scan. */
+static minfer_status nfc(const char *s, size_t n, const char **out, size_t *out_n, char **owned)
 {
     const uint8_t *u = (const uint8_t *)s;
+    char *d = NULL;
+    size_t dn = 0, dcap = 0, copied = 0; /* s[0..copied) is already in d */
+    size_t prev = 0;                     /* start of the previous code point */
+    *owned = NULL;
     for (size_t i = 0; i < n;) {
-        if (u[i] < 0x80) {
-            i++;
+        uint32_t cp;
+        int r = u[i] < 0x80 ? (cp = u[i], 1) : tok_utf8_next(u + i, n - i, &cp);
+        if (r <= 0)
+            return MINFER_ERR_INVALID_ARG; /* callers repair UTF-8 first */
+        if (nfc_inert(cp)) {
+            prev = i;
+            i += (size_t)r;
             continue;
         }
-        uint32_t cp;
-        int r = tok_utf8_next(u + i, n - i, &cp);
-        if (r <= 0 || cp >= limit)
-            return false;
-        i += (size_t)r;
+        /* span: the previous code point (it may compose with this one) up to the next inert one */
+        size_t a = prev < copied ? copied : (i > 0 ? prev : 0), b = i + (size_t)r;
+        while (b < n) {
+            int rb = u[b] < 0x80 ? (cp = u[b], 1) : tok_utf8_next(u + b, n - b, &cp);
+            if (rb <= 0)
+                return MINFER_ERR_INVALID_ARG;
+            if (nfc_inert(cp))
+                break;
+            b += (size_t)rb;
+        }
+        utf8proc_uint8_t *norm = NULL;
+        utf8proc_ssize_t m = utf8proc_map(u + a, (utf8proc_ssize_t)(b - a), &norm,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (m < 0) {
+            free(d);
+            return m == UTF8PROC_ERROR_NOMEM ? MINFER_ERR_NO_MEMORY : MINFER_ERR_INVALID_ARG;
+        }
+        bool same = (size_t)m == b - a && !memcmp(norm, u + a, b - a);
+        if (!same) {
+            size_t need = dn + (a - copied) + (size_t)m + (n - b);
+            if (need > dcap) {
+                size_t cap = need + need / 2 + 64;
+                char *nd = realloc(d, cap);
+                if (!nd) {
+                    free(norm);
+                    free(d);
+                    return MINFER_ERR_NO_MEMORY;
+                }
+                d = nd;
+                dcap = cap;
+            }
+            memcpy(d + dn, s + copied, a - copied);
+            dn += a - copied;
+            memcpy(d + dn, norm, (size_t)m);
+            dn += (size_t)m;
+            copied = b;
+        }
+        free(norm);
+        prev = b; /* the next code point is inert: it starts a fresh span */
+        i = b;
     }
-    return true;
+    if (!d) {
+        *out = s;
+        *out_n = n;
+        return MINFER_OK;
+    }
+    if (dn + (n - copied) > dcap) { /* cannot happen: need counted the tail */
+        free(d);
+        return MINFER_ERR_STATE;
+    }
+    memcpy(d + dn, s + copied, n - copied);
+    dn += n - copied;
+    *owned = d;
+    *out = d;
+    *out_n = dn;
+    return MINFER_OK;
 }
 
 /* Encodes plain text (no special tokens) s[n], valid UTF-8. */
@@ -787,17 +858,15 @@ static minfer_status encode_plain(struct split_ctx *c, const char *s, size_t n)
 {
     if (n == 0)
         return MINFER_OK;
-    /* Text whose code points are all below U+0300 is already NFC: nothing
-     * there composes or decomposes canonically into something else. */
-    if (!c->tok->pretok->nfc || all_below(s, n, 0x300))
+    if (!c->tok->pretok->nfc)
         return split(c, 0, s, n);
-    utf8proc_uint8_t *norm = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (m < 0)
-        return m == UTF8PROC_ERROR_NOMEM ? MINFER_ERR_NO_MEMORY : MINFER_ERR_INVALID_ARG;
-    minfer_status st = split(c, 0, (const char *)norm, (size_t)m);
-    free(norm);
+    const char *t;
+    size_t tn;
+    char *owned;
+    minfer_status st = nfc(s, n, &t, &tn, &owned);
+    if (st == MINFER_OK)
+        st = split(c, 0, t, tn);
+    free(owned);
     return st;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
@@ -300,6 +301,49 @@ START_TEST(invalid_utf8_replaced)
 }
 END_TEST
 
+START_TEST(nfc_spans_match_whole_text_nfc)
+{
+    /* The tokenizer normalises only spans around non-inert code points;
+     * this catches a span cut in the wrong place (a starter separated from
+     * its combining marks, Hangul L+V+T or kana + voicing mark not
+     * composed, marks not reordered, singletons like U+212B kept) by
+     * comparing with utf8proc's NFC of the whole text. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    static const char *const texts[] = {
+        "cafe\xcc\x81 x",                       /* e + acute */
+        "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 ", /* Hangul jamo L V T -> one syllable */
+        "\xed\x95\x98\xe1\x86\xa8",             /* syllable LV + T */
+        "\xe3\x82\xab\xe3\x82\x99\xe4\xb8\x80",  /* katakana ka + voicing, then CJK */
+        "\xe2\x84\xab and \xe2\x84\xa6",          /* angstrom, ohm singletons */
+        "a\xcc\x81\xcc\xa8 q\xcc\xa3\xcc\x87",  /* marks to reorder */
+        "\xcd\x84 \xe4\xb8\x80\xcc\x81",          /* U+0344; CJK + mark */
+        "\xef\xac\x81le \xf0\x9f\x98\x80\xcc\x81", /* ligature (NFC keeps), emoji + mark */
+    };
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        const char *t = texts[k];
+        utf8proc_uint8_t *norm = NULL;
+        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)t, (utf8proc_ssize_t)strlen(t),
+                                          &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        ck_assert_int_ge(m, 0);
+        int32_t a[64], b[64];
+        size_t na, nb;
+        ck_assert_int_eq(minfer_tokenize(tok, t, strlen(t), false, a, 64, &na), MINFER_OK);
+        ck_assert_int_eq(minfer_tokenize(tok, (const char *)norm, (size_t)m, false, b, 64, &nb),
+                         MINFER_OK);
+        char da[256], db[256];
+        size_t la, lb;
+        ck_assert_int_eq(minfer_detokenize(tok, a, na, true, da, sizeof da, &la), MINFER_OK);
+        ck_assert_int_eq(minfer_detokenize(tok, b, nb, true, db, sizeof db, &lb), MINFER_OK);
+        ck_assert_msg(la == (size_t)m && !memcmp(da, norm, la), "text %zu not NFC-normalised", k);
+        ck_assert_uint_eq(na, nb);
+        ck_assert_mem_eq(a, b, na * sizeof *a);
+        free(norm);
+    }
+}
+END_TEST
+
 START_TEST(special_only_when_asked)
 {
     /* Catches control tokens being matched in user text without
@@ -539,6 +583,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, fixture_prompts);
     tcase_add_test(tc, empty_input);
     tcase_add_test(tc, invalid_utf8_replaced);
+    tcase_add_test(tc, nfc_spans_match_whole_text_nfc);
     tcase_add_test(tc, special_only_when_asked);
     tcase_add_test(tc, ids_and_buffer_sizing);
     tcase_add_test(tc, gguf_tokenizer_metadata);
