@@ -53,6 +53,8 @@ struct wtensor {
 
 struct minfer_gguf_writer {
     uint32_t version;
+    volatile bool writing;       /* tmp names a file being written */
+    char tmp[4096 + 64];
     struct wkv *kv;
     size_t n_kv, cap_kv;
     struct wtensor *t;
@@ -507,14 +509,19 @@ static void sync_dir(const char *path)
     }
 }
 
+const char *minfer_gguf_writer_temp_path(const struct minfer_gguf_writer *w)
+{
+    return w && w->writing ? w->tmp : NULL;
+}
+
 minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char *path,
                                        char *err, size_t err_len)
 {
     struct out o = {-1, NULL, 0, 0, path ? path : "(null)", "", err, err_len};
-    char tmp[4096 + 64];
     minfer_status st;
     if (!w || !path || !*path || strlen(path) > 4096)
         return out_fail(&o, MINFER_ERR_INVALID_ARG, "no writer or no usable path");
+    char *tmp = w->tmp;
 
     /* layout: tensor offsets from the data section, each padded */
     uint64_t a = GGUF_DEFAULT_ALIGNMENT, rel = 0;
@@ -532,13 +539,14 @@ minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char 
     o.buf = malloc(WRITE_CHUNK);
     if (!o.buf)
         return out_fail(&o, MINFER_ERR_NO_MEMORY, "no memory for the write buffer");
-    o.fd = open_temp(path, tmp, sizeof tmp);
+    o.fd = open_temp(path, tmp, sizeof w->tmp);
     if (o.fd < 0) {
         st = out_fail(&o, MINFER_ERR_IO, "cannot create a temporary file beside it: %s",
                       strerror(errno));
         goto out_buf;
     }
     o.tmp = tmp;
+    w->writing = true;
 
     if ((st = emit_header(&o, w)) || (st = emit_zeros(&o, pad_of(o.written + o.n, a))))
         goto out_unlink;
@@ -561,6 +569,7 @@ minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char 
         st = out_fail(&o, MINFER_ERR_IO, "rename of %s: %s", tmp, strerror(errno));
         goto out_unlink;
     }
+    w->writing = false;
     sync_dir(path);
     free(o.buf);
     if (err && err_len)
@@ -571,6 +580,7 @@ out_unlink:
     if (o.fd >= 0)
         close(o.fd);
     unlink(tmp);
+    w->writing = false;
 out_buf:
     free(o.buf);
     return st;

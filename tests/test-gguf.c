@@ -932,6 +932,7 @@ START_TEST(fixture_facts)
     ck_assert_uint_eq(t->size, 64ull * 151936 * 2);
     ck_assert_uint_eq(t->offset, minfer_gguf_data_offset(g));
     ck_assert_uint_eq(minfer_gguf_data_offset(g) % 32, 0);
+    ck_assert_uint_eq((uintptr_t)t->data % 32, 0); /* the mapping keeps the alignment */
     t = minfer_gguf_find_tensor(g, "output_norm.weight");
     ck_assert_ptr_nonnull(t);
     ck_assert_uint_eq(t->type, MINFER_TYPE_F32);
@@ -952,12 +953,19 @@ struct fill_state {
     uint64_t next;
     int calls;
     int fail_at_call; /* 0: never */
+    const struct minfer_gguf_writer *w; /* when set, checks temp_path */
 };
 
 static minfer_status fill_pattern(void *user, uint64_t offset, void *dst, size_t size)
 {
     struct fill_state *f = user;
     ck_assert_uint_eq(offset, f->next);
+    if (f->w) {
+        /* during the write the temporary exists under its advertised name */
+        const char *tmp = minfer_gguf_writer_temp_path(f->w);
+        ck_assert_ptr_nonnull(tmp);
+        ck_assert_int_eq(access(tmp, F_OK), 0);
+    }
     if (++f->calls == f->fail_at_call)
         return MINFER_ERR_BACKEND;
     uint8_t *d = dst;
@@ -1232,11 +1240,13 @@ START_TEST(writer_failure_leaves_no_file)
     snprintf(path, sizeof path, "%s/fail.gguf", dir);
     struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     int64_t ne[2] = {1024, 4096}; /* 16 MiB: several chunks */
-    struct fill_state fs = {.seed = 1, .fail_at_call = 3};
+    struct fill_state fs = {.seed = 1, .fail_at_call = 3, .w = w};
     ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "x", MINFER_TYPE_F32, 2, ne, NULL,
                                                    fill_pattern, &fs),
                      MINFER_OK);
+    ck_assert_ptr_null(minfer_gguf_writer_temp_path(w));
     ck_assert_int_eq(minfer_gguf_writer_write(w, path, err, sizeof err), MINFER_ERR_BACKEND);
+    ck_assert_ptr_null(minfer_gguf_writer_temp_path(w));
     ck_assert_ptr_nonnull(strstr(err, path));
     ck_assert_ptr_nonnull(strstr(err, "fill callback failed"));
     ck_assert_int_eq(dir_entries(dir), 0);

@@ -7,6 +7,12 @@
  * tensor data returned by the reader point into the mapping and live until
  * minfer_gguf_close. Multi-byte values inside arrays may be unaligned: copy
  * them with memcpy.
+ *
+ * Limits (documented in core/gguf.c, which enforces them): keys up to
+ * 65535 bytes, tensor names up to 255 (the writer: 63, llama.cpp's
+ * limit), string values and array strings up to 16 MiB, arrays as long as
+ * the file can hold, no arrays of arrays, n_dims 1..4, dimensions >= 1,
+ * general.alignment a u32 power of two (default 32), little-endian v2/v3.
  */
 #ifndef MINFER_GGUF_H
 #define MINFER_GGUF_H
@@ -165,6 +171,10 @@ MINFER_API minfer_status minfer_gguf_writer_add_tensor(struct minfer_gguf_writer
  * only once complete: an interrupted or failed write leaves no file. */
 MINFER_API minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char *path,
                                                   char *err, size_t err_len);
+/* While minfer_gguf_writer_write runs: the temporary file's path (owned by
+ * w), else NULL. Reading it is async-signal-safe, so a SIGINT handler can
+ * unlink() it and an interrupted run leaves no temporary behind either. */
+MINFER_API const char *minfer_gguf_writer_temp_path(const struct minfer_gguf_writer *w);
 
 #ifdef __cplusplus
 }
