@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "minfer/backend.h"
 #include "minfer/quant.h"
@@ -71,21 +73,41 @@ static const struct minfer_backend_iface *open_plugin(const char *file, void **d
     return t;
 }
 
+/* The probe runs in a child process: CUDA initialised in this process
+ * would not survive the fork of each Check test (cudaErrorInitialization). */
 const char *minfer_test_skip_reason(void)
 {
     static char why[600];
-    void *dl = NULL;
-    const struct minfer_backend_iface *t = open_plugin("libminfer-cuda.so", &dl, why, sizeof why);
-    if (!t) {
-        char tmp[600];
-        snprintf(tmp, sizeof tmp, "no CUDA device: the CUDA plugin is unavailable (%.500s)", why);
-        snprintf(why, sizeof why, "%.590s", tmp);
-        return why;
+    int fd[2];
+    if (pipe(fd) != 0)
+        return "no CUDA device: pipe() failed, cannot probe";
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        char msg[600] = "";
+        void *dl = NULL;
+        const struct minfer_backend_iface *t =
+            open_plugin("libminfer-cuda.so", &dl, msg, sizeof msg);
+        if (!t) {
+            char tmp[600];
+            snprintf(tmp, sizeof tmp, "no CUDA device: the CUDA plugin is unavailable (%.500s)",
+                     msg);
+            snprintf(msg, sizeof msg, "%.590s", tmp);
+        } else if (t->probe(msg, sizeof msg) > 0) {
+            msg[0] = 0;
+        }
+        ssize_t w = write(fd[1], msg, strlen(msg) + 1);
+        _exit(w > 0 ? 0 : 1);
     }
-    int score = t->probe(why, sizeof why);
-    t->shutdown();
-    dlclose(dl);
-    return score > 0 ? NULL : why;
+    close(fd[1]);
+    ssize_t n = pid > 0 ? read(fd[0], why, sizeof why - 1) : -1;
+    close(fd[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    if (n <= 0)
+        return "no CUDA device: the probe process failed";
+    why[n] = 0;
+    return why[0] ? why : NULL;
 }
 
 static void setup(void)

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(G_THREADS)
                 const float *__restrict__ x, int64_t x_nb1, int M, float *__restrict__ dst,
                 int64_t dst_nb1)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];
     __half *As = (__half *)smem;               /* [G_BN][G_LDA] */
     __half *Bs = As + G_BN * G_LDA;            /* [G_BM][G_LDA] */
     float *Cs = (float *)smem;                 /* [G_BM][G_LDC], after the K loop */

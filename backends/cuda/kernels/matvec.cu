@@ -232,15 +232,19 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
 template <> struct Unit<MINFER_TYPE_Q4_K> {
     static constexpr int U = 64;
     float d0, d1, m0, m1; /* d*sc, dmin*m of the two sub-blocks */
-    int q[8];
+    int lo[8], hi[8];
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 144 * (size_t)(u / 4);
         int g = u % 4;
         const int4 *qs = (const int4 *)(b + 16 + 32 * g);
         int4 a = qs[0], c = qs[1];
-        q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w;
-        q[4] = c.x; q[5] = c.y; q[6] = c.z; q[7] = c.w;
+        int q[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = q[i] & 0x0F0F0F0F;
+            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
+        }
         uint32_t dd = *(const uint32_t *)b;
         float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
         uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
@@ -254,12 +258,6 @@ template <> struct Unit<MINFER_TYPE_Q4_K> {
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
     {
         int blk = 2 * u; /* 32-blocks: 8 per super-block, 2 per unit */
-        int lo[8], hi[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            lo[i] = q[i] & 0x0F0F0F0F;
-            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
-        }
         int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
         float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
         return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
@@ -269,21 +267,22 @@ template <> struct Unit<MINFER_TYPE_Q4_K> {
 template <> struct Unit<MINFER_TYPE_Q5_K> {
     static constexpr int U = 64;
     float d0, d1, m0, m1;
-    int q[8];
-    int g;
-    int h[8];
+    int lo[8], hi[8];
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 176 * (size_t)(u / 4);
-        g = u % 4;
+        int g = u % 4;
         const int4 *qs = (const int4 *)(b + 48 + 32 * g);
         int4 a = qs[0], c = qs[1];
-        q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w;
-        q[4] = c.x; q[5] = c.y; q[6] = c.z; q[7] = c.w;
         const int4 *qh = (const int4 *)(b + 16);
         int4 e = qh[0], f = qh[1];
-        h[0] = e.x; h[1] = e.y; h[2] = e.z; h[3] = e.w;
-        h[4] = f.x; h[5] = f.y; h[6] = f.z; h[7] = f.w;
+        int q[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        int h[8] = {e.x, e.y, e.z, e.w, f.x, f.y, f.z, f.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = (q[i] & 0x0F0F0F0F) | (((h[i] >> (2 * g)) & 0x01010101) << 4);
+            hi[i] = ((q[i] >> 4) & 0x0F0F0F0F) | (((h[i] >> (2 * g + 1)) & 0x01010101) << 4);
+        }
         uint32_t dd = *(const uint32_t *)b;
         float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
         uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
@@ -297,12 +296,6 @@ template <> struct Unit<MINFER_TYPE_Q5_K> {
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
     {
         int blk = 2 * u;
-        int lo[8], hi[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            lo[i] = (q[i] & 0x0F0F0F0F) | (((h[i] >> (2 * g)) & 0x01010101) << 4);
-            hi[i] = ((q[i] >> 4) & 0x0F0F0F0F) | (((h[i] >> (2 * g + 1)) & 0x01010101) << 4);
-        }
         int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
         float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
         return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
@@ -353,51 +346,98 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
 
 /* ---- the quantized kernel ---- */
 
-#define MV_WARPS 4
+#define MV_THREADS 128
+
+/* Threads per output row, from the row's work units (nunits) and the row
+ * count: each thread should hold >= 4 units so enough bytes are in flight
+ * per warp on short rows (K = 3584: 56 Q4_K units -> 8 threads, 16 rows
+ * per block), and a few long rows (ffn_down: N = 3584, K = 18944) get the
+ * whole block each so the GPU still fills with warps. Power of two. */
+static int rows_tpr(int64_t N, int64_t nunits)
+{
+    if (N < 8192 && nunits >= 4 * MV_THREADS)
+        return MV_THREADS;
+    int tpr = 32;
+    while (tpr > 4 && nunits < 4 * tpr)
+        tpr /= 2;
+    return tpr;
+}
+
+/* Sums acc[NT] over the tpr threads of a row; thread 0 of the row writes.
+ * tpr < 32: a segmented shuffle inside the warp; 128: warps through smem. */
+template <int NT>
+__device__ __forceinline__ void row_store(float *acc, int tpr, int lane, int M, int row,
+                                          float *dst, int64_t dst_nb1)
+{
+    __shared__ float red[NT][MV_THREADS / 32];
+    int span = tpr < 32 ? tpr : 32;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        for (int o = span / 2; o > 0; o >>= 1)
+            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+    if (tpr > 32) {
+        if (threadIdx.x % 32 == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                red[t][threadIdx.x / 32] = acc[t];
+        __syncthreads();
+        if (threadIdx.x == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < MV_THREADS / 32; w++)
+                    v += red[t][w];
+                acc[t] = v;
+            }
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
+}
 
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_WARPS * 32)
+__global__ void __launch_bounds__(MV_THREADS)
     mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                int nb, int nunits, int N, int M, float *__restrict__ dst, int64_t dst_nb1)
+                int nb, int nunits, int N, int M, float *__restrict__ dst, int64_t dst_nb1,
+                int tpr)
 {
-    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N)
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
+    int lane = threadIdx.x % tpr;
+    /* rows past N exist only when tpr <= 32 (no block barrier then); they
+     * still take part in the segmented shuffles, reading row N-1 */
+    bool live = row < N;
+    if (!live && tpr > 32)
         return;
-    const uint8_t *wr = W + (int64_t)row * w_nb1;
+    const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
     const size_t xstride = (size_t)nb * 40;
+    /* units in flight per thread per step: 4 for nt <= 2, 2 beyond */
+    constexpr int UNR = NT <= 2 ? 4 : 2;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
-    int u = lane;
-    /* two units in flight per lane per step */
-    for (; u + 32 < nunits; u += 64) {
-        Unit<T> w0, w1;
-        w0.load(wr, u);
-        w1.load(wr, u + 32);
+    for (int u0 = lane; u0 < nunits; u0 += UNR * tpr) {
+        Unit<T> w[UNR];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (NT == 1 || t < M) {
-                acc[t] += w0.dot(xq + t * xstride, nb, u);
-                acc[t] += w1.dot(xq + t * xstride, nb, u + 32);
+        for (int i = 0; i < UNR; i++)
+            if (u0 + i * tpr < nunits)
+                w[i].load(wr, u0 + i * tpr);
+#pragma unroll
+        for (int i = 0; i < UNR; i++) {
+            if (u0 + i * tpr < nunits) {
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    if (NT == 1 || t < M)
+                        acc[t] += w[i].dot(xq + t * xstride, nb, u0 + i * tpr);
             }
         }
     }
-    if (u < nunits) {
-        Unit<T> w0;
-        w0.load(wr, u);
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (NT == 1 || t < M)
-                acc[t] += w0.dot(xq + t * xstride, nb, u);
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && (NT == 1 || t < M))
-            *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
-    }
+    if (!live)
+        lane = 1; /* never writes */
+    row_store<NT>(acc, tpr, lane, M, row, dst, dst_nb1);
 }
 
 template <int T>
@@ -407,28 +447,31 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     constexpr int U = Unit<T>::U;
     if (K % 256 && U == 64)
         return k_fail(k, "matvec_q", "K is not a multiple of 256 for a K-quant");
-    if (U == 64 && (((uintptr_t)W % 16) || (w_nb1 % 16)))
+    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K; /* int4 loads */
+    if (A16 && (((uintptr_t)W % 16) || (w_nb1 % 16)))
         return k_fail(k, "matvec_q", "K-quant weight rows are not 16-byte aligned");
     int nb = (int)(K / 32), nunits = (int)(K / U);
-    unsigned grid = (unsigned)((N + MV_WARPS - 1) / MV_WARPS);
+    int tpr = rows_tpr(N, nunits);
+    int rpb = MV_THREADS / tpr;
+    unsigned grid = (unsigned)((N + rpb - 1) / rpb);
     const uint8_t *w = (const uint8_t *)W;
     const uint8_t *x = (const uint8_t *)xq;
     if (M == 1) {
         auto kf = mmvq_kernel<T, 1>;
-        KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1);
+        KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
     } else if (M == 2) {
         auto kf = mmvq_kernel<T, 2>;
-        KLAUNCH(k, "matvec_q<nt=2>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1);
+        KLAUNCH(k, "matvec_q<nt=2>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
     } else if (M <= 4) {
         auto kf = mmvq_kernel<T, 4>;
-        KLAUNCH(k, "matvec_q<nt=4>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1);
+        KLAUNCH(k, "matvec_q<nt=4>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
     } else if (M <= 8) {
         auto kf = mmvq_kernel<T, 8>;
-        KLAUNCH(k, "matvec_q<nt=8>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1);
+        KLAUNCH(k, "matvec_q<nt=8>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
     } else {
         return k_fail(k, "matvec_q", "more than 8 columns");
     }
@@ -502,21 +545,23 @@ template <int T> __device__ __forceinline__ void ldw8(const uint8_t *row, int64_
 }
 
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_WARPS * 32)
+__global__ void __launch_bounds__(MV_THREADS)
     mmvf_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int64_t K, const float *__restrict__ x,
-                int64_t x_nb1, int N, int M, float *__restrict__ dst, int64_t dst_nb1, int vec)
+                int64_t x_nb1, int N, int M, float *__restrict__ dst, int64_t dst_nb1, int vec,
+                int tpr)
 {
-    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N)
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
+    int lane = threadIdx.x % tpr;
+    bool live = row < N;
+    if (!live && tpr > 32)
         return;
-    const uint8_t *wr = W + (int64_t)row * w_nb1;
+    const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
     int64_t kv = vec ? (K / 8) * 8 : 0;
-    for (int64_t k0 = 8 * (int64_t)lane; k0 < kv; k0 += 256) {
+    for (int64_t k0 = 8 * (int64_t)lane; k0 < kv; k0 += 8 * tpr) {
         float w[8];
         ldw8<T>(wr, k0, w);
 #pragma unroll
@@ -529,19 +574,16 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             }
         }
     }
-    for (int64_t i = kv + lane; i < K; i += 32) {
+    for (int64_t i = kv + lane; i < K; i += tpr) {
         float w = ldw<T>(wr, i);
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (NT == 1 || t < M)
                 acc[t] += w * ((const float *)((const char *)x + t * x_nb1))[i];
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && (NT == 1 || t < M))
-            *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
-    }
+    if (!live)
+        lane = 1; /* never writes */
+    row_store<NT>(acc, tpr, lane, M, row, dst, dst_nb1);
 }
 
 template <int T>
@@ -552,7 +594,9 @@ static int launch_mmvf(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     /* vector loads need every row start 16-byte aligned (weights and x) */
     int vec = ((uintptr_t)W % 16 == 0) && (w_nb1 % 16 == 0) && ((uintptr_t)x % 16 == 0) &&
               (x_nb1 % 16 == 0 || M == 1) && (K * es >= 16);
-    unsigned grid = (unsigned)((N + MV_WARPS - 1) / MV_WARPS);
+    int tpr = rows_tpr(N, vec ? K / 8 : K / 8 + 1);
+    int rpb = MV_THREADS / tpr;
+    unsigned grid = (unsigned)((N + rpb - 1) / rpb);
     const uint8_t *w = (const uint8_t *)W;
     for (int64_t m0 = 0; m0 < M; m0 += 8) {
         int64_t mc = M - m0 < 8 ? M - m0 : 8;
@@ -560,20 +604,20 @@ static int launch_mmvf(struct kctx *k, const void *W, int64_t K, int64_t N, int6
         float *ds = (float *)((char *)dst + m0 * dst_nb1);
         if (mc == 1) {
             auto kf = mmvf_kernel<T, 1>;
-            KLAUNCH(k, "matvec_f<nt=1>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec);
+            KLAUNCH(k, "matvec_f<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
         } else if (mc == 2) {
             auto kf = mmvf_kernel<T, 2>;
-            KLAUNCH(k, "matvec_f<nt=2>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec);
+            KLAUNCH(k, "matvec_f<nt=2>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
         } else if (mc <= 4) {
             auto kf = mmvf_kernel<T, 4>;
-            KLAUNCH(k, "matvec_f<nt=4>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec);
+            KLAUNCH(k, "matvec_f<nt=4>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
         } else {
             auto kf = mmvf_kernel<T, 8>;
-            KLAUNCH(k, "matvec_f<nt=8>", kf, grid, MV_WARPS * 32, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec);
+            KLAUNCH(k, "matvec_f<nt=8>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
         }
     }
     return 0;
