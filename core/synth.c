@@ -534,7 +534,7 @@ static char *dupn(const char *s, size_t n)
     return p;
 }
 
-/* Pads tokens [from, n_tok) as "[PADi]" user-defined tokens (as llama.cpp's
+/* Pads tokens [from, n_tok) as "[PADi]" unused tokens (as llama.cpp's
  * converter does for ids the tokenizer does not use). */
 static bool pad_tokens(struct vocab_arrays *v, uint64_t from)
 {
@@ -545,7 +545,7 @@ static bool pad_tokens(struct vocab_arrays *v, uint64_t from)
             return false;
         v->tokp[i] = v->tok[i];
         v->tokl[i] = (size_t)n;
-        v->type[i] = 4;
+        v->type[i] = 5; /* unused */
     }
     return true;
 }
@@ -709,11 +709,14 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
                                                  sv->merge_lens, sv->n_merges)) != MINFER_OK)
             goto out;
         const char *pre = sv->pre ? sv->pre : "qwen2";
+        bool no_bos = false; /* Qwen's tokenizers add no BOS */
         if ((st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4)) ||
             (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) ||
             (st = set_id(w, "tokenizer.ggml.bos_token_id", sv->bos_id)) ||
             (st = set_id(w, "tokenizer.ggml.eos_token_id", sv->eos_id)) ||
-            (st = set_id(w, "tokenizer.ggml.padding_token_id", sv->pad_id)))
+            (st = set_id(w, "tokenizer.ggml.padding_token_id", sv->pad_id)) ||
+            (st = minfer_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", MINFER_GGUF_BOOL,
+                                         &no_bos)))
             goto out;
         if (sv->chat_template &&
             (st = minfer_gguf_writer_set_str(w, "tokenizer.chat_template", sv->chat_template,

@@ -409,6 +409,79 @@ START_TEST(synth_tokenizer_copy_and_refusals)
 }
 END_TEST
 
+/* Catches a tokenizer.json import that differs from llama.cpp's converter:
+ * the CLI's output must hold the same tokens, token types (control for
+ * special or <|...|> added tokens, user-defined for the rest, unused for
+ * padding), merges, special ids and chat template as the fixture GGUF that
+ * llama.cpp's convert_hf_to_gguf.py wrote from the same tokenizer. */
+START_TEST(synth_cli_tokenizer_json)
+{
+    char json[512], ref_path[512], cli[512], cmd[2048], err[512];
+    snprintf(json, sizeof json, "%s/tokenizer/tokenizer.json", MINFER_FIXTURES_DIR);
+    snprintf(ref_path, sizeof ref_path, "%s/models/fixture-A-f16.gguf", MINFER_FIXTURES_DIR);
+    snprintf(cli, sizeof cli, "%s/bin/minfer", MINFER_BUILD_DIR);
+    if (access(json, R_OK) || access(ref_path, R_OK))
+        MINFER_TEST_SKIP("fixtures under %s not found", MINFER_FIXTURES_DIR);
+    if (access(cli, X_OK))
+        MINFER_TEST_SKIP("CLI %s not built", cli);
+    make_tmpdir();
+    snprintf(cmd, sizeof cmd,
+             "'%s' synth --arch qwen2 --shape custom:n_embd=64,n_layer=1,n_head=2,n_head_kv=1,"
+             "head_dim=32,n_ff=128 --type Q8_0 --threads 2 --tokenizer '%s' -o '%s/t.gguf' "
+             "2>/dev/null",
+             cli, json, tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/t.gguf", tmpdir);
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open(cmd, &st, err, sizeof err);
+    struct minfer_gguf *ref = minfer_gguf_open(ref_path, &st, err, sizeof err);
+    ck_assert(g && ref);
+    static const char *const arrays[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"};
+    for (int k = 0; k < 2; k++) {
+        enum minfer_gguf_type et;
+        uint64_t na, nb;
+        const void *d;
+        ck_assert_int_eq(minfer_gguf_get_arr(g, arrays[k], &et, &na, &d), MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_get_arr(ref, arrays[k], &et, &nb, &d), MINFER_OK);
+        ck_assert_uint_eq(na, nb);
+        for (uint64_t i = 0; i < na; i++) {
+            const char *a, *b;
+            size_t la, lb;
+            if (minfer_gguf_get_arr_str(g, arrays[k], i, &a, &la) ||
+                minfer_gguf_get_arr_str(ref, arrays[k], i, &b, &lb) || la != lb ||
+                memcmp(a, b, la))
+                ck_abort_msg("%s[%llu] differs", arrays[k], (unsigned long long)i);
+        }
+    }
+    enum minfer_gguf_type et;
+    uint64_t na, nb;
+    const void *ta, *tb;
+    ck_assert_int_eq(minfer_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &na, &ta), 0);
+    ck_assert_int_eq(minfer_gguf_get_arr(ref, "tokenizer.ggml.token_type", &et, &nb, &tb), 0);
+    ck_assert_uint_eq(na, nb);
+    for (uint64_t i = 0; i < na; i++)
+        if (memcmp((const int32_t *)ta + i, (const int32_t *)tb + i, 4))
+            ck_abort_msg("token_type[%llu] differs", (unsigned long long)i);
+    static const char *const ids[] = {"tokenizer.ggml.bos_token_id",
+                                      "tokenizer.ggml.eos_token_id",
+                                      "tokenizer.ggml.padding_token_id"};
+    for (int k = 0; k < 3; k++) {
+        int64_t a, b;
+        ck_assert_int_eq(minfer_gguf_get_i64(g, ids[k], &a), MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_get_i64(ref, ids[k], &b), MINFER_OK);
+        ck_assert_int_eq(a, b);
+    }
+    const char *a, *b;
+    size_t la, lb;
+    ck_assert_int_eq(minfer_gguf_get_str(g, "tokenizer.chat_template", &a, &la), MINFER_OK);
+    ck_assert_int_eq(minfer_gguf_get_str(ref, "tokenizer.chat_template", &b, &lb), MINFER_OK);
+    ck_assert(la == lb && !memcmp(a, b, la));
+    minfer_gguf_close(g);
+    minfer_gguf_close(ref);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- quantize ---- */
 
 /* Catches quantize writing bytes that differ from the reference quantizer
@@ -503,6 +576,7 @@ Suite *synth_suite(void)
     tcase_add_test(tc, synth_metadata_and_names);
     tcase_add_test(tc, synth_deterministic);
     tcase_add_test(tc, synth_tokenizer_copy_and_refusals);
+    tcase_add_test(tc, synth_cli_tokenizer_json);
     suite_add_tcase(s, tc);
     tc = tcase_create("quantize");
     tcase_set_timeout(tc, 120);

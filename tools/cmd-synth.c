@@ -165,7 +165,12 @@ static int hf_load(const char *path, struct hf_vocab *h, char *err, size_t err_l
         free(h->tokens[i]);
         if (!(h->tokens[i] = dup_str(content->valuestring)))
             goto nomem;
-        h->types[i] = cJSON_IsTrue(special) ? 3 : 4; /* control : user-defined */
+        /* control when special or spelled <|...|> (llama.cpp's converter
+         * treats those as control whatever the flag says), else user-defined */
+        size_t cl = strlen(content->valuestring);
+        bool looks = cl >= 4 && !strncmp(content->valuestring, "<|", 2) &&
+                     !strcmp(content->valuestring + cl - 2, "|>");
+        h->types[i] = cJSON_IsTrue(special) || looks ? 3 : 4;
     }
     for (uint64_t i = 0; i < n; i++) {
         if (!h->tokens[i]) {
@@ -173,7 +178,7 @@ static int hf_load(const char *path, struct hf_vocab *h, char *err, size_t err_l
             snprintf(b, sizeof b, "[PAD%llu]", (unsigned long long)i);
             if (!(h->tokens[i] = dup_str(b)))
                 goto nomem;
-            h->types[i] = 4;
+            h->types[i] = 5; /* unused */
         }
         h->lens[i] = strlen(h->tokens[i]);
     }

@@ -118,9 +118,9 @@ MINFER_API minfer_status minfer_runtime_device_info(const struct minfer_runtime 
 
 /* A tokenizer read from a GGUF file's tokenizer.* metadata. Supported now:
  * tokenizer.ggml.model "gpt2" (byte-level BPE) with pre-tokenizer "qwen2"
- * (Qwen2, Qwen2.5, Qwen3). Immutable once made except for an internal word
- * cache guarded by a lock: any number of threads may tokenize at once.
- * It copies what it needs: the GGUF may be closed afterwards. */
+ * (Qwen2, Qwen2.5, Qwen3). Immutable once made (the word cache lives per
+ * call): any number of threads may tokenize at once. It copies what it
+ * needs: the GGUF may be closed afterwards. */
 struct minfer_tokenizer;
 struct minfer_gguf;
 
@@ -515,7 +515,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
 struct minfer_synth_vocab {
     const char *const *tokens;  /* n_tokens strings (byte-level BPE spelling) */
     const size_t *token_lens;
-    const int32_t *token_types; /* llama.cpp's: 1 normal, 3 control, 4 user-defined */
+    const int32_t *token_types; /* llama.cpp's: 1 normal, 3 control, 4 user-defined, 5 unused */
     uint64_t n_tokens;
     const char *const *merges;  /* "a b" */
     const size_t *merge_lens;
