@@ -3,7 +3,8 @@
 # prefix, builds plugins/template out of tree with only pkg-config and the
 # installed headers, loads it through MINFER_PLUGIN_PATH with the installed
 # CLI, and builds two tiny applications against the install: one through
-# pkg-config, one through find_package(minfer). Exits non-zero on the
+# pkg-config, one through find_package(minfer); then makes the .deb
+# packages with cpack and checks what each holds. Exits non-zero on the
 # first failure, saying which step failed.
 set -eu
 build=$1
@@ -68,4 +69,27 @@ CM
 cmake -S "$tmp/cm" -B "$tmp/cm-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; die "find_package(minfer)"; }
 cmake --build "$tmp/cm-build" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; die "find_package app build"; }
 "$tmp/cm-build/app" >/dev/null || die "find_package app run"
+step "Debian packages (cpack -G DEB)"
+if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
+    cpack --config "$build/CPackConfig.cmake" -G DEB -B "$tmp/pkg" >"$tmp/p.log" 2>&1 || { cat "$tmp/p.log"; die "cpack"; }
+    for d in "$tmp/pkg/"*.deb; do dpkg-deb -c "$d" >"${d%%_*}.list"; done
+    has() { grep -q "$2" "$tmp/pkg/$1.list" || die "package $1 lacks $2"; }
+    lacks() { if grep -q "$2" "$tmp/pkg/$1.list"; then die "package $1 holds $2"; fi; }
+    has minfer 'libminfer\.so\.0'
+    has minfer 'minfer/backends/libminfer-cpu\.so'
+    has minfer 'bin/minfer$'
+    lacks minfer 'libminfer-cuda\.so'
+    lacks minfer 'include/minfer'
+    has minfer-dev 'include/minfer/backend\.h'
+    has minfer-dev 'pkgconfig/minfer\.pc'
+    has minfer-dev 'cmake/minfer/minferConfigVersion\.cmake'
+    dpkg-deb -f "$tmp/pkg/"minfer-dev_*.deb Depends | grep -q "minfer (= " || die "minfer-dev does not depend on minfer"
+    if [ -f "$build/lib/minfer/backends/libminfer-cuda.so" ]; then
+        has minfer-cuda 'minfer/backends/libminfer-cuda\.so'
+        dpkg-deb -f "$tmp/pkg/"minfer-cuda_*.deb Depends | grep -q "minfer (= " || die "minfer-cuda does not depend on minfer"
+    fi
+    ls "$tmp/pkg/"*.deb
+else
+    echo "skipped: dpkg-deb or dpkg-shlibdeps not installed"
+fi
 echo "install-test: OK"
