@@ -543,7 +543,9 @@ static void consider_dir(struct minfer_runtime *rt, const char *dir, const char 
     if (n > 1)
         qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
-        char *p = strf("%s/%s", dir, names[i]);
+        size_t dl = strlen(dir);
+        bool slash = dl > 0 && dir[dl - 1] == '/';
+        char *p = strf("%s%s%s", dir, slash ? "" : "/", names[i]);
         if (p)
             consider_file(rt, p, origin);
         else
