@@ -15,15 +15,19 @@
 
 /* ---- activation blocks (plugin-internal formats) ---- */
 
-/* A row of activations quantized for dot products against the 32-element
- * weight types: x ~= d * qs, d = amax / 127, qs = nearest(x * 127 / amax)
- * (ties to even); sum = sum(qs). d is a float (not fp16) so the only
- * rounding is that of qs. */
-struct cpu_q8 {
-    float d;
-    int32_t sum;
-    int8_t qs[32];
-};
+/* A row of K activations quantized for dot products against the
+ * 32-element weight types ("Q8 row", K + 8 * K/32 bytes, struct of
+ * arrays so SIMD code loads several blocks of qs or of d at once):
+ *   int8 qs[K]      x ~= d[b] * qs, d[b] = amax/127 of block b,
+ *                   qs = nearest-even(x * 127/amax)
+ *   float d[K/32]
+ *   int32 sum[K/32] sum of the block's qs
+ * A kernel set may store qs with an offset of 128 as uint8 (the AVX-512
+ * set does, for vpdpbusd's unsigned operand); each set reads only rows its
+ * own quantizer wrote. */
+#define CPU_Q8_ROW_BYTES(K) ((size_t)(K) + 8 * ((size_t)(K) / 32))
+#define CPU_Q8_D(row, K) ((float *)((char *)(row) + (K)))
+#define CPU_Q8_SUM(row, K) ((int32_t *)((char *)(row) + (K) + 4 * ((size_t)(K) / 32)))
 
 /* Against the K-quants the activations use GGUF's Q8_K block
  * (struct minfer_block_q8_K) with the same rule per 256 elements. */
@@ -32,7 +36,7 @@ struct cpu_q8 {
 
 /* out[c] = dot(weight row w (k elements), activation column c) for
  * c < nc (1..CPU_MM_NC). act points at column 0 in the activation format
- * of the weight type (f32 for F32/F16/BF16, struct cpu_q8 for the 32-blocks,
+ * of the weight type (f32 for F32/F16/BF16, a Q8 row for the 32-blocks,
  * struct minfer_block_q8_K for the K-quants); columns are act_stride bytes
  * apart. */
 typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stride,
@@ -52,7 +56,7 @@ struct cpu_kernels {
     /* matmul tiles per weight type (NULL: type not readable) */
     cpu_mm_fn mm[MINFER_TYPE_COUNT];
     /* activation quantizers: n multiple of 32 / 256 */
-    void (*quant_q8)(const float *x, struct cpu_q8 *y, int n);
+    void (*quant_q8)(const float *x, void *row, int n);
     void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);
     /* attention helpers over one KV row slice of n elements */
     float (*dot_f32)(int n, const float *x, const float *y);

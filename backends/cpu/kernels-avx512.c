@@ -1,10 +1,310 @@
 /*
- * kernels-avx512.c — the AVX-512 kernel set (kernels-x86.inc built with
- * AVX-512 F/BW/VL/VNNI on top of AVX2): integer products of the 32-element
- * block types go through vpdpbusd. Reached only through cpu_kernels_avx512,
- * which isa.c hands out only when the CPU and OS run all of those.
+ * kernels-avx512.c — the AVX-512 kernel set: kernels-x86.inc built with
+ * AVX-512 F/BW/VL/VNNI on top of AVX2, with 512-bit matmul kernels for
+ * the quantized weight types replacing the 256-bit ones:
+ *   - 32-element blocks: two blocks per vpdpbusd. The weights are turned
+ *     into int8 (q - offset), the activations are stored by this set's
+ *     quantizer as uint8 (q + 128), and the 128 * sum(w) that this adds is
+ *     subtracted through the accumulator's starting value, computed once
+ *     per weight block pair and shared by all activation columns.
+ *   - K-quants: one 64-element group (two sub-blocks) per vector, scales
+ *     folded into vpmaddwd, mins and Q6_K's offset through Q8_K's bsums.
+ * Reached only through cpu_kernels_avx512, which isa.c hands out only when
+ * the CPU and OS run all of those extensions.
  */
 #define KSET_NAME "avx512"
 #define KSET_TABLE cpu_kernels_avx512
 #define KSET_VNNI 1
+#define KSET_ACT_U8 1
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KSIG (int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
+static void mm512_q4_0 KSIG;
+static void mm512_q4_1 KSIG;
+static void mm512_q5_0 KSIG;
+static void mm512_q5_1 KSIG;
+static void mm512_q8_0 KSIG;
+static void mm512_q4_k KSIG;
+static void mm512_q5_k KSIG;
+static void mm512_q6_k KSIG;
+#define KSET_MM_Q4_0 mm512_q4_0
+#define KSET_MM_Q4_1 mm512_q4_1
+#define KSET_MM_Q5_0 mm512_q5_0
+#define KSET_MM_Q5_1 mm512_q5_1
+#define KSET_MM_Q8_0 mm512_q8_0
+#define KSET_MM_Q4_K mm512_q4_k
+#define KSET_MM_Q5_K mm512_q5_k
+#define KSET_MM_Q6_K mm512_q6_k
+
 #include "kernels-x86.inc"
+
+/* ---- 32-element blocks: weights as int8 ---- */
+
+/* 16 bytes of nibbles of one block -> 32 bytes in element order */
+AI __m256i nib_block(const uint8_t *qs)
+{
+    return nibbles32(qs);
+}
+
+/* two blocks' 32 int8 values each -> one 512-bit vector */
+AI __m512i join2(__m256i a, __m256i b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+AI uint32_t qh32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The int8 weights of block b for each type (element order). */
+AI __m256i w8_q4_0(const void *x, int b)
+{
+    const struct minfer_block_q4_0 *y = (const struct minfer_block_q4_0 *)x + b;
+    return _mm256_sub_epi8(nib_block(y->qs), _mm256_set1_epi8(8));
+}
+AI __m256i w8_q4_1(const void *x, int b)
+{
+    return nib_block(((const struct minfer_block_q4_1 *)x + b)->qs);
+}
+AI __m256i w8_q5_0(const void *x, int b)
+{
+    const struct minfer_block_q5_0 *y = (const struct minfer_block_q5_0 *)x + b;
+    __m256i q = _mm256_or_si256(nib_block(y->qs), bit4_bytes(y->qh));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+AI __m256i w8_q5_1(const void *x, int b)
+{
+    const struct minfer_block_q5_1 *y = (const struct minfer_block_q5_1 *)x + b;
+    return _mm256_or_si256(nib_block(y->qs), bit4_bytes(y->qh));
+}
+AI __m256i w8_q8_0(const void *x, int b)
+{
+    return _mm256_loadu_si256((const __m256i *)((const struct minfer_block_q8_0 *)x + b)->qs);
+}
+
+/* fp16 scale (and min) of block b; all these blocks start with d, and
+ * Q4_1/Q5_1 have m right after it */
+AI float wd(const void *x, size_t bsize, int b)
+{
+    uint16_t h;
+    memcpy(&h, (const char *)x + (size_t)b * bsize, 2);
+    return h2f(h);
+}
+AI float wm(const void *x, size_t bsize, int b)
+{
+    uint16_t h;
+    memcpy(&h, (const char *)x + (size_t)b * bsize + 2, 2);
+    return h2f(h);
+}
+
+/* out[c] = sum_b d_w[b] * d_a[b] * sum(w8 * a) (+ m_w[b] * d_a[b] * sum(a)).
+ * Activation rows hold qs + 128 as uint8; start = -128 * sum(w8) per lane
+ * cancels the offset exactly. */
+#define MM512_Q32(name, W8, BT, HAS_M)                                                      \
+    AI void name##_n(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        const size_t bs = sizeof(BT);                                                       \
+        const int nb = k / 32;                                                              \
+        const __m512i c80 = _mm512_set1_epi8((char)0x80);                                   \
+        const __m512i idx2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
+        __m512 acc[4];                                                                      \
+        float corr[4] = {0, 0, 0, 0};                                                       \
+        for (int c = 0; c < nc; c++)                                                        \
+            acc[c] = _mm512_setzero_ps();                                                   \
+        int b = 0;                                                                          \
+        for (; b + 2 <= nb; b += 2) {                                                       \
+            __m512i wq = join2(W8(w, b), W8(w, b + 1));                                     \
+            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),                        \
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, wq)); \
+            __m512 dw = _mm512_castpd_ps(_mm512_insertf64x4(                                \
+                _mm512_castps_pd(_mm512_set1_ps(wd(w, bs, b))),                             \
+                _mm256_castps_pd(_mm256_set1_ps(wd(w, bs, b + 1))), 1));                    \
+            for (int c = 0; c < nc; c++) {                                                  \
+                const uint8_t *aq = (const uint8_t *)ACT(c);                                \
+                const float *ad = CPU_Q8_D(aq, k);                                          \
+                __m512i p = _mm512_dpbusd_epi32(                                            \
+                    start, _mm512_loadu_si512((const void *)(aq + 32 * b)), wq);            \
+                __m512 da = _mm512_permutexvar_ps(                                          \
+                    idx2, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(ad + b))))); \
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(p), acc[c]); \
+            }                                                                               \
+        }                                                                                   \
+        for (; b < nb; b++) { /* odd block count: one 256-bit step */                       \
+            __m256i wq = W8(w, b);                                                          \
+            __m256i start = _mm256_sub_epi32(                                               \
+                _mm256_setzero_si256(),                                                     \
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wq)); \
+            float d = wd(w, bs, b);                                                         \
+            for (int c = 0; c < nc; c++) {                                                  \
+                const uint8_t *aq = (const uint8_t *)ACT(c);                                \
+                __m256i p = _mm256_dpbusd_epi32(                                            \
+                    start, _mm256_loadu_si256((const __m256i *)(aq + 32 * b)), wq);         \
+                corr[c] += d * CPU_Q8_D(aq, k)[b] * hsum8(_mm256_cvtepi32_ps(p));           \
+            }                                                                               \
+        }                                                                                   \
+        if (HAS_M)                                                                          \
+            for (int c = 0; c < nc; c++) {                                                  \
+                const uint8_t *aq = (const uint8_t *)ACT(c);                                \
+                const float *ad = CPU_Q8_D(aq, k);                                          \
+                const int32_t *as = CPU_Q8_SUM(aq, k);                                      \
+                for (int j = 0; j < nb; j++)                                                \
+                    corr[c] += wm(w, bs, j) * ad[j] * (float)as[j];                         \
+            }                                                                               \
+        for (int c = 0; c < nc; c++)                                                        \
+            out[c] = _mm512_reduce_add_ps(acc[c]) + corr[c];                                \
+    }                                                                                       \
+    MM_DISPATCH(name)
+
+MM512_Q32(mm512_q4_0, w8_q4_0, struct minfer_block_q4_0, 0)
+MM512_Q32(mm512_q4_1, w8_q4_1, struct minfer_block_q4_1, 1)
+MM512_Q32(mm512_q5_0, w8_q5_0, struct minfer_block_q5_0, 0)
+MM512_Q32(mm512_q5_1, w8_q5_1, struct minfer_block_q5_1, 1)
+MM512_Q32(mm512_q8_0, w8_q8_0, struct minfer_block_q8_0, 0)
+
+/* ---- K-quants against Q8_K ---- */
+
+/* 16-bit lane indices: lanes 0..15 -> i, lanes 16..31 -> j */
+AI __m512i idx_halves(int i, int j)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)i), _mm256_set1_epi16((short)j), 1);
+}
+
+/* Q4_K/Q5_K: 8 six-bit scales and mins unpacked with 32-bit masks */
+AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
+    *mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+#define MM512_QK45(name, BT, HAS_QH)                                                        \
+    AI void name##_n(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        const BT *x = w;                                                                    \
+        const __m512i m4 = _mm512_set1_epi8(15);                                            \
+        const __m512i shifts = idx_halves(0, 4);                                            \
+        const __m256i pairs = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7); \
+        __m512 acc[4];                                                                      \
+        __m256 macc[4];                                                                     \
+        for (int c = 0; c < nc; c++) {                                                      \
+            acc[c] = _mm512_setzero_ps();                                                   \
+            macc[c] = _mm256_setzero_ps();                                                  \
+        }                                                                                   \
+        for (int b = 0; b < k / 256; b++) {                                                 \
+            __m128i sc16, mn16;                                                             \
+            k4_unpack(x[b].scales, &sc16, &mn16);                                           \
+            __m512i scz = _mm512_castsi128_si512(sc16);                                     \
+            __m256i mins = _mm256_permutexvar_epi16(pairs, _mm256_castsi128_si256(mn16));   \
+            float d = h2f(x[b].d), dmin = h2f(x[b].dmin);                                   \
+            __m512i hv = _mm512_setzero_si512();                                            \
+            if (HAS_QH)                                                                     \
+                hv = _mm512_broadcast_i64x4(                                                \
+                    _mm256_loadu_si256((const __m256i *)((const char *)&x[b] + 16)));        \
+            __m512i isum[4];                                                                \
+            for (int c = 0; c < nc; c++)                                                    \
+                isum[c] = _mm512_setzero_si512();                                           \
+            for (int g = 0; g < 4; g++) {                                                   \
+                __m512i v = _mm512_broadcast_i64x4(                                         \
+                    _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * g)));               \
+                __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), m4);             \
+                if (HAS_QH) {                                                               \
+                    __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * g))), \
+                                                     _mm256_set1_epi8((char)(1 << (2 * g + 1))), 1); \
+                    __mmask64 hm = _mm512_test_epi8_mask(hv, bit);                          \
+                    q = _mm512_mask_add_epi8(q, hm, q, _mm512_set1_epi8(16));               \
+                }                                                                           \
+                __m512i s16 = _mm512_permutexvar_epi16(idx_halves(2 * g, 2 * g + 1), scz);  \
+                for (int c = 0; c < nc; c++) {                                              \
+                    const int8_t *a = ((const struct minfer_block_q8_K *)ACT(c) + b)->qs;   \
+                    __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)(a + 64 * g))); \
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_madd_epi16(p, s16));         \
+                }                                                                           \
+            }                                                                               \
+            for (int c = 0; c < nc; c++) {                                                  \
+                const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b; \
+                acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum[c]), \
+                                         acc[c]);                                           \
+                __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mins); \
+                macc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * a->d), _mm256_cvtepi32_ps(ms), \
+                                          macc[c]);                                         \
+            }                                                                               \
+        }                                                                                   \
+        for (int c = 0; c < nc; c++)                                                        \
+            out[c] = _mm512_reduce_add_ps(acc[c]) + hsum8(macc[c]);                         \
+    }                                                                                       \
+    MM_DISPATCH(name)
+
+MM512_QK45(mm512_q4_k, struct minfer_block_q4_K, 0)
+MM512_QK45(mm512_q5_k, struct minfer_block_q5_K, 1)
+
+AI void mm512_q6_k_n(int k, const void *w, const void *act, size_t act_stride, int nc,
+                     float *out)
+{
+    const struct minfer_block_q6_K *x = w;
+    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    const __m512i sh01 = idx_halves(0, 2), sh23 = idx_halves(4, 6);
+    __m512 acc[4];
+    __m256 oacc[4];
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm512_setzero_ps();
+        oacc[c] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < k / 256; b++) {
+        float d = h2f(x[b].d);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        __m512i scz = _mm512_castsi256_si512(sc16);
+        __m512i isum[4];
+        for (int c = 0; c < nc; c++)
+            isum[c] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m512i L = _mm512_loadu_si512((const void *)(x[b].ql + 64 * h));
+            __m512i H = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
+            __m512i z[2];
+            z[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
+                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh01), m3), 4));
+            z[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh23), m3), 4));
+            for (int j = 0; j < 2; j++) {
+                /* 64 elements = 4 sub-blocks of 16: scales 8h + 4j + 0..3 */
+                int s0 = 8 * h + 4 * j;
+                __m512i idx = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(s0 + 1)),
+                                                            _mm_set1_epi16((short)s0))),
+                    _mm256_set_m128i(_mm_set1_epi16((short)(s0 + 3)), _mm_set1_epi16((short)(s0 + 2))),
+                    1);
+                __m512i s16 = _mm512_permutexvar_epi16(idx, scz);
+                for (int c = 0; c < nc; c++) {
+                    const int8_t *a = ((const struct minfer_block_q8_K *)ACT(c) + b)->qs;
+                    __m512i p = _mm512_maddubs_epi16(
+                        z[j], _mm512_loadu_si512((const void *)(a + 128 * h + 64 * j)));
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_madd_epi16(p, s16));
+                }
+            }
+        }
+        for (int c = 0; c < nc; c++) {
+            const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b;
+            float da = d * a->d;
+            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(da), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), sc16);
+            oacc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f * da), _mm256_cvtepi32_ps(off),
+                                      oacc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        out[c] = _mm512_reduce_add_ps(acc[c]) + hsum8(oacc[c]);
+}
+MM_DISPATCH(mm512_q6_k)

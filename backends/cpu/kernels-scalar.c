@@ -34,8 +34,11 @@ static void f16_ready(void)
 
 /* ---- activation quantizers ---- */
 
-static void quant_q8(const float *x, struct cpu_q8 *y, int n)
+static void quant_q8(const float *x, void *row, int n)
 {
+    int8_t *qs = row;
+    float *d = CPU_Q8_D(row, n);
+    int32_t *sums = CPU_Q8_SUM(row, n);
     for (int b = 0; b < n / 32; b++, x += 32) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++)
@@ -44,11 +47,11 @@ static void quant_q8(const float *x, struct cpu_q8 *y, int n)
         int32_t sum = 0;
         for (int i = 0; i < 32; i++) {
             int q = (int)nearbyintf(x[i] * id);
-            y[b].qs[i] = (int8_t)q;
+            qs[32 * b + i] = (int8_t)q;
             sum += q;
         }
-        y[b].d = amax / 127.0f;
-        y[b].sum = sum;
+        d[b] = amax / 127.0f;
+        sums[b] = sum;
     }
 }
 
@@ -132,14 +135,16 @@ static void mm_q4_0(int k, const void *w, const void *act, size_t act_stride, in
     const struct minfer_block_q4_0 *x = w;
     int nb = k / 32;
     for (int c = 0; c < nc; c++) {
-        const struct cpu_q8 *a = (const struct cpu_q8 *)ACT(c);
+        const int8_t *aq = (const int8_t *)ACT(c);
+        const float *ad = CPU_Q8_D(aq, k);
+        const int32_t *as = CPU_Q8_SUM(aq, k);
         float acc = 0.0f;
         for (int b = 0; b < nb; b++) {
             int isum = 0;
             for (int j = 0; j < 16; j++)
-                isum += (x[b].qs[j] & 15) * a[b].qs[j] + (x[b].qs[j] >> 4) * a[b].qs[j + 16];
-            isum -= 8 * a[b].sum;
-            acc += minfer_fp16_to_fp32(x[b].d) * a[b].d * (float)isum;
+                isum += (x[b].qs[j] & 15) * aq[32 * b + j] + (x[b].qs[j] >> 4) * aq[32 * b + j + 16];
+            isum -= 8 * as[b];
+            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;
         }
         out[c] = acc;
     }
@@ -150,14 +155,16 @@ static void mm_q4_1(int k, const void *w, const void *act, size_t act_stride, in
     const struct minfer_block_q4_1 *x = w;
     int nb = k / 32;
     for (int c = 0; c < nc; c++) {
-        const struct cpu_q8 *a = (const struct cpu_q8 *)ACT(c);
+        const int8_t *aq = (const int8_t *)ACT(c);
+        const float *ad = CPU_Q8_D(aq, k);
+        const int32_t *as = CPU_Q8_SUM(aq, k);
         float acc = 0.0f;
         for (int b = 0; b < nb; b++) {
             int isum = 0;
             for (int j = 0; j < 16; j++)
-                isum += (x[b].qs[j] & 15) * a[b].qs[j] + (x[b].qs[j] >> 4) * a[b].qs[j + 16];
-            acc += minfer_fp16_to_fp32(x[b].d) * a[b].d * (float)isum +
-                   minfer_fp16_to_fp32(x[b].m) * a[b].d * (float)a[b].sum;
+                isum += (x[b].qs[j] & 15) * aq[32 * b + j] + (x[b].qs[j] >> 4) * aq[32 * b + j + 16];
+            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum +
+                   minfer_fp16_to_fp32(x[b].m) * ad[b] * (float)as[b];
         }
         out[c] = acc;
     }
@@ -184,11 +191,13 @@ static void mm_q5_0(int k, const void *w, const void *act, size_t act_stride, in
     const struct minfer_block_q5_0 *x = w;
     int nb = k / 32;
     for (int c = 0; c < nc; c++) {
-        const struct cpu_q8 *a = (const struct cpu_q8 *)ACT(c);
+        const int8_t *aq = (const int8_t *)ACT(c);
+        const float *ad = CPU_Q8_D(aq, k);
+        const int32_t *as = CPU_Q8_SUM(aq, k);
         float acc = 0.0f;
         for (int b = 0; b < nb; b++) {
-            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), a[b].qs) - 16 * a[b].sum;
-            acc += minfer_fp16_to_fp32(x[b].d) * a[b].d * (float)isum;
+            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), aq + 32 * b) - 16 * as[b];
+            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;
         }
         out[c] = acc;
     }
@@ -199,12 +208,14 @@ static void mm_q5_1(int k, const void *w, const void *act, size_t act_stride, in
     const struct minfer_block_q5_1 *x = w;
     int nb = k / 32;
     for (int c = 0; c < nc; c++) {
-        const struct cpu_q8 *a = (const struct cpu_q8 *)ACT(c);
+        const int8_t *aq = (const int8_t *)ACT(c);
+        const float *ad = CPU_Q8_D(aq, k);
+        const int32_t *as = CPU_Q8_SUM(aq, k);
         float acc = 0.0f;
         for (int b = 0; b < nb; b++) {
-            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), a[b].qs);
-            acc += minfer_fp16_to_fp32(x[b].d) * a[b].d * (float)isum +
-                   minfer_fp16_to_fp32(x[b].m) * a[b].d * (float)a[b].sum;
+            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), aq + 32 * b);
+            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum +
+                   minfer_fp16_to_fp32(x[b].m) * ad[b] * (float)as[b];
         }
         out[c] = acc;
     }
@@ -215,13 +226,14 @@ static void mm_q8_0(int k, const void *w, const void *act, size_t act_stride, in
     const struct minfer_block_q8_0 *x = w;
     int nb = k / 32;
     for (int c = 0; c < nc; c++) {
-        const struct cpu_q8 *a = (const struct cpu_q8 *)ACT(c);
+        const int8_t *aq = (const int8_t *)ACT(c);
+        const float *ad = CPU_Q8_D(aq, k);
         float acc = 0.0f;
         for (int b = 0; b < nb; b++) {
             int isum = 0;
             for (int j = 0; j < 32; j++)
-                isum += x[b].qs[j] * a[b].qs[j];
-            acc += minfer_fp16_to_fp32(x[b].d) * a[b].d * (float)isum;
+                isum += x[b].qs[j] * aq[32 * b + j];
+            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;
         }
         out[c] = acc;
     }

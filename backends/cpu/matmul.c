@@ -122,7 +122,7 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     enum act_kind kind = act_kind_of(w->type);
     size_t stride;
     if (kind == ACT_Q8)
-        stride = (size_t)(K / 32) * sizeof(struct cpu_q8);
+        stride = CPU_Q8_ROW_BYTES(K);
     else if (kind == ACT_Q8K)
         stride = (size_t)(K / 256) * sizeof(struct minfer_block_q8_K);
     else
