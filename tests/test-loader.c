@@ -5,6 +5,7 @@
  * last_error. Uses the plugins built from tests/plugins/broken.c.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,42 @@ START_TEST(same_file_twice_is_one_plugin)
 }
 END_TEST
 
+static void *churn_runtimes(void *arg)
+{
+    (void)arg;
+    const char *paths[] = {TP("good"), TP("good-hi"), TP("probe-zero")};
+    struct minfer_runtime_opts o = {.struct_size = sizeof o, .plugin_paths = paths,
+                                    .n_plugin_paths = 3,
+                                    .flags = MINFER_RUNTIME_NO_ENV |
+                                             MINFER_RUNTIME_NO_DEFAULT_DIRS};
+    for (int i = 0; i < 25; i++) {
+        struct minfer_runtime *rt = minfer_runtime_new(&o, NULL, NULL, 0);
+        if (!rt || runtime_backend_count(rt) != 1)
+            return (void *)1;
+        minfer_runtime_free(rt);
+    }
+    return NULL;
+}
+
+START_TEST(concurrent_runtimes_share_one_load)
+{
+    /* Catches an unlocked registry: threads making and freeing runtimes
+     * over the same plugins must neither crash nor open a held plugin twice. */
+    const char *paths[] = {TP("good")};
+    struct minfer_runtime *held = load_only(paths, 1);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, churn_runtimes, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        void *ret;
+        pthread_join(t[i], &ret);
+        ck_assert_ptr_null(ret);
+    }
+    ck_assert_int_eq(entry_calls(runtime_find_backend(held, "testbe")), 1);
+    minfer_runtime_free(held);
+}
+END_TEST
+
 static char *slurp(const char *path)
 {
     static char buf[4096];
@@ -590,6 +627,7 @@ Suite *loader_suite(void)
     tc = tcase_create("lifetime");
     tcase_add_test(tc, same_file_twice_is_one_plugin);
     tcase_add_test(tc, shutdown_runs_once_when_last_runtime_frees);
+    tcase_add_test(tc, concurrent_runtimes_share_one_load);
     tcase_add_test(tc, higher_score_shadows_lower_in_any_order);
     tcase_add_test(tc, directory_scan_records_every_test_plugin);
     suite_add_tcase(s, tc);
