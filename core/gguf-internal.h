@@ -77,6 +77,10 @@ static inline uint32_t gguf_scalar_size(uint32_t t)
 minfer_status minfer_gguf_kv_raw(const struct minfer_gguf *g, int64_t i, uint32_t *type,
                                  const uint8_t **bytes, uint64_t *len);
 
+/* minfer_gguf_open_memory with MINFER_GGUF_OPEN_* flags (tests, fuzzing). */
+struct minfer_gguf *minfer_gguf_open_memory_flags(const void *data, size_t size, uint32_t flags,
+                                                  minfer_status *st, char *err, size_t err_len);
+
 /* Sets the text minfer_gguf_last_error returns (writer argument errors). */
 void minfer_gguf_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -821,6 +821,12 @@ out:
 struct minfer_gguf *minfer_gguf_open_memory(const void *data, size_t size, minfer_status *st,
                                             char *err, size_t err_len)
 {
+    return minfer_gguf_open_memory_flags(data, size, 0, st, err, err_len);
+}
+
+struct minfer_gguf *minfer_gguf_open_memory_flags(const void *data, size_t size, uint32_t flags,
+                                                  minfer_status *st, char *err, size_t err_len)
+{
     if (!data && size) {
         struct parser ps = {NULL, NULL, 0, 0, "<memory>", 0, err, err_len};
         minfer_status s = perr(&ps, MINFER_ERR_INVALID_ARG, "NULL data with size %zu", size);
@@ -828,7 +834,7 @@ struct minfer_gguf *minfer_gguf_open_memory(const void *data, size_t size, minfe
             *st = s;
         return NULL;
     }
-    return open_bytes(data ? data : "", size, false, "<memory>", 0, st, err, err_len);
+    return open_bytes(data ? data : "", size, false, "<memory>", flags, st, err, err_len);
 }
 
 struct minfer_gguf *minfer_gguf_open(const char *path, minfer_status *st, char *err,

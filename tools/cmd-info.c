@@ -145,7 +145,7 @@ static void print_tensors(const struct minfer_gguf *g)
     int64_t n = minfer_gguf_tensor_count(g);
     uint64_t total = 0;
     printf("\n%" PRId64 " tensors:\n", n);
-    printf("%5s  %-40s %-6s %-28s %14s  %s\n", "#", "name", "type", "shape", "bytes", "offset");
+    printf("%5s  %-40s %-7s %-28s %14s  %s\n", "#", "name", "type", "shape", "bytes", "offset");
     for (int64_t i = 0; i < n; i++) {
         const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
         const struct minfer_type_traits *tr = minfer_type_traits_of(t->type);
@@ -156,7 +156,7 @@ static void print_tensors(const struct minfer_gguf *g)
                           t->ne[d]);
         if (k > 0 && (size_t)k < sizeof shape)
             snprintf(shape + k, sizeof shape - (size_t)k, "]");
-        printf("%5" PRId64 "  %-40s %-6s %-28s %14" PRIu64 "  0x%" PRIx64 "%s\n", i, t->name,
+        printf("%5" PRId64 "  %-40s %-7s %-28s %14" PRIu64 "  0x%" PRIx64 "%s\n", i, t->name,
                tr ? tr->name : "?", shape, t->size, t->offset,
                tr && tr->supported ? "" : "  (type not computed by this build)");
         total += t->size;

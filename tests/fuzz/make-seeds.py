@@ -16,6 +16,8 @@ TYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24
          8: (32, 34), 9: (32, 36), 12: (256, 144), 13: (256, 176), 14: (256, 210),
          15: (256, 292), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
          30: (1, 2)}
+# named GGUF types the reader refuses unless asked to describe them
+OTHER = {10: (256, 84), 16: (256, 66), 20: (32, 18), 34: (256, 54), 39: (32, 17)}
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
           10: "<Q", 11: "<q", 12: "<d"}
 
@@ -42,7 +44,7 @@ def gguf(kvs, tensors, version=3, align=32):
         head += gstr(k) + struct.pack("<I", t) + value(t, v)
     data = b""
     for i, (name, t, ne) in enumerate(tensors):
-        blk, size = TYPES[t]
+        blk, size = TYPES.get(t) or OTHER[t]
         n = 1
         for d in ne:
             n *= d
@@ -73,6 +75,9 @@ def main():
         [("general.alignment", 4, 64)],
         [("t.%d" % t, t, [TYPES[t][0] * (1 if TYPES[t][0] > 1 else 3), 2]) for t in TYPES],
         align=64)
+    seeds["unsupported-types.gguf"] = gguf(
+        [("general.architecture", 8, "llama")],
+        [("u.%d" % t, t, [OTHER[t][0], 1]) for t in OTHER])
     toks = ["!", "\"", "a", "b", "ab", "Ġ", "Ġa", "<|im_end|>"]
     seeds["qwen2-like.gguf"] = gguf(
         [("general.architecture", 8, "qwen2"), ("qwen2.block_count", 4, 1),
