@@ -770,6 +770,8 @@ static minfer_status split(struct split_ctx *c, int lv, const char *s, size_t n)
  * second element of a composition), CJK unified ideographs and Hangul
  * syllables. NFC of a text is the concatenation of NFC of the spans cut
  * just before such a code point. */
+#define NFC_MAX_MARKS 256
+
 static bool nfc_inert(uint32_t cp)
 {
     return cp < 0x300 || (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3);
@@ -795,13 +797,21 @@ static minfer_status nfc(const char *s, size_t n, const char **out, size_t *out_
             i += (size_t)r;
             continue;
         }
-        /* span: the previous code point (it may compose with this one) up to the next inert one */
+        /* span: the previous code point (it may compose with this one) up to
+         * the next inert one. utf8proc orders a run of combining marks in
+         * quadratic time, so a run longer than NFC_MAX_MARKS (no text has
+         * one: Unicode's stream-safe format caps runs at 30) is cut there. */
         size_t a = prev < copied ? copied : (i > 0 ? prev : 0), b = i + (size_t)r;
+        size_t marks = utf8proc_get_property((utf8proc_int32_t)cp)->combining_class != 0;
         while (b < n) {
             int rb = u[b] < 0x80 ? (cp = u[b], 1) : tok_utf8_next(u + b, n - b, &cp);
             if (rb <= 0)
                 return MINFER_ERR_INVALID_ARG;
             if (nfc_inert(cp))
+                break;
+            if (utf8proc_get_property((utf8proc_int32_t)cp)->combining_class == 0)
+                marks = 0;
+            else if (++marks > NFC_MAX_MARKS)
                 break;
             b += (size_t)rb;
         }

@@ -499,8 +499,9 @@ END_TEST
 START_TEST(megabytes_in_linear_time)
 {
     /* Catches quadratic behaviour (per-word rescans, whole-text regex
-     * restarts, a merge loop without a heap) on 4 MiB of mixed text, and a
-     * single 1 MiB word; checks the result still decodes to the input. */
+     * restarts, a merge loop without a heap, unbounded mark reordering) on
+     * 4 MiB of mixed text, a single 1 MiB word and a 100k combining-mark
+     * run; checks the mixed text still decodes to the input. */
     const struct minfer_tokenizer *tok = any_tok();
     if (!tok)
         MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
@@ -537,6 +538,15 @@ START_TEST(megabytes_in_linear_time)
     secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
     ck_assert_msg(secs < 10.0, "one 1 MiB word took %.1f s", secs);
     ck_assert_uint_gt(n, 1000);
+    /* 100k alternating combining marks (ccc 230, 220): utf8proc reorders a
+     * mark run in quadratic time (~100 s here before runs were capped) */
+    text[0] = 'a';
+    for (size_t i = 0; i < 100000; i++)
+        memcpy(text + 1 + 4 * i, "\xcc\x81\xcc\x96", 4);
+    t0 = clock();
+    ck_assert_int_eq(minfer_tokenize(tok, text, 400001, false, NULL, 0, &n), MINFER_ERR_RANGE);
+    secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    ck_assert_msg(secs < 10.0, "100k combining marks took %.1f s", secs);
     free(text);
     free(dec);
 }
