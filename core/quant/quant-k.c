@@ -28,18 +28,38 @@ static int clampi(int v, int lo, int hi)
 
 /* ---- asymmetric sub-block fit (Q4_K, Q5_K) ---- */
 
-/* Fits x[n] ~ scale * L + min with L in 0..nmax, min <= 0, minimising the
+#define SUB 32 /* sub-block length of Q4_K and Q5_K */
+
+/* Levels clamp(round(iscale * dx[i]), 0, nmax), rounding as
+ * minfer_nearest_int; written as a plain loop so it vectorizes. */
+static void levels(float iscale, const float *dx, int nmax, int32_t *l)
+{
+    for (int i = 0; i < SUB; i++) {
+        float v = iscale * dx[i] + 12582912.0f;
+        int32_t b;
+        memcpy(&b, &v, sizeof b);
+        b = (b & 0x007fffff) - 0x00400000;
+        b = b < 0 ? 0 : b;
+        l[i] = b > nmax ? nmax : b;
+    }
+}
+
+/* Fits x[32] ~ scale * L + min with L in 0..nmax, min <= 0, minimising the
  * weighted squared error. Tries the plain min/max grid first, then nstep+1
  * candidate inverse scales (nmax + rmin + rdelta * k) / (max - min), each
- * refined by a closed-form weighted least-squares solve. Returns the scale
- * and stores -min in *neg_min; L receives the best levels. */
-static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                           float *neg_min, uint8_t *Laux, float rmin, float rdelta, int nstep)
+ * refined by a closed-form weighted least-squares solve; a better candidate
+ * also moves the min that the next ones start from. Returns the scale and
+ * stores -min in *neg_min; L receives the best levels.
+ * The element-wise products are computed in separate loops (they
+ * vectorize); every sum is accumulated strictly in element order, which is
+ * what fixes the bits. */
+static float fit_scale_min(int nmax, const float *x, const float *w, uint8_t *L,
+                           float *neg_min, float rmin, float rdelta, int nstep)
 {
     float mn = x[0], mx = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; i++) {
+    for (int i = 1; i < SUB; i++) {
         if (x[i] < mn)
             mn = x[i];
         if (x[i] > mx)
@@ -50,28 +70,40 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     if (mn > 0)
         mn = 0;
     if (mx == mn) {
-        memset(L, 0, (size_t)n);
+        memset(L, 0, SUB);
         *neg_min = -mn;
         return 0.0f;
     }
+    float dx[SUB], fl[SUB], wl[SUB], wl2[SUB], wlx[SUB], e[SUB];
+    int32_t la[SUB];
+    for (int i = 0; i < SUB; i++)
+        dx[i] = x[i] - mn;
     float iscale = nmax / (mx - mn);
     float scale = 1 / iscale;
     float best_err = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(minfer_nearest_int(iscale * (x[i] - mn)), 0, nmax);
-        L[i] = (uint8_t)l;
-        float diff = scale * L[i] + mn - x[i];
-        best_err += w[i] * (diff * diff);
+    levels(iscale, dx, nmax, la);
+    for (int i = 0; i < SUB; i++) {
+        float diff = scale * (float)la[i] + mn - x[i];
+        e[i] = w[i] * (diff * diff);
+    }
+    for (int i = 0; i < SUB; i++) {
+        L[i] = (uint8_t)la[i];
+        best_err += e[i];
     }
     for (int k = 0; k <= nstep; k++) {
         iscale = (rmin + rdelta * k + nmax) / (mx - mn);
+        levels(iscale, dx, nmax, la);
+        for (int i = 0; i < SUB; i++) {
+            fl[i] = (float)la[i];
+            wl[i] = w[i] * fl[i];
+            wl2[i] = wl[i] * fl[i];
+            wlx[i] = wl[i] * x[i];
+        }
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clampi(minfer_nearest_int(iscale * (x[i] - mn)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
+        for (int i = 0; i < SUB; i++) {
+            sum_l += wl[i];
+            sum_l2 += wl2[i];
+            sum_xl += wlx[i];
         }
         float D = sum_w * sum_l2 - sum_l * sum_l;
         if (D > 0) {
@@ -81,16 +113,21 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
                 m = 0;
                 s = sum_xl / sum_l2;
             }
-            float err = 0;
-            for (int i = 0; i < n; i++) {
-                float diff = s * Laux[i] + m - x[i];
-                err += w[i] * (diff * diff);
+            for (int i = 0; i < SUB; i++) {
+                float diff = s * fl[i] + m - x[i];
+                e[i] = w[i] * (diff * diff);
             }
+            float err = 0;
+            for (int i = 0; i < SUB; i++)
+                err += e[i];
             if (err < best_err) {
-                memcpy(L, Laux, (size_t)n);
+                for (int i = 0; i < SUB; i++)
+                    L[i] = (uint8_t)la[i];
                 best_err = err;
                 scale = s;
                 mn = m;
+                for (int i = 0; i < SUB; i++)
+                    dx[i] = x[i] - mn;
             }
         }
     }
@@ -104,7 +141,6 @@ static void k4_block_scales(const float *x, int nmax, float rmin, int nstep, uin
                             uint8_t *scales_out, uint16_t *d_out, uint16_t *dmin_out)
 {
     float scales[8], mins[8], w[32];
-    uint8_t Laux[32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
         const float *xs = x + 32 * j;
@@ -114,8 +150,7 @@ static void k4_block_scales(const float *x, int nmax, float rmin, int nstep, uin
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++)
             w[l] = av_x + fabsf(xs[l]);
-        scales[j] = fit_scale_min(32, nmax, xs, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f,
-                                  nstep);
+        scales[j] = fit_scale_min(nmax, xs, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -125,8 +160,8 @@ static void k4_block_scales(const float *x, int nmax, float rmin, int nstep, uin
     float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
     memset(scales_out, 0, MINFER_K_SCALE_SIZE);
     for (int j = 0; j < 8; j++) {
-        uint8_t ls = (uint8_t)minfer_nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)minfer_nearest_int(inv_min * mins[j]);
+        uint8_t ls = (uint8_t)quant_nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)quant_nearest_int(inv_min * mins[j]);
         ls = ls < 63 ? ls : 63;
         lm = lm < 63 ? lm : 63;
         if (j < 4) {
@@ -151,7 +186,7 @@ static void k4_block_scales(const float *x, int nmax, float rmin, int nstep, uin
             continue; /* keep the fit's levels */
         float dm = dmin * m;
         for (int i = 0; i < 32; i++)
-            L[32 * j + i] = (uint8_t)clampi(minfer_nearest_int((x[32 * j + i] + dm) / ds), 0,
+            L[32 * j + i] = (uint8_t)clampi(quant_nearest_int((x[32 * j + i] + dm) / ds), 0,
                                             nmax);
     }
 }
@@ -193,14 +228,16 @@ void minfer_quant_q5_K(const float *x, struct minfer_block_q5_K *y, int64_t nb)
 
 /* ---- symmetric sub-block fit (Q6_K) ---- */
 
-/* Symmetric fit x ~ scale * (L - nmax), L in 0..2*nmax-1, weights x^2:
+/* Symmetric fit x[16] ~ scale * (L - nmax), L in 0..2*nmax-1, weights x^2:
  * starts from the grid through the largest-magnitude value, then tries
  * inverse scales (nmax + 0.1 k) / max for k = -9..9 and keeps the one that
- * maximises sumlx^2 / suml2. Returns the scale. */
-static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L)
+ * maximises sumlx^2 / suml2. Returns the scale. As above, products are
+ * computed element-wise first and the sums accumulated in element order. */
+static float fit_scale_sym(int nmax, const float *x, uint8_t *L)
 {
+    enum { N = 16 };
     float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < N; i++) {
         float ax = fabsf(x[i]);
         if (ax > amax) {
             amax = ax;
@@ -208,17 +245,26 @@ static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L)
         }
     }
     if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
+        memset(L, 0, N);
         return 0.f;
     }
+    float w[N], wx[N], t1[N], t2[N];
+    int32_t l[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = x[i] * x[i];
+        wx[i] = w[i] * x[i];
+    }
     float iscale = -nmax / max;
+    for (int i = 0; i < N; i++) {
+        l[i] = clampi(quant_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        t1[i] = wx[i] * (float)l[i];
+        t2[i] = w[i] * (float)l[i] * (float)l[i];
+    }
     float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(minfer_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (uint8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
+    for (int i = 0; i < N; i++) {
+        L[i] = (uint8_t)(l[i] + nmax);
+        sumlx += t1[i];
+        suml2 += t2[i];
     }
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
@@ -226,18 +272,19 @@ static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L)
         if (k == 0)
             continue;
         iscale = -(nmax + 0.1f * k) / max;
+        for (int i = 0; i < N; i++) {
+            l[i] = clampi(quant_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            t1[i] = wx[i] * (float)l[i];
+            t2[i] = w[i] * (float)l[i] * (float)l[i];
+        }
         sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clampi(minfer_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
+        for (int i = 0; i < N; i++) {
+            sumlx += t1[i];
+            suml2 += t2[i];
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) {
-                int l = clampi(minfer_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-                L[i] = (uint8_t)(l + nmax);
-            }
+            for (int i = 0; i < N; i++)
+                L[i] = (uint8_t)(l[i] + nmax);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -252,7 +299,7 @@ void minfer_quant_q6_K(const float *x, struct minfer_block_q6_K *y, int64_t nb)
     for (int64_t i = 0; i < nb; i++, x += MINFER_QK_K) {
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ib++) {
-            scales[ib] = fit_scale_sym(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = fit_scale_sym(32, x + 16 * ib, L + 16 * ib);
             float a = fabsf(scales[ib]);
             if (a > max_abs_scale) {
                 max_abs_scale = a;
@@ -266,7 +313,7 @@ void minfer_quant_q6_K(const float *x, struct minfer_block_q6_K *y, int64_t nb)
         float iscale = -128.f / max_scale;
         y[i].d = minfer_fp32_to_fp16(1 / iscale);
         for (int ib = 0; ib < 16; ib++) {
-            int s = minfer_nearest_int(iscale * scales[ib]);
+            int s = quant_nearest_int(iscale * scales[ib]);
             y[i].scales[ib] = (int8_t)(s < 127 ? s : 127);
         }
         float d = minfer_fp16_to_fp32(y[i].d);
@@ -275,7 +322,7 @@ void minfer_quant_q6_K(const float *x, struct minfer_block_q6_K *y, int64_t nb)
             if (ds == 0.0f)
                 continue;
             for (int ii = 0; ii < 16; ii++) {
-                int l = clampi(minfer_nearest_int(x[16 * j + ii] / ds), -32, 31);
+                int l = clampi(quant_nearest_int(x[16 * j + ii] / ds), -32, 31);
                 L[16 * j + ii] = (uint8_t)(l + 32);
             }
         }
@@ -311,7 +358,7 @@ void minfer_quant_q8_K(const float *x, struct minfer_block_q8_K *y, int64_t nb)
         }
         float iscale = -127.f / max;
         for (int j = 0; j < MINFER_QK_K; j++) {
-            int v = minfer_nearest_int(iscale * x[j]);
+            int v = quant_nearest_int(iscale * x[j]);
             y[i].qs[j] = (int8_t)(v < 127 ? v : 127);
         }
         for (int j = 0; j < MINFER_QK_K / 16; j++) {

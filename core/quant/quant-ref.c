@@ -18,11 +18,7 @@
 
 int minfer_nearest_int(float f)
 {
-    /* adding 1.5 * 2^23 puts the rounded integer in the low mantissa bits */
-    float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
+    return quant_nearest_int(f);
 }
 
 static float f16(uint16_t h)
