@@ -37,10 +37,20 @@ struct merge_slot {
     int32_t id;     /* the merged token */
 };
 
+/* Temporary string -> id table used while loading (kept for whole-piece
+ * lookups when the pre-tokenizer asks for ignore_merges). */
+struct str_map {
+    int32_t *slot; /* id + 1; 0 = empty */
+    size_t mask;
+    const struct minfer_tokenizer *tok;
+};
+
 struct bpe {
     int32_t byte_id[256];
+    uint32_t cp_of[256]; /* byte -> its code point in vocabulary strings */
     struct merge_slot *m;
     size_t mask;
+    struct str_map whole; /* slot NULL unless ignore_merges */
 };
 
 static uint64_t mix(uint64_t x)
@@ -62,13 +72,6 @@ static const struct merge_slot *find_merge(const struct bpe *b, int32_t l, int32
     }
     return NULL;
 }
-
-/* Temporary string -> id table used while loading. */
-struct str_map {
-    int32_t *slot; /* id + 1; 0 = empty */
-    size_t mask;
-    const struct minfer_tokenizer *tok;
-};
 
 static uint64_t hash_str(const char *s, size_t n)
 {
@@ -123,6 +126,7 @@ static void bpe_free(void *p)
     if (!b)
         return;
     free(b->m);
+    free(b->whole.slot);
     free(b);
 }
 
@@ -234,6 +238,11 @@ static minfer_status bpe_init(struct minfer_tokenizer *tok, const struct tok_sou
             continue; /* a repeated merge keeps its first (lowest) rank */
         b->m[j] = (struct merge_slot){key, r, m};
     }
+    memcpy(b->cp_of, cp_of, sizeof cp_of);
+    if (tok->pretok->ignore_merges) {
+        b->whole = sm;
+        sm.slot = NULL;
+    }
     st = MINFER_OK;
 out:
     free(sm.slot);
@@ -308,6 +317,15 @@ static minfer_status bpe_encode(const struct minfer_tokenizer *tok, const char *
         return MINFER_ERR_RANGE;
     if (n == 1)
         return tok_ids_push(out, b->byte_id[(uint8_t)s[0]]);
+    if (b->whole.slot && n <= 128) { /* ignore_merges: the piece itself may be a token */
+        char w[256];
+        size_t wn = 0;
+        for (size_t i = 0; i < n; i++)
+            wn += (size_t)tok_utf8_put(b->cp_of[(uint8_t)s[i]], w + wn);
+        int32_t id = map_find(&b->whole, w, wn);
+        if (id >= 0)
+            return tok_ids_push(out, id);
+    }
     /* symbols: id, prev and next links; heap of at most 3n candidates */
     enum { SMALL = 64 };
     int32_t sid[SMALL], sprev[SMALL], snext[SMALL];

@@ -25,6 +25,7 @@ static const struct tok_vocab_ops *const vocab_kinds[] = {
 
 static const struct tok_pretok *const pretoks[] = {
     &tok_pretok_qwen2,
+    &tok_pretok_llama3,
 };
 
 /* ---- helpers ---- */
@@ -354,7 +355,7 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
     if (!pre) {
         s = fail(err, err_len, MINFER_ERR_UNSUPPORTED,
                  "pre-tokenizer '%.*s' (tokenizer.ggml.pre) is not supported by this build "
-                 "(supported: qwen2)",
+                 "(supported: qwen2, llama-bpe)",
                  (int)plen, pname);
         goto out;
     }

@@ -56,9 +56,13 @@ struct tok_pretok {
                                            of the previous one, matches and gaps kept
                                            (HF Split behaviour "Isolated") */
     bool nfc;                           /* NFC-normalise plain text first */
+    bool ignore_merges;                 /* BPE: a piece that is itself a token is
+                                           taken whole before any merging (HF
+                                           "ignore_merges", Llama 3) */
 };
 
 extern const struct tok_pretok tok_pretok_qwen2;
+extern const struct tok_pretok tok_pretok_llama3;
 
 /* ---- vocabulary kinds ---- */
 

@@ -552,6 +552,77 @@ START_TEST(megabytes_in_linear_time)
 }
 END_TEST
 
+/* A byte-level BPE over the 256 byte tokens plus a few words, with the
+ * given pre-tokenizer. */
+static struct minfer_tokenizer *synthetic(const char *pre)
+{
+    enum { NB = 256, NX = 5 };
+    static char store[NB][4];
+    const char *toks[NB + NX];
+    size_t lens[NB + NX];
+    uint32_t next = 256;
+    for (int b = 0; b < NB; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        lens[b] = (size_t)tok_utf8_put(printable ? (uint32_t)b : next++, store[b]);
+        toks[b] = store[b];
+    }
+    static const char *extra[NX] = {"12", "123", "45", "he", "hello"};
+    for (int i = 0; i < NX; i++) {
+        toks[NB + i] = extra[i];
+        lens[NB + i] = strlen(extra[i]);
+    }
+    static const char *merges[] = {"1 2", "12 3", "4 5", "h e"};
+    size_t mlens[4];
+    for (int i = 0; i < 4; i++)
+        mlens[i] = strlen(merges[i]);
+    struct tok_source src = {.model = "gpt2", .model_len = 4, .pre = pre, .pre_len = strlen(pre),
+                             .n_tokens = NB + NX, .tokens = toks, .token_lens = lens,
+                             .n_merges = 4, .merges = merges, .merge_lens = mlens,
+                             .bos = -1, .eos = -1, .eot = -1, .pad = -1};
+    minfer_status st;
+    char err[256];
+    struct minfer_tokenizer *t = tok_new(&src, &st, err, sizeof err);
+    ck_assert_msg(t, "synthetic %s: %s", pre, err);
+    return t;
+}
+
+START_TEST(pretokenizers_are_data)
+{
+    /* Catches a pre-tokenizer's data not taking effect (digit grouping,
+     * NFC on/off, ignore_merges) — the second pre-tokenizer (Llama 3's
+     * "llama-bpe") differs from qwen2 only by its table entry. */
+    struct minfer_tokenizer *q = synthetic("qwen2"), *l = synthetic("llama-bpe");
+    int32_t ids[16];
+    size_t n;
+    /* digits: one at a time (qwen2) vs groups of three (llama3) */
+    ck_assert_int_eq(minfer_tokenize(q, "12345", 5, false, ids, 16, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_int_eq(minfer_tokenize(l, "12345", 5, false, ids, 16, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(ids[0], 257); /* "123" */
+    ck_assert_int_eq(ids[1], 258); /* "45" */
+    /* ignore_merges: "hello" is a token no merge chain reaches */
+    ck_assert_int_eq(minfer_tokenize(q, "hello", 5, false, ids, 16, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 4); /* he l l o */
+    ck_assert_int_eq(ids[0], 259);
+    ck_assert_int_eq(minfer_tokenize(l, "hello", 5, false, ids, 16, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ids[0], 260);
+    /* NFC: qwen2 composes e + U+0301, llama3 has no normaliser */
+    char out[16];
+    ck_assert_int_eq(minfer_tokenize(q, "e\xcc\x81", 3, false, ids, 16, &n), MINFER_OK);
+    ck_assert_int_eq(minfer_detokenize(q, ids, n, true, out, sizeof out, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_mem_eq(out, "\xc3\xa9", 2);
+    ck_assert_int_eq(minfer_tokenize(l, "e\xcc\x81", 3, false, ids, 16, &n), MINFER_OK);
+    ck_assert_int_eq(minfer_detokenize(l, ids, n, true, out, sizeof out, &n), MINFER_OK);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_mem_eq(out, "e\xcc\x81", 3);
+    minfer_tokenizer_free(q);
+    minfer_tokenizer_free(l);
+}
+END_TEST
+
 START_TEST(unsupported_tokenizer_refused)
 {
     /* Catches an unknown model/pre-tokenizer being loaded with the wrong
@@ -599,6 +670,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, gguf_tokenizer_metadata);
     tcase_add_test(tc, streaming_detok_holds_partial_utf8);
     tcase_add_test(tc, megabytes_in_linear_time);
+    tcase_add_test(tc, pretokenizers_are_data);
     tcase_add_test(tc, unsupported_tokenizer_refused);
     suite_add_tcase(s, tc);
     return s;

@@ -8,7 +8,9 @@
  *
  * Tokenizer: the real Qwen one from $MINFER_FIXTURES_DIR (or the build's
  * fixtures dir) when present, else a small synthetic byte-level BPE.
- * Input byte 0 selects options (bit 0: parse_special), the rest is text.
+ * A synthetic Llama 3 ("llama-bpe") tokenizer is fuzzed too. Input byte 0
+ * selects options (bit 0: parse_special, bit 1: the llama-bpe tokenizer),
+ * the rest is text.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +23,10 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct minfer_tokenizer *tok;
+static struct minfer_tokenizer *tok_main, *tok_llama3;
 
 /* 256 byte tokens in GPT-2's byte-to-unicode form, a few merges, specials. */
-static struct minfer_tokenizer *synthetic(void)
+static struct minfer_tokenizer *synthetic(const char *pre)
 {
     enum { NB = 256, NX = 6 };
     static char store[NB][4];
@@ -52,7 +54,7 @@ static struct minfer_tokenizer *synthetic(void)
     for (int i = 0; i < 4; i++)
         mlens[i] = strlen(merges[i]);
     struct tok_source src = {
-        .model = "gpt2", .model_len = 4, .pre = "qwen2", .pre_len = 5,
+        .model = "gpt2", .model_len = 4, .pre = pre, .pre_len = strlen(pre),
         .n_tokens = NB + NX, .tokens = toks, .token_lens = lens, .types = types,
         .n_merges = 4, .merges = merges, .merge_lens = mlens,
         .bos = -1, .eos = NB + 4, .eot = -1, .pad = -1,
@@ -69,6 +71,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
+    struct minfer_tokenizer *tok = NULL;
     const char *dir = getenv("MINFER_FIXTURES_DIR");
 #ifdef MINFER_FIXTURES_DIR
     if (!dir)
@@ -86,8 +89,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     fprintf(stderr, "fuzz-tokenizer: %s tokenizer\n", tok ? "fixture (Qwen)" : "synthetic");
     if (!tok)
-        tok = synthetic();
-    if (!tok)
+        tok = synthetic("qwen2");
+    tok_main = tok;
+    tok_llama3 = synthetic("llama-bpe");
+    if (!tok_main || !tok_llama3)
         abort();
     return 0;
 }
@@ -117,6 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     bool special = data[0] & 1;
+    const struct minfer_tokenizer *tok = data[0] & 2 ? tok_llama3 : tok_main;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
 
