@@ -394,7 +394,12 @@ void cu_shutdown(void)
 static minfer_status dev_malloc(struct cu_ctx *c, size_t size, const char *what, void **out)
 {
     *out = NULL;
-    cudaError_t e = cudaMalloc(out, size ? size : 1);
+    /* +16: kernels may read up to 16 bytes past a tensor's last block
+     * (aligned word loads of 2-byte aligned blocks) */
+    if (size > SIZE_MAX - 16)
+        return cu_ctx_fail(c, MINFER_ERR_DEVICE_OOM, "cuda: %zu bytes for %s is not addressable",
+                           size, what);
+    cudaError_t e = cudaMalloc(out, size + 16);
     if (e == cudaSuccess)
         return MINFER_OK;
     *out = NULL;

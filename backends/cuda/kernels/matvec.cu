@@ -65,23 +65,40 @@ extern "C" int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_
 
 /* ---- per-type units ---- */
 
-/* Byte i (0..11) of the 12 packed K-quant scale bytes held in 3 words,
- * without a run-time-indexed local array. */
-static __device__ __forceinline__ int sbyte(uint32_t s0, uint32_t s1, uint32_t s2, int i)
+/* Q4_K/Q5_K 6-bit scales and mins of sub-blocks 2g and 2g+1 from the 12
+ * packed bytes held in 3 words, with 4-lane byte arithmetic. */
+static __device__ __forceinline__ void kscale_pair(uint32_t s0, uint32_t s1, uint32_t s2, int g,
+                                                   int &sc0, int &m0, int &sc1, int &m1)
 {
-    uint32_t w = i < 4 ? s0 : (i < 8 ? s1 : s2);
-    return (int)((w >> (8 * (i & 3))) & 0xFFu);
-}
-static __device__ __forceinline__ void kscale_w(uint32_t s0, uint32_t s1, uint32_t s2, int j,
-                                                int &sc, int &m)
-{
-    if (j < 4) {
-        sc = sbyte(s0, s1, s2, j) & 63;
-        m = sbyte(s0, s1, s2, j + 4) & 63;
+    uint32_t sc, m;
+    if (g < 2) {
+        sc = s0 & 0x3f3f3f3fu;
+        m = s1 & 0x3f3f3f3fu;
     } else {
-        sc = (sbyte(s0, s1, s2, j + 4) & 0xF) | ((sbyte(s0, s1, s2, j - 4) >> 6) << 4);
-        m = (sbyte(s0, s1, s2, j + 4) >> 4) | ((sbyte(s0, s1, s2, j) >> 6) << 4);
+        sc = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+        m = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
     }
+    int sh = 16 * (g & 1);
+    sc0 = (int)((sc >> sh) & 0xffu);
+    sc1 = (int)((sc >> (sh + 8)) & 0xffu);
+    m0 = (int)((m >> sh) & 0xffu);
+    m1 = (int)((m >> (sh + 8)) & 0xffu);
+}
+
+/* N ints from a 2-byte aligned address with N+1 aligned 4-byte loads and
+ * funnel shifts (instead of 2N 2-byte loads). Reads up to 4 bytes past the
+ * run: the device layer pads every allocation by 16 bytes. */
+template <int N> static __device__ __forceinline__ void ld_run_a2(const uint8_t *p, int *out)
+{
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
+    uint32_t w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; i++)
+        w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
 }
 
 static __device__ __forceinline__ int dot8(const int *w, const int8_t *xs)
@@ -110,11 +127,12 @@ template <> struct Unit<MINFER_TYPE_Q4_0> {
     {
         const uint8_t *b = row + 18 * (size_t)u;
         d = h2f(*(const uint16_t *)b);
+        int v4[4];
+        ld_run_a2<4>(b + 2, v4);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int v = ld_i32_a2(b + 2 + 4 * i);
-            q[i] = v & 0x0F0F0F0F;
-            q[i + 4] = (v >> 4) & 0x0F0F0F0F;
+            q[i] = v4[i] & 0x0F0F0F0F;
+            q[i + 4] = (v4[i] >> 4) & 0x0F0F0F0F;
         }
     }
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
@@ -164,10 +182,12 @@ template <> struct Unit<MINFER_TYPE_Q5_0> {
     {
         const uint8_t *b = row + 22 * (size_t)u;
         d = h2f(*(const uint16_t *)b);
-        uint32_t qh = (uint32_t)ld_i32_a2(b + 2);
+        int v5[5];
+        ld_run_a2<5>(b + 2, v5);
+        uint32_t qh = (uint32_t)v5[0];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int v = ld_i32_a2(b + 6 + 4 * i);
+            int v = v5[1 + i];
             q[i] = (v & 0x0F0F0F0F) | spread4(qh >> (4 * i));
             q[i + 4] = ((v >> 4) & 0x0F0F0F0F) | spread4(qh >> (16 + 4 * i));
         }
@@ -216,9 +236,7 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
     {
         const uint8_t *b = row + 34 * (size_t)u;
         d = h2f(*(const uint16_t *)b);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = ld_i32_a2(b + 2 + 4 * i);
+        ld_run_a2<8>(b + 2, q);
     }
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
     {
@@ -250,8 +268,7 @@ template <> struct Unit<MINFER_TYPE_Q4_K> {
         uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
                  s2 = (uint32_t)ld_i32_a4(b + 12);
         int a0, b0, a1, b1;
-        kscale_w(s0, s1, s2, 2 * g, a0, b0);
-        kscale_w(s0, s1, s2, 2 * g + 1, a1, b1);
+        kscale_pair(s0, s1, s2, g, a0, b0, a1, b1);
         d0 = d * a0; m0 = dmin * b0;
         d1 = d * a1; m1 = dmin * b1;
     }
@@ -288,8 +305,7 @@ template <> struct Unit<MINFER_TYPE_Q5_K> {
         uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
                  s2 = (uint32_t)ld_i32_a4(b + 12);
         int a0, b0, a1, b1;
-        kscale_w(s0, s1, s2, 2 * g, a0, b0);
-        kscale_w(s0, s1, s2, 2 * g + 1, a1, b1);
+        kscale_pair(s0, s1, s2, g, a0, b0, a1, b1);
         d0 = d * a0; m0 = dmin * b0;
         d1 = d * a1; m1 = dmin * b1;
     }
@@ -316,9 +332,12 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
         int hh = (u % 4) / 2, r0 = u % 2;
         const uint8_t *ql = b + 64 * hh + 32 * r0;
         const uint8_t *qh = b + 128 + 32 * hh;
+        int L[8], H[8];
+        ld_run_a2<8>(ql, L);
+        ld_run_a2<8>(qh, H);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int l = ld_i32_a2(ql + 4 * i), hb = ld_i32_a2(qh + 4 * i);
+            int l = L[i], hb = H[i];
             int a = (l & 0x0F0F0F0F) | (((hb >> (2 * r0)) & 0x03030303) << 4);
             int c = ((l >> 4) & 0x0F0F0F0F) | (((hb >> (2 * r0 + 4)) & 0x03030303) << 4);
             lo[i] = __vsubss4(a, 0x20202020);
@@ -348,26 +367,28 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
 
 #define MV_THREADS 128
 
-/* Threads per output row, from the row's work units (nunits) and the row
- * count: each thread should hold >= 4 units so enough bytes are in flight
- * per warp on short rows (K = 3584: 56 Q4_K units -> 8 threads, 16 rows
- * per block), and a few long rows (ffn_down: N = 3584, K = 18944) get the
- * whole block each so the GPU still fills with warps. Power of two. */
+/* Threads per output row (a power of two, 4..128): enough threads in
+ * total to fill the GPU (~270K resident threads on 132 SMs) but no more
+ * than the row has units, so short rows share a warp and few long rows
+ * (ffn_down: 3584 rows) spread over a whole block. Measured on H200:
+ * occupancy, not bytes in flight per thread, is what the quantized
+ * kernels were short of. */
 static int rows_tpr(int64_t N, int64_t nunits)
 {
-    if (N < 8192 && nunits >= 4 * MV_THREADS)
-        return MV_THREADS;
-    int tpr = 32;
-    while (tpr > 4 && nunits < 4 * tpr)
-        tpr /= 2;
+    int64_t fill = (2 * 270336 + N - 1) / N; /* 2x the resident threads */
+    int tpr = 4;
+    while (tpr < MV_THREADS && tpr < fill && tpr < nunits)
+        tpr *= 2;
     return tpr;
 }
 
 /* Sums acc[NT] over the tpr threads of a row; thread 0 of the row writes.
- * tpr < 32: a segmented shuffle inside the warp; 128: warps through smem. */
+ * tpr <= 32: a segmented shuffle inside the warp; 64/128: the warps of the
+ * row meet in shared memory. Every thread of the block reaches the
+ * barrier (rows past N are computed on row N-1 and not written). */
 template <int NT>
-__device__ __forceinline__ void row_store(float *acc, int tpr, int lane, int M, int row,
-                                          float *dst, int64_t dst_nb1)
+__device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool live, int M,
+                                          int row, float *dst, int64_t dst_nb1)
 {
     __shared__ float red[NT][MV_THREADS / 32];
     int span = tpr < 32 ? tpr : 32;
@@ -381,17 +402,18 @@ __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, int M, 
             for (int t = 0; t < NT; t++)
                 red[t][threadIdx.x / 32] = acc[t];
         __syncthreads();
-        if (threadIdx.x == 0)
+        if (lane == 0) {
+            int w0 = threadIdx.x / 32, nw = tpr / 32;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float v = 0.0f;
-#pragma unroll
-                for (int w = 0; w < MV_THREADS / 32; w++)
-                    v += red[t][w];
+                for (int w = 0; w < nw; w++)
+                    v += red[t][w0 + w];
                 acc[t] = v;
             }
+        }
     }
-    if (lane == 0)
+    if (lane == 0 && live)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (NT == 1 || t < M)
@@ -399,45 +421,29 @@ __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, int M, 
 }
 
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_THREADS)
+__global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                 int nb, int nunits, int N, int M, float *__restrict__ dst, int64_t dst_nb1,
                 int tpr)
 {
     int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
     int lane = threadIdx.x % tpr;
-    /* rows past N exist only when tpr <= 32 (no block barrier then); they
-     * still take part in the segmented shuffles, reading row N-1 */
     bool live = row < N;
-    if (!live && tpr > 32)
-        return;
     const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
     const size_t xstride = (size_t)nb * 40;
-    /* units in flight per thread per step: 4 for nt <= 2, 2 beyond */
-    constexpr int UNR = NT <= 2 ? 4 : 2;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
-    for (int u0 = lane; u0 < nunits; u0 += UNR * tpr) {
-        Unit<T> w[UNR];
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w;
+        w.load(wr, u);
 #pragma unroll
-        for (int i = 0; i < UNR; i++)
-            if (u0 + i * tpr < nunits)
-                w[i].load(wr, u0 + i * tpr);
-#pragma unroll
-        for (int i = 0; i < UNR; i++) {
-            if (u0 + i * tpr < nunits) {
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-                    if (NT == 1 || t < M)
-                        acc[t] += w[i].dot(xq + t * xstride, nb, u0 + i * tpr);
-            }
-        }
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                acc[t] += w.dot(xq + t * xstride, nb, u);
     }
-    if (!live)
-        lane = 1; /* never writes */
-    row_store<NT>(acc, tpr, lane, M, row, dst, dst_nb1);
+    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1);
 }
 
 template <int T>
@@ -545,7 +551,7 @@ template <int T> __device__ __forceinline__ void ldw8(const uint8_t *row, int64_
 }
 
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_THREADS)
+__global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     mmvf_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int64_t K, const float *__restrict__ x,
                 int64_t x_nb1, int N, int M, float *__restrict__ dst, int64_t dst_nb1, int vec,
                 int tpr)
@@ -553,8 +559,6 @@ __global__ void __launch_bounds__(MV_THREADS)
     int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
     int lane = threadIdx.x % tpr;
     bool live = row < N;
-    if (!live && tpr > 32)
-        return;
     const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
     float acc[NT];
 #pragma unroll
@@ -581,9 +585,7 @@ __global__ void __launch_bounds__(MV_THREADS)
             if (NT == 1 || t < M)
                 acc[t] += w * ((const float *)((const char *)x + t * x_nb1))[i];
     }
-    if (!live)
-        lane = 1; /* never writes */
-    row_store<NT>(acc, tpr, lane, M, row, dst, dst_nb1);
+    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1);
 }
 
 template <int T>
