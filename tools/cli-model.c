@@ -227,7 +227,8 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
                 err);
         goto fail;
     }
-    s->tok = minfer_tokenizer_from_gguf(minfer_model_gguf(s->model), &st, err, sizeof err);
+    if (need_tok)
+        s->tok = minfer_tokenizer_from_gguf(minfer_model_gguf(s->model), &st, err, sizeof err);
     if (!s->tok && need_tok) {
         fprintf(stderr, "minfer %s: the model's tokenizer cannot be used: %s\n", cmd, err);
         goto fail;

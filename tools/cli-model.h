@@ -52,14 +52,14 @@ void cli_sampling_usage(FILE *f);
 struct cli_session {
     struct minfer_runtime *rt;
     struct minfer_model *model;
-    struct minfer_tokenizer *tok;   /* NULL when tokenizer not needed and absent */
+    struct minfer_tokenizer *tok;   /* NULL unless need_tok */
     struct minfer_ctx *ctx;
     void *synth_mem;                /* in-memory model bytes (bench), or NULL */
     double load_ms;
 };
 
-/* Opens runtime, model (from o->model, or gguf when non-NULL), tokenizer
- * (required when need_tok) and a context. Prints errors prefixed by cmd. */
+/* Opens runtime, model (from o->model, or gguf when non-NULL), the
+ * tokenizer when need_tok, and a context. Prints errors prefixed by cmd. */
 int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf,
              bool need_tok, struct cli_session *s);
 void cli_close(struct cli_session *s);
