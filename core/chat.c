@@ -9,6 +9,7 @@
  * handling of <think> blocks in assistant turns.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,26 @@ minfer_status minfer_chat_render(const struct minfer_tokenizer *tok, enum minfer
                                  bool add_generation_prompt, char *out, size_t cap,
                                  size_t *n_out, char *err, size_t err_len)
 {
+    struct minfer_chat_opts o = {sizeof o, add_generation_prompt, 0};
+    return minfer_chat_render_opts(tok, fmt, msgs, n, &o, out, cap, n_out, err, err_len);
+}
+
+minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
+                                      enum minfer_chat_format fmt,
+                                      const struct minfer_chat_msg *msgs, size_t n,
+                                      const struct minfer_chat_opts *opts, char *out, size_t cap,
+                                      size_t *n_out, char *err, size_t err_len)
+{
+    /* read only the fields the caller's struct has */
+    struct minfer_chat_opts opt = {sizeof opt, false, 0};
+    if (opts) {
+        size_t sz = opts->struct_size < sizeof opt ? opts->struct_size : sizeof opt;
+        if (sz < offsetof(struct minfer_chat_opts, add_generation_prompt) + sizeof(bool))
+            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+                        "chat options: struct_size %u is too small", opts->struct_size);
+        memcpy(&opt, opts, sz);
+    }
+    bool add_generation_prompt = opt.add_generation_prompt;
     if (n_out)
         *n_out = 0;
     if (!n_out || (!msgs && n) || (!out && cap))
@@ -247,6 +268,7 @@ minfer_status minfer_chat_render(const struct minfer_tokenizer *tok, enum minfer
     bool own = tok && tok->chat_format == MINFER_CHAT_CHATML;
     const char *defsys = own ? tok->chat_default_system : NULL;
     bool think = own && tok->chat_think;
+    bool no_think = opt.enable_thinking < 0;
 
     struct out o = {out, cap, 0};
     size_t last_query = n ? n - 1 : 0;
@@ -287,8 +309,11 @@ minfer_status minfer_chat_render(const struct minfer_tokenizer *tok, enum minfer
             puts_(&o, "<|im_end|>\n");
         }
     }
-    if (add_generation_prompt)
+    if (add_generation_prompt) {
         puts_(&o, "<|im_start|>assistant\n");
+        if (think && no_think)
+            puts_(&o, "<think>\n\n</think>\n\n");
+    }
     *n_out = o.n;
     if (o.n > cap)
         return fail(err, err_len, MINFER_ERR_RANGE, "chat render needs %zu bytes, got %zu", o.n,

@@ -119,8 +119,9 @@ static const char qwen3_like[] =
 START_TEST(qwen3_think_turns)
 {
     /* Catches reasoning of past assistant turns leaking into the prompt,
-     * and the last turn after the final query losing its <think> block,
-     * as Qwen3's template renders them; no default system prompt here. */
+     * the last turn after the final query losing its <think> block, and
+     * enable_thinking = false not closing the think block, as Qwen3's
+     * template renders them; no default system prompt here. */
     struct minfer_tokenizer t = tmpl_tok(qwen3_like);
     ck_assert(t.chat_think);
     ck_assert_ptr_null(t.chat_default_system);
@@ -140,6 +141,25 @@ START_TEST(qwen3_think_turns)
     ck_assert_str_eq(render(&t, MINFER_CHAT_UNKNOWN, m2, 2, false),
                      "<|im_start|>user\nhi<|im_end|>\n"
                      "<|im_start|>assistant\n<think>\n\n</think>\n\nhello<|im_end|>\n");
+    /* enable_thinking = -1: Qwen3's empty think block after the prompt */
+    struct minfer_chat_opts o = {sizeof o, true, -1};
+    size_t n;
+    ck_assert_int_eq(minfer_chat_render_opts(&t, MINFER_CHAT_UNKNOWN, m2, 1, &o, out, sizeof out,
+                                             &n, NULL, 0),
+                     MINFER_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    o.enable_thinking = 0;
+    ck_assert_int_eq(minfer_chat_render_opts(&t, MINFER_CHAT_UNKNOWN, m2, 1, &o, out, sizeof out,
+                                             &n, NULL, 0),
+                     MINFER_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    /* a template without Qwen3's handling ignores it */
+    o.enable_thinking = -1;
+    ck_assert_int_eq(minfer_chat_render_opts(NULL, MINFER_CHAT_CHATML, m2, 1, &o, out, sizeof out,
+                                             &n, NULL, 0),
+                     MINFER_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 END_TEST
 

@@ -118,9 +118,9 @@ MINFER_API minfer_status minfer_runtime_device_info(const struct minfer_runtime 
 
 /* A tokenizer read from a GGUF file's tokenizer.* metadata. Supported now:
  * tokenizer.ggml.model "gpt2" (byte-level BPE) with pre-tokenizer "qwen2"
- * (Qwen2, Qwen2.5, Qwen3). Immutable once made (the word cache lives per
- * call): any number of threads may tokenize at once. It copies what it
- * needs: the GGUF may be closed afterwards. */
+ * (Qwen2, Qwen2.5, Qwen3) or "llama-bpe" (Llama 3). Immutable once made
+ * (the word cache lives per call): any number of threads may tokenize at
+ * once. It copies what it needs: the GGUF may be closed afterwards. */
 struct minfer_tokenizer;
 struct minfer_gguf;
 
@@ -254,6 +254,23 @@ MINFER_API minfer_status minfer_chat_render(const struct minfer_tokenizer *tok,
                                             const struct minfer_chat_msg *msgs, size_t n,
                                             bool add_generation_prompt, char *out, size_t cap,
                                             size_t *n_out, char *err, size_t err_len);
+
+/* minfer_chat_render with options. Zero-initialise, set struct_size. */
+struct minfer_chat_opts {
+    uint32_t struct_size;       /* sizeof(struct minfer_chat_opts) */
+    bool add_generation_prompt;
+    int enable_thinking;        /* 0 (or 1): as the template does by default;
+                                   -1: Qwen3's "no thinking" (an empty
+                                   <think></think> block after the generation
+                                   prompt); ignored unless the model's template
+                                   has Qwen3's <think> handling */
+};
+MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
+                                                 enum minfer_chat_format fmt,
+                                                 const struct minfer_chat_msg *msgs, size_t n,
+                                                 const struct minfer_chat_opts *opts, char *out,
+                                                 size_t cap, size_t *n_out, char *err,
+                                                 size_t err_len);
 
 /* ---- end tokens ---- */
 
