@@ -693,6 +693,70 @@ START_TEST(chat_turn2_equals_fresh_run)
 }
 END_TEST
 
+START_TEST(cli_eval_and_run_json)
+{
+    /* Catches eval writing the wrong rows, a wrong byte layout or printing
+     * other ids than it used, and run --json missing its keys or giving
+     * generated ids that disagree with greedy decoding. */
+    if (access(FIX_GGUF, R_OK))
+        MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "MINFER_PLUGIN_PATH=%s %s/bin/minfer eval -m %s 'The quick brown fox' --all "
+             "-o /tmp/minfer-eval-test.bin 2>/dev/null",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF);
+    char *ids_s = run_capture(cmd);
+    ck_assert_str_eq(ids_s, "[785, 3974, 13876, 38835]\n");
+    FILE *f = fopen("/tmp/minfer-eval-test.bin", "rb");
+    ck_assert_ptr_nonnull(f);
+    float *rows = malloc(4 * 151936 * sizeof *rows);
+    ck_assert_uint_eq(fread(rows, sizeof *rows, 4 * 151936, f), 4 * 151936);
+    ck_assert_int_eq(fgetc(f), EOF);
+    fclose(f);
+    unlink("/tmp/minfer-eval-test.bin");
+
+    struct minfer_runtime *rt = runtime();
+    minfer_status st;
+    char err[512];
+    struct minfer_model *m = minfer_model_load(rt, FIX_GGUF, NULL, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_ctx *c = ctx_of(m, 64, 64, MINFER_TYPE_F16);
+    int32_t ids[4] = {785, 3974, 13876, 38835};
+    decode_ok(c, ids, 4, MINFER_DECODE_ALL_LOGITS);
+    for (int t = 0; t < 4; t++)
+        ck_assert_mem_eq(rows + t * 151936, minfer_ctx_logits(c, t), 151936 * sizeof(float));
+
+    snprintf(cmd, sizeof cmd,
+             "MINFER_PLUGIN_PATH=%s %s/bin/minfer run -m %s --ids 785,3974,13876,38835 -n 3 "
+             "--temp 0 --json 2>/dev/null",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF);
+    char *js = run_capture(cmd);
+    const char *keys[] = {"\"prompt_ids\"", "\"generated_ids\"", "\"text\"", "\"timings\""};
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(strstr(js, keys[k]), "run --json lacks %s: %s", keys[k], js);
+    /* Greedy ids through the API, compared with the JSON's. */
+    char want[128] = "";
+    size_t used = 0;
+    for (int k = 0; k < 3; k++) {
+        const float *l = minfer_ctx_logits(c, -1);
+        int32_t best = 0;
+        for (int32_t i = 1; i < 151936; i++)
+            if (l[i] > l[best])
+                best = i;
+        used += (size_t)snprintf(want + used, sizeof want - used, "%s%d", k ? ", " : "", best);
+        decode_ok(c, &best, 1, 0);
+    }
+    char *gen = strstr(js, "\"generated_ids\"");
+    ck_assert_msg(strstr(gen, want), "generated ids [%s] not in %s", want, gen);
+    free(js);
+    free(ids_s);
+    free(rows);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 Suite *model_suite(void);
 Suite *model_suite(void)
 {
@@ -713,6 +777,7 @@ Suite *model_suite(void)
     tcase_add_test(fw, chunks_truncate_and_redecode_agree);
     tcase_add_test(fw, decode_steps_reuse_one_graph);
     tcase_add_test(fw, chat_turn2_equals_fresh_run);
+    tcase_add_test(fw, cli_eval_and_run_json);
     suite_add_tcase(s, fw);
     return s;
 }
