@@ -248,6 +248,9 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
         fprintf(stderr, "minfer %s: cannot make a context: %s\n", cmd, err);
         goto fail;
     }
+    if (o->n_ctx > minfer_ctx_n_ctx(s->ctx))
+        fprintf(stderr, "minfer %s: context capped at %d tokens, the model's training length\n",
+                cmd, minfer_ctx_n_ctx(s->ctx));
     s->load_ms = cli_now_ms() - t0;
     return 0;
 fail:

@@ -66,6 +66,8 @@ static struct minfer_gguf *synth_model(const char *arch, const char *shape, cons
     memset(&so, 0, sizeof so);
     so.struct_size = sizeof so;
     so.seed = 1;
+    so.progress = cli_progress;
+    so.progress_user = "synth";
     char err[512] = "";
     if (minfer_synth_shape_parse(arch, shape, &so.shape, err, sizeof err) != MINFER_OK) {
         fprintf(stderr, "minfer bench: %s\n", err);
