@@ -100,7 +100,7 @@ static bool use_more_bits(int i, int n)
 static bool never_quantized(const char *name)
 {
     static const char *const keep[] = {"ffn_gate_inp.weight", "pos_embd", "token_types",
-                                       "ssm_conv1d", "_norm.weight"};
+                                       "ssm_conv1d"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         if (strstr(name, keep[i]))
             return true;
@@ -128,8 +128,10 @@ MINFER_API uint32_t minfer_mix_tensor_type(const struct minfer_mix *m, const cha
     uint32_t base = minfer_ftype_base_type(m->ftype);
     if (base == MINFER_TYPE_COUNT)
         return cur_type;
-    if (n_dims < 2)
-        return MINFER_TYPE_F32;
+    if (n_dims < 2) { /* F32 when we can read it; integer tensors etc. stay */
+        const struct minfer_type_traits *ct = minfer_type_traits_of(cur_type);
+        return ct && ct->supported ? MINFER_TYPE_F32 : cur_type;
+    }
     if (!ends_with(name, "weight") || never_quantized(name))
         return cur_type;
     uint32_t t = base;

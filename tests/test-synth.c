@@ -145,6 +145,13 @@ START_TEST(mix_fallbacks_and_variants)
     int64_t ne[2] = {3584, 152064};
     ck_assert_uint_eq(minfer_mix_tensor_type(&m, "output.weight", 2, ne, MINFER_TYPE_F16),
                       MINFER_TYPE_Q4_K);
+    /* a 1-D tensor of a type we cannot read stays as it is */
+    int64_t ne1[1] = {8};
+    ck_assert_uint_eq(minfer_mix_tensor_type(&m, "blk.0.idx", 1, ne1, MINFER_TYPE_I32),
+                      MINFER_TYPE_I32);
+    ck_assert_uint_eq(minfer_mix_tensor_type(&m, "blk.0.attn_norm.weight", 1, ne1,
+                                             MINFER_TYPE_BF16),
+                      MINFER_TYPE_F32);
     uint32_t ft;
     ck_assert(minfer_ftype_from_name("q4_k", &ft));
     ck_assert_uint_eq(ft, MINFER_FTYPE_MOSTLY_Q4_K_M);
@@ -488,30 +495,28 @@ END_TEST
  * applied to the dequantized input row by row (wrong row offsets across
  * windows and threads, a tensor paired with another's callback), a
  * general.file_type not updated, and missing tensors. */
-START_TEST(quantize_matches_reference)
+/* Checks every tensor of out against in: the type the mix gives it and
+ * bytes equal to the reference quantizer applied row by row. */
+static void check_quantized(const char *in, const char *out, uint32_t ftype)
 {
-    static const uint32_t fts[] = {MINFER_FTYPE_MOSTLY_Q4_K_M, MINFER_FTYPE_MOSTLY_Q8_0,
-                                   MINFER_FTYPE_MOSTLY_F16, MINFER_FTYPE_MOSTLY_Q5_1};
-    make_tmpdir();
-    char in[400], out[400], err[512];
-    snprintf(in, sizeof in, "%s/in.gguf", tmpdir);
-    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
-    struct minfer_synth_opts so = small_opts("qwen2", MINFER_FTYPE_MOSTLY_BF16);
-    ck_assert_int_eq(minfer_synth(&so, in, NULL, NULL, err, sizeof err), MINFER_OK);
-    struct minfer_quantize_opts qo = {.struct_size = sizeof qo, .ftype = fts[_i],
-                                      .n_threads = 3};
-    ck_assert_msg(minfer_quantize(in, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    char err[512];
     minfer_status st;
     struct minfer_gguf *gi = minfer_gguf_open(in, &st, err, sizeof err);
     struct minfer_gguf *go = minfer_gguf_open(out, &st, err, sizeof err);
     ck_assert(gi && go);
     int64_t v;
     ck_assert_int_eq(minfer_gguf_get_i64(go, "general.file_type", &v), MINFER_OK);
-    ck_assert_int_eq(v, fts[_i]);
+    ck_assert_int_eq(v, ftype);
     ck_assert_int_eq(minfer_gguf_get_i64(go, "general.quantization_version", &v), MINFER_OK);
     ck_assert_int_eq(minfer_gguf_tensor_count(go), minfer_gguf_tensor_count(gi));
-    ck_assert_int_eq(minfer_gguf_kv_count(go), minfer_gguf_kv_count(gi) );
-    struct minfer_mix mix = {.ftype = fts[_i], .has_output = false, .n_attn_v = 3, .n_layer = 3};
+    struct minfer_mix mix = {.ftype = ftype};
+    for (int64_t i = 0; i < minfer_gguf_tensor_count(gi); i++) {
+        const char *name = minfer_gguf_tensor(gi, i)->name;
+        mix.has_output |= !strcmp(name, "output.weight");
+        mix.n_attn_v += strstr(name, "attn_v.weight") != NULL;
+    }
+    ck_assert_int_eq(minfer_gguf_get_i64(gi, "qwen2.block_count", &v), MINFER_OK);
+    mix.n_layer = (int32_t)v;
     for (int64_t i = 0; i < minfer_gguf_tensor_count(gi); i++) {
         const struct minfer_gguf_tensor *a = minfer_gguf_tensor(gi, i);
         const struct minfer_gguf_tensor *b = minfer_gguf_find_tensor(go, a->name);
@@ -535,6 +540,50 @@ START_TEST(quantize_matches_reference)
     }
     minfer_gguf_close(gi);
     minfer_gguf_close(go);
+}
+
+/* Catches quantize writing bytes that differ from the reference quantizer
+ * applied to the dequantized input row by row (wrong row offsets across
+ * windows and threads, a tensor paired with another's callback), a
+ * general.file_type not updated, and missing tensors. */
+START_TEST(quantize_matches_reference)
+{
+    static const uint32_t fts[] = {MINFER_FTYPE_MOSTLY_Q4_K_M, MINFER_FTYPE_MOSTLY_Q8_0,
+                                   MINFER_FTYPE_MOSTLY_F16, MINFER_FTYPE_MOSTLY_Q5_1};
+    make_tmpdir();
+    char in[400], out[400], err[512];
+    snprintf(in, sizeof in, "%s/in.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    struct minfer_synth_opts so = small_opts("qwen2", MINFER_FTYPE_MOSTLY_BF16);
+    ck_assert_int_eq(minfer_synth(&so, in, NULL, NULL, err, sizeof err), MINFER_OK);
+    struct minfer_quantize_opts qo = {.struct_size = sizeof qo, .ftype = fts[_i],
+                                      .n_threads = 3};
+    ck_assert_msg(minfer_quantize(in, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    check_quantized(in, out, fts[_i]);
+    rm_tmpdir();
+}
+END_TEST
+
+/* The same on llama.cpp's own converter output (fixture A, F16 matrices
+ * with 64-wide rows: every K-quant falls back), then requantizing that
+ * quantized file again (quantized input path). Catches a file llama.cpp
+ * wrote that quantize mishandles and a broken dequantize-then-requantize. */
+START_TEST(quantize_fixture_a)
+{
+    char in[512], mid[400], out[400], err[512];
+    snprintf(in, sizeof in, "%s/models/fixture-A-f16.gguf", MINFER_FIXTURES_DIR);
+    if (access(in, R_OK))
+        MINFER_TEST_SKIP("fixture %s not found", in);
+    make_tmpdir();
+    snprintf(mid, sizeof mid, "%s/q.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/q2.gguf", tmpdir);
+    struct minfer_quantize_opts qo = {.struct_size = sizeof qo,
+                                      .ftype = MINFER_FTYPE_MOSTLY_Q4_K_M, .n_threads = 2};
+    ck_assert_msg(minfer_quantize(in, mid, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    check_quantized(in, mid, MINFER_FTYPE_MOSTLY_Q4_K_M);
+    qo.ftype = MINFER_FTYPE_MOSTLY_Q8_0;
+    ck_assert_msg(minfer_quantize(mid, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    check_quantized(mid, out, MINFER_FTYPE_MOSTLY_Q8_0);
     rm_tmpdir();
 }
 END_TEST
@@ -581,6 +630,7 @@ Suite *synth_suite(void)
     tc = tcase_create("quantize");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, quantize_matches_reference, 0, 4);
+    tcase_add_test(tc, quantize_fixture_a);
     tcase_add_test(tc, quantize_refusals);
     suite_add_tcase(s, tc);
     return s;
