@@ -40,6 +40,7 @@ struct minfer_ctx {
     int32_t *host_i32;               /* [n_batch] staging for inputs */
     float *logits;                   /* [n_logits_cap][n_vocab] */
     int32_t n_logits, n_logits_cap;
+    struct sched_profile prof;       /* $MINFER_PROFILE */
     char err[768];
 };
 
@@ -246,6 +247,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         goto out_free;
     }
 
+    const char *prof = getenv("MINFER_PROFILE");
+    c->prof.on = prof && *prof && strcmp(prof, "0");
     c->sb.plugin = m->plugin;
     struct minfer_backend_config cfg = {
         .struct_size = sizeof cfg, .device = 0, .n_threads = c->p.n_threads,
@@ -289,6 +292,7 @@ void minfer_ctx_free(struct minfer_ctx *c)
 {
     if (!c)
         return;
+    sched_profile_report(&c->prof, c->m ? c->m->arch->name : "");
     for (int i = 0; i < c->n_graphs; i++)
         entry_clear(&c->graphs[i]);
     if (c->sb.be) {
@@ -348,7 +352,7 @@ static minfer_status decode_chunk(struct minfer_ctx *c, const int32_t *tokens, i
     if (st != MINFER_OK)
         return st;
     st = sched_execute(e->g, &c->sb, 1, c->generation, T, !(c->p.flags & MINFER_CTX_NO_GRAPHS),
-                       c->err, sizeof c->err);
+                       &c->prof, c->err, sizeof c->err);
     if (st != MINFER_OK)
         return st;
     kv_commit(&c->kv, 0, first, pos0, T);

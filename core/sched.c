@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- assign ---- */
 
@@ -105,11 +106,39 @@ static minfer_status node_failed(const struct sched_backend *b, const struct min
     return st;
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void sched_profile_report(const struct sched_profile *prof, const char *what)
+{
+    if (!prof->on || !prof->passes)
+        return;
+    double total = 0;
+    for (int op = 0; op < MINFER_OP_COUNT; op++)
+        total += prof->ms[op];
+    plugin_log(MINFER_LOG_WARN, "profile %s: %llu passes, %.3f ms per pass", what,
+               (unsigned long long)prof->passes, total / (double)prof->passes);
+    for (int op = 0; op < MINFER_OP_COUNT; op++)
+        if (prof->count[op])
+            plugin_log(MINFER_LOG_WARN, "  %-13s %8llu nodes %10.3f ms/pass %5.1f%%",
+                       graph_op_name((uint32_t)op), (unsigned long long)prof->count[op],
+                       prof->ms[op] / (double)prof->passes, 100.0 * prof->ms[op] / total);
+}
+
 minfer_status sched_execute(struct graph *g, const struct sched_backend *bes, int n_bes,
                             uint64_t generation, int32_t nt_hint, bool allow_replay,
-                            char *err, size_t err_len)
+                            struct sched_profile *prof, char *err, size_t err_len)
 {
     (void)n_bes;
+    bool profiling = prof && prof->on;
+    if (profiling) {
+        allow_replay = false;
+        prof->passes++;
+    }
     size_t i = 0;
     while (i < g->n_nodes) {
         int32_t bi = g->node_backend[i];
@@ -130,9 +159,18 @@ minfer_status sched_execute(struct graph *g, const struct sched_backend *bes, in
                                    err_len);
         }
         for (size_t k = i; !replayed && k <= last; k++) {
+            double t0 = profiling ? now_ms() : 0;
             minfer_status st = it->execute_node(b->be, &g->nodes[k]);
             if (st != MINFER_OK)
                 return node_failed(b, &g->nodes[k], st, "executing", err, err_len);
+            if (profiling) {
+                st = it->synchronize ? it->synchronize(b->be) : MINFER_OK;
+                if (st != MINFER_OK)
+                    return node_failed(b, &g->nodes[k], st, "synchronizing after", err, err_len);
+                uint32_t op = g->nodes[k].op < MINFER_OP_COUNT ? g->nodes[k].op : 0;
+                prof->ms[op] += now_ms() - t0;
+                prof->count[op]++;
+            }
         }
         minfer_status st = it->synchronize ? it->synchronize(b->be) : MINFER_OK;
         if (st != MINFER_OK)

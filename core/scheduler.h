@@ -11,6 +11,8 @@
 #include "graph.h"
 #include "plugin.h"
 
+struct sched_profile;
+
 /* One backend instance the scheduler may use. */
 struct sched_backend {
     const struct minfer_plugin *plugin;
@@ -30,6 +32,17 @@ minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, in
  * backend's own error; nothing falls back to another backend. */
 minfer_status sched_execute(struct graph *g, const struct sched_backend *bes, int n_bes,
                             uint64_t generation, int32_t nt_hint, bool allow_replay,
-                            char *err, size_t err_len);
+                            struct sched_profile *prof, char *err, size_t err_len);
+
+/* Per-op time when $MINFER_PROFILE is set: each node is followed by a
+ * synchronize so its time is its own (replay is then not offered). */
+struct sched_profile {
+    bool on;
+    double ms[MINFER_OP_COUNT];
+    uint64_t count[MINFER_OP_COUNT];
+    uint64_t passes;
+};
+/* Writes the table through the core's log (warn level, stderr). */
+void sched_profile_report(const struct sched_profile *prof, const char *what);
 
 #endif /* MINFER_CORE_SCHED_H */

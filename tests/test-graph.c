@@ -327,7 +327,7 @@ START_TEST(sched_executes_and_replays)
     for (int i = 0; i < 24; i++)
         x[i] = sinf((float)i);
     memcpy(s.x->t.data, x, sizeof x);
-    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, true, err, sizeof err), MINFER_OK);
+    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, true, NULL, err, sizeof err), MINFER_OK);
     memcpy(z, s.z->t.data, sizeof z);
     small_expect(&s, x, z);
     ck_assert_int_eq(stub_be.replay_offers, 1);
@@ -339,11 +339,11 @@ START_TEST(sched_executes_and_replays)
 
     stub_be.replay_answers = true;
     stub_be.executed = 0;
-    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, true, err, sizeof err), MINFER_OK);
+    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, true, NULL, err, sizeof err), MINFER_OK);
     ck_assert_int_eq(stub_be.executed, 0);
     /* Replay not allowed: never offered. */
     stub_be.replay_offers = 0;
-    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, false, err, sizeof err), MINFER_OK);
+    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 5, 3, false, NULL, err, sizeof err), MINFER_OK);
     ck_assert_int_eq(stub_be.replay_offers, 0);
     ck_assert_int_eq(stub_be.executed, (int)s.g->n_nodes);
     free(arena);
@@ -372,7 +372,7 @@ START_TEST(sched_errors_name_the_node)
     void *arena = calloc(1, s.g->arena_size);
     graph_bind(s.g, arena);
     stub_be.fail_at = 2;
-    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 0, 3, false, err, sizeof err), MINFER_ERR_BACKEND);
+    ck_assert_int_eq(sched_execute(s.g, &sb, 1, 0, 3, false, NULL, err, sizeof err), MINFER_ERR_BACKEND);
     ck_assert_ptr_nonnull(strstr(err, "res"));
     ck_assert_ptr_nonnull(strstr(err, "ADD"));
     ck_assert_ptr_nonnull(strstr(err, "injected failure at 2"));
