@@ -627,11 +627,12 @@ START_TEST(chat_turn2_equals_fresh_run)
      * whole conversation, and a second turn that re-prefills everything. */
     if (access(FIX_GGUF, R_OK))
         MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
-    char cmd[1024];
+    char cmd[1024], errpath[64];
+    snprintf(errpath, sizeof errpath, "/tmp/minfer-chat-test-%d.err", (int)getpid());
     snprintf(cmd, sizeof cmd,
              "printf 'Hello there\\nWhat is 2+2?\\n' | MINFER_PLUGIN_PATH=%s %s/bin/minfer chat "
-             "-m %s -n 6 --temp 0 -c 256 2>/tmp/minfer-chat-test.err",
-             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF);
+             "-m %s -n 6 --temp 0 -c 256 2>%s",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF, errpath);
     char *out = run_capture(cmd);
     char *nl = strchr(out, '\n');
     ck_assert_ptr_nonnull(nl);
@@ -640,7 +641,9 @@ START_TEST(chat_turn2_equals_fresh_run)
     char *nl2 = strchr(reply2, '\n');
     ck_assert_ptr_nonnull(nl2);
     *nl2 = 0;
-    char *log = run_capture("cat /tmp/minfer-chat-test.err");
+    snprintf(cmd, sizeof cmd, "cat %s", errpath);
+    char *log = run_capture(cmd);
+    unlink(errpath);
     ck_assert_msg(strstr(log, "[chat: 0 cached tokens reused") &&
                       !strstr(strstr(log, "\n") ? strstr(log, "\n") + 1 : log, "[chat: 0 cached"),
                   "turn 2 did not reuse the cache: %s", log);
@@ -700,20 +703,21 @@ START_TEST(cli_eval_and_run_json)
      * generated ids that disagree with greedy decoding. */
     if (access(FIX_GGUF, R_OK))
         MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
-    char cmd[1024];
+    char cmd[1024], out[64];
+    snprintf(out, sizeof out, "/tmp/minfer-eval-test-%d.bin", (int)getpid());
     snprintf(cmd, sizeof cmd,
              "MINFER_PLUGIN_PATH=%s %s/bin/minfer eval -m %s 'The quick brown fox' --all "
-             "-o /tmp/minfer-eval-test.bin 2>/dev/null",
-             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF);
+             "-o %s 2>/dev/null",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF, out);
     char *ids_s = run_capture(cmd);
     ck_assert_str_eq(ids_s, "[785, 3974, 13876, 38835]\n");
-    FILE *f = fopen("/tmp/minfer-eval-test.bin", "rb");
+    FILE *f = fopen(out, "rb");
     ck_assert_ptr_nonnull(f);
     float *rows = malloc(4 * 151936 * sizeof *rows);
     ck_assert_uint_eq(fread(rows, sizeof *rows, 4 * 151936, f), 4 * 151936);
     ck_assert_int_eq(fgetc(f), EOF);
     fclose(f);
-    unlink("/tmp/minfer-eval-test.bin");
+    unlink(out);
 
     struct minfer_runtime *rt = runtime();
     minfer_status st;
