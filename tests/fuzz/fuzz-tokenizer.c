@@ -10,7 +10,9 @@
  * fixtures dir) when present, else a small synthetic byte-level BPE.
  * A synthetic Llama 3 ("llama-bpe") tokenizer is fuzzed too. Input byte 0
  * selects options (bit 0: parse_special, bit 1: the llama-bpe tokenizer),
- * the rest is text.
+ * the rest is text. An input starting with "GGUF" is instead a file whose
+ * tokenizer metadata is loaded and used (seeds: corpus-tokenizer/, made by
+ * make-tokenizer-seeds.py).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,10 +119,49 @@ static bool nfc_stable_ascii(const char *s, size_t n)
     return true;
 }
 
+/* An input starting with "GGUF" is a file: load its tokenizer metadata
+ * (hostile: counts, types, merges, ids, template) and use what loads. */
+static void fuzz_gguf(const uint8_t *data, size_t size)
+{
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open_memory(data, size, &st, NULL, 0);
+    if (!g)
+        return;
+    char err[256];
+    struct minfer_tokenizer *t = minfer_tokenizer_from_gguf(g, &st, err, sizeof err);
+    minfer_gguf_close(g); /* the tokenizer must not keep pointers into the file */
+    if (!t)
+        return;
+    static const char text[] = "hello <|im_start|>user\n world 12345 \xe4\xbd\xa0\xff<think>";
+    int32_t ids[256];
+    size_t n, dn;
+    if (minfer_tokenize(t, text, sizeof text - 1, true, ids, 256, &n) != MINFER_OK)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= minfer_tokenizer_n_vocab(t))
+            abort();
+    char out[8192];
+    if (minfer_detokenize(t, ids, n, true, out, sizeof out, &dn) != MINFER_OK)
+        abort();
+    for (int32_t id = 0; id < minfer_tokenizer_n_vocab(t) && id < 4096; id++) {
+        size_t l;
+        if (!minfer_token_bytes(t, id, &l) || !minfer_token_text(t, id, &l))
+            abort();
+        minfer_tokenizer_is_eog(t, id);
+    }
+    struct minfer_chat_msg m[] = {{"system", "s"}, {"user", "u"}, {"assistant", "<think>r</think>a"}};
+    minfer_chat_render(t, MINFER_CHAT_UNKNOWN, m, 3, true, out, sizeof out, &dn, err, sizeof err);
+    minfer_tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
+    if (size >= 4 && !memcmp(data, "GGUF", 4)) {
+        fuzz_gguf(data, size);
+        return 0;
+    }
     bool special = data[0] & 1;
     const struct minfer_tokenizer *tok = data[0] & 2 ? tok_llama3 : tok_main;
     const char *text = (const char *)data + 1;
