@@ -255,9 +255,17 @@ int main(int argc, char **argv)
                              {18944, 3584, "18944x3584 (ffn down)"},
                              {3584, 3584, "3584x3584 (attn)"}};
     int fails = 0;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t si = 0; si < 3; si++)
-            fails += bench_matvec(c, types[ti], shapes[si], 1, quick) != 0;
+    for (int r = 2; r >= 1; r--) {
+        k_tune_matvec_rows(r);
+        printf("-- nt=1 quantized kernels with %d row(s) per thread --\n", r);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            if (r == 1 && !k_matvec_q_supported(types[ti]))
+                continue;
+            for (size_t si = 0; si < 3; si++)
+                fails += bench_matvec(c, types[ti], shapes[si], 1, quick) != 0;
+        }
+    }
+    k_tune_matvec_rows(2);
     static const uint32_t multi[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K};
     for (size_t ti = 0; ti < 3; ti++)
         for (int nt = 2; nt <= 8; nt *= 2)

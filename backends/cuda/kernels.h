@@ -60,6 +60,10 @@ int k_matvec_q_supported(uint32_t type);
 int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1);
 
+/* Benchmark hook: rows per thread of the nt = 1 quantized kernel (1 or 2;
+ * the default is the measured winner). */
+void k_tune_matvec_rows(int r);
+
 /* Same with F32/F16/BF16 weights and f32 activations; any K, any M. */
 int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,

@@ -446,6 +446,64 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1);
 }
 
+/* nt = 1, two rows per thread: each activation block loaded once serves
+ * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb. */
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                 int nb, int nunits, int N, float *__restrict__ dst, int tpr)
+{
+    int rpb = MV_THREADS / tpr;
+    int ra = blockIdx.x * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
+    int lane = threadIdx.x % tpr;
+    bool la = ra < N, lb = rb < N;
+    const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
+    const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w0, w1;
+        w0.load(wa, u);
+        w1.load(wb, u);
+        a0 += w0.dot(xq, nb, u);
+        a1 += w1.dot(xq, nb, u);
+    }
+    __shared__ float red[2][MV_THREADS / 32];
+    int span = tpr < 32 ? tpr : 32;
+    for (int o = span / 2; o > 0; o >>= 1) {
+        a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+        a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+    }
+    if (tpr > 32) {
+        if (threadIdx.x % 32 == 0) {
+            red[0][threadIdx.x / 32] = a0;
+            red[1][threadIdx.x / 32] = a1;
+        }
+        __syncthreads();
+        if (lane == 0) {
+            int w0 = threadIdx.x / 32, nw = tpr / 32;
+            a0 = a1 = 0.0f;
+            for (int w = 0; w < nw; w++) {
+                a0 += red[0][w0 + w];
+                a1 += red[1][w0 + w];
+            }
+        }
+    }
+    if (lane == 0) {
+        if (la)
+            dst[ra] = a0;
+        if (lb)
+            dst[rb] = a1;
+    }
+}
+
+static int g_rows_per_thread = 2;
+
+/* Benchmark hook: rows per thread of the nt = 1 quantized kernel (1 or 2). */
+extern "C" void k_tune_matvec_rows(int r)
+{
+    g_rows_per_thread = r == 1 ? 1 : 2;
+}
+
 template <int T>
 static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
                        const void *xq, int64_t M, float *dst, int64_t dst_nb1)
@@ -462,7 +520,13 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     unsigned grid = (unsigned)((N + rpb - 1) / rpb);
     const uint8_t *w = (const uint8_t *)W;
     const uint8_t *x = (const uint8_t *)xq;
-    if (M == 1) {
+    if (M == 1 && g_rows_per_thread == 2) {
+        int tpr2 = rows_tpr((N + 1) / 2, nunits);
+        int rpb2 = 2 * (MV_THREADS / tpr2);
+        auto kf = mmvq2_kernel<T>;
+        KLAUNCH(k, "matvec_q<nt=1,2 rows>", kf, (unsigned)((N + rpb2 - 1) / rpb2), MV_THREADS,
+                0, w, w_nb1, x, nb, nunits, (int)N, dst, tpr2);
+    } else if (M == 1) {
         auto kf = mmvq_kernel<T, 1>;
         KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
                 (int)N, (int)M, dst, dst_nb1, tpr);
