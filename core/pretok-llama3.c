@@ -3,6 +3,7 @@
  * "llama-bpe", as llama.cpp's converter names it): the GPT-4 style split
  * with digits in groups of up to three, no normaliser, and whole-piece
  * vocabulary lookup before merging (its tokenizer.json sets ignore_merges).
+ * \s is Unicode White_Space, as in pretok-qwen2.c.
  */
 #include "tokenizer.h"
 
@@ -11,10 +12,10 @@ const struct tok_pretok tok_pretok_llama3 = {
     .regex = {"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
               "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
               "|\\p{N}{1,3}"
-              "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-              "|\\s*[\\r\\n]+"
-              "|\\s+(?!\\S)"
-              "|\\s+"},
+              "| ?[^" TOK_WS "\\p{L}\\p{N}]+[\\r\\n]*"
+              "|[" TOK_WS "]*[\\r\\n]+"
+              "|[" TOK_WS "]+(?![^" TOK_WS "])"
+              "|[" TOK_WS "]+"},
     .nfc = false,
     .ignore_merges = true,
 };

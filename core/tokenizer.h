@@ -50,6 +50,12 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
 
 #define TOK_MAX_REGEX 4
 
+/* Unicode's White_Space set as the inside of a PCRE2 character class: what
+ * Rust's regex (Hugging Face tokenizers) means by \s. PCRE2's own \s adds
+ * U+180E, so pre-tokenizer regexes spell it with this. */
+#define TOK_WS "\\t-\\r\\x20\\x85\\xA0\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
+               "\\x{202F}\\x{205F}\\x{3000}"
+
 struct tok_pretok {
     const char *name;                   /* tokenizer.ggml.pre value */
     const char *regex[TOK_MAX_REGEX];   /* applied in order; each splits the pieces

@@ -344,6 +344,27 @@ START_TEST(nfc_spans_match_whole_text_nfc)
 }
 END_TEST
 
+START_TEST(whitespace_is_unicode_white_space)
+{
+    /* Catches PCRE2's \s (which still counts U+180E MONGOLIAN VOWEL
+     * SEPARATOR as a space) being used instead of Unicode White_Space as
+     * HF's Rust regex does: "\<U+180E>'t" must split as punctuation "\<180E>'"
+     * + "t", not "\" + space + contraction "'t". Ids from an independent
+     * reimplementation (Python regex + the tokenizer.json merges). */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    static const char text[] = "\\\xe1\xa0\x8e't \xe1\xa0\x8e \xe2\x80\x8b\xc2\xa0x\xc2\x85\xe3\x80\x80 ";
+    static const int32_t want[] = {59, 123970, 236, 6, 83, 86089, 254, 236, 29748, 4102, 87, 126,
+                                   227, 22441, 220};
+    int32_t ids[32];
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, text, sizeof text - 1, false, ids, 32, &n), MINFER_OK);
+    ck_assert_uint_eq(n, sizeof want / sizeof want[0]);
+    ck_assert_mem_eq(ids, want, sizeof want);
+}
+END_TEST
+
 START_TEST(special_only_when_asked)
 {
     /* Catches control tokens being matched in user text without
@@ -665,6 +686,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, empty_input);
     tcase_add_test(tc, invalid_utf8_replaced);
     tcase_add_test(tc, nfc_spans_match_whole_text_nfc);
+    tcase_add_test(tc, whitespace_is_unicode_white_space);
     tcase_add_test(tc, special_only_when_asked);
     tcase_add_test(tc, ids_and_buffer_sizing);
     tcase_add_test(tc, gguf_tokenizer_metadata);
