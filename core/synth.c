@@ -87,16 +87,16 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
                                                   char *err, size_t err_len)
 {
     if (!arch || !spec || !shape)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "synth shape: missing argument");
+        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "shape: missing argument");
     if (strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
         return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
-                    "synth: architecture '%s' is not one of qwen2, qwen3", arch);
+                    "architecture '%s' is not one of qwen2, qwen3", arch);
     if (strncmp(spec, "custom", 6)) {
         for (int i = 0; i < N_SHAPES; i++)
             if (!strcasecmp(spec, known_shapes[i].name)) {
                 if (strcmp(known_shapes[i].arch, arch))
                     return fail(err, err_len, MINFER_ERR_INVALID_ARG,
-                                "synth: shape %s is a %s model, not %s", spec,
+                                "shape %s is a %s model, not %s", spec,
                                 known_shapes[i].arch, arch);
                 *shape = known_shapes[i];
                 return MINFER_OK;
@@ -108,7 +108,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
                 strncat(list, known_shapes[i].name, sizeof list - strlen(list) - 1);
             }
         return fail(err, err_len, MINFER_ERR_NOT_FOUND,
-                    "synth: unknown shape '%s' for %s; known: %s, or custom:key=value,...",
+                    "unknown shape '%s' for %s; known: %s, or custom:key=value,...",
                     spec, arch, list);
     }
     /* custom: defaults from the arch's smallest model */
@@ -119,14 +119,14 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         p++;
     else if (*p)
         return fail(err, err_len, MINFER_ERR_INVALID_ARG,
-                    "synth: custom shape must be custom:key=value,... (got '%s')", spec);
+                    "custom shape must be custom:key=value,... (got '%s')", spec);
     while (*p) {
         const char *eq = strchr(p, '='), *end = strchr(p, ',');
         if (!end)
             end = p + strlen(p);
         if (!eq || eq > end)
             return fail(err, err_len, MINFER_ERR_INVALID_ARG,
-                        "synth: custom shape item '%.*s' is not key=value", (int)(end - p), p);
+                        "custom shape item '%.*s' is not key=value", (int)(end - p), p);
         char key[32];
         snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
         char *vend;
@@ -134,7 +134,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         double v = strtod(eq + 1, &vend);
         if (vend != end || errno)
             return fail(err, err_len, MINFER_ERR_INVALID_ARG,
-                        "synth: custom shape value of %s ('%.*s') is not a number", key,
+                        "custom shape value of %s ('%.*s') is not a number", key,
                         (int)(end - eq - 1), eq + 1);
         int32_t iv = v >= -2e9 && v <= 2e9 ? (int32_t)v : -1;
         if (!strcmp(key, "n_embd")) shape->n_embd = iv;
@@ -150,7 +150,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         else if (!strcmp(key, "tied")) shape->tied = v != 0;
         else
             return fail(err, err_len, MINFER_ERR_INVALID_ARG,
-                        "synth: unknown custom shape key '%s' (n_embd, n_layer, n_head, "
+                        "unknown custom shape key '%s' (n_embd, n_layer, n_head, "
                         "n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps, tied)",
                         key);
         p = *end ? end + 1 : end;
@@ -766,7 +766,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
     if (!t)
         return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %d tensors", nt);
     if (build_tensors(s, t) != nt) {
-        st = fail(err, err_len, MINFER_ERR_STATE, "synth: tensor count mismatch");
+        st = fail(err, err_len, MINFER_ERR_STATE, "tensor count mismatch");
         goto out;
     }
     w = minfer_gguf_writer_new(3);
@@ -879,11 +879,11 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
                     "minfer_synth: give a path or mem and mem_size");
     if (strcmp(o->shape.arch, "qwen2") && strcmp(o->shape.arch, "qwen3"))
         return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
-                    "synth: architecture '%.16s' is not one of qwen2, qwen3", o->shape.arch);
+                    "architecture '%.16s' is not one of qwen2, qwen3", o->shape.arch);
     if (!shape_valid(&o->shape, err, err_len))
         return MINFER_ERR_RANGE;
     if (minfer_ftype_base_type(o->ftype) == MINFER_TYPE_COUNT)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "synth: file type %u is unknown",
+        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "file type %u is unknown",
                     o->ftype);
     if (path)
         return synth_file(o, path, err, err_len);
@@ -893,7 +893,7 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
     char dir[512], file[600];
     snprintf(dir, sizeof dir, "%s/minfer-synth-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir))
-        return fail(err, err_len, MINFER_ERR_IO, "synth: cannot make a temporary directory %s: %s",
+        return fail(err, err_len, MINFER_ERR_IO, "cannot make a temporary directory %s: %s",
                     dir, strerror(errno));
     snprintf(file, sizeof file, "%s/model.gguf", dir);
     minfer_status st = synth_file(o, file, err, err_len);
