@@ -153,6 +153,10 @@ MINFER_API uint32_t minfer_mix_tensor_type(const struct minfer_mix *m, const cha
                 t = MINFER_TYPE_Q6_K;
             else if (f == MINFER_FTYPE_MOSTLY_Q4_K_S && il >= 0 && il < 4)
                 t = MINFER_TYPE_Q5_K;
+            /* 80 layers is llama.cpp's 70B class (Llama 70B, Qwen2/2.5 72B):
+             * attn_v is 8x smaller than attn_q there, so it gets more bits */
+            if (m->n_layer == 80 && t == MINFER_TYPE_Q4_K)
+                t = MINFER_TYPE_Q5_K;
         } else if (strstr(name, "ffn_down")) {
             if (km && il >= 0 && use_more_bits(il, m->n_layer))
                 t = MINFER_TYPE_Q6_K;

@@ -131,6 +131,13 @@ START_TEST(mix_fallbacks_and_variants)
     ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.ffn_down.weight",
                                4096, 1024),
                       MINFER_TYPE_Q4_K);
+    /* 80 layers (llama.cpp's 70B class): attn_v Q4_K -> Q5_K, Q6_K stays */
+    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.40.attn_v.weight",
+                               8192, 1024),
+                      MINFER_TYPE_Q5_K);
+    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.0.attn_v.weight",
+                               8192, 1024),
+                      MINFER_TYPE_Q6_K);
     /* Q4_0 and Q8_0 files: output Q6_K resp. stays Q8_0 */
     ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "output.weight", 4096, 100),
                       MINFER_TYPE_Q6_K);
