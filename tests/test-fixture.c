@@ -132,8 +132,10 @@ static int32_t *int_array(cJSON *a, int *n)
 {
     *n = cJSON_GetArraySize(a);
     int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
-    for (int i = 0; i < *n; i++)
-        v[i] = (int32_t)cJSON_GetArrayItem(a, i)->valuedouble;
+    int i = 0;
+    cJSON *item;
+    cJSON_ArrayForEach(item, a)
+        v[i++] = (int32_t)item->valuedouble;
     return v;
 }
 
@@ -208,8 +210,11 @@ static void check_prompt(const char *name)
     /* The whole last row. */
     cJSON *last = cJSON_GetObjectItem(p, "last_logits");
     const float *l = minfer_ctx_logits(c, -1);
-    for (int i = 0; i < e.n_vocab; i++) {
-        double d = fabs(l[i] - cJSON_GetArrayItem(last, i)->valuedouble);
+    ck_assert_int_eq(cJSON_GetArraySize(last), e.n_vocab);
+    int i = 0;
+    cJSON *item;
+    cJSON_ArrayForEach(item, last) { /* GetArrayItem walks the list: O(n^2) */
+        double d = fabs(l[i++] - item->valuedouble);
         worst = d > worst ? d : worst;
     }
     printf("%s: max |logit - HF| = %.3g over top-10s and the last row\n", name, worst);
