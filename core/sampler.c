@@ -204,6 +204,8 @@ static void select_top(const float *l, const int32_t *src, size_t n, int32_t *ca
         }
         if (l[c] < floor || !better(l, c, cand[0]))
             continue; /* the common case: one float compare */
+        if (src == cand)
+            cand[i] = cand[0]; /* in place: the evicted id keeps a slot for later regrows */
         j = 0; /* sift c down from the root */
         for (;;) {
             size_t a = 2 * j + 1;

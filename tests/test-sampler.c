@@ -186,6 +186,29 @@ START_TEST(top_p_smallest_prefix)
     ck_assert_msg(fabs(c[3] / 10000.0 - 0.625) < 0.02, "p3 %.3f (0.5/0.8)", c[3] / 10000.0);
     minfer_sampler_free(s);
 
+    /* the prefix grows (64, 512, ...): every token of the nucleus must stay
+     * reachable after a regrow — catches a selection that drops elements
+     * it evicted from the first, smaller heap */
+    {
+        enum { M = 5000, HOT = 300 };
+        float *h = calloc(M, sizeof *h);
+        for (int i = 0; i < HOT; i++)
+            h[(i * 7919) % M] = 20.0f + (float)((i * 37) % 100) * 1e-3f;
+        struct minfer_sampler_params q = plain();
+        q.top_p = 0.999f;
+        struct minfer_sampler *sq = mk(q, M);
+        int *hc = calloc(M, sizeof *hc);
+        histogram(sq, h, M, 20000, hc);
+        for (int i = 0; i < M; i++)
+            if (h[i] > 0)
+                ck_assert_msg(hc[i] > 0, "nucleus token %d never drawn", i);
+            else
+                ck_assert_int_eq(hc[i], 0);
+        minfer_sampler_free(sq);
+        free(hc);
+        free(h);
+    }
+
     /* 152k tokens: 300 at logit ~15 hold 99.98% of the mass, the rest at 0 */
     enum { N = 151936 };
     float *big = calloc(N, sizeof *big);
