@@ -68,7 +68,9 @@ static void env_open(struct env *e)
     ck_assert_msg(e->rt, "runtime: %s", err);
     struct minfer_model_params mp;
     minfer_model_params_default(&mp);
-    mp.backend = "cpu";
+    /* MINFER_TEST_BACKEND=cuda runs the same checks on another plugin. */
+    const char *be = getenv("MINFER_TEST_BACKEND");
+    mp.backend = be && *be ? be : "cpu";
     e->m = minfer_model_load(e->rt, FIX_GGUF, &mp, &st, err, sizeof err);
     ck_assert_msg(e->m, "load: %s", err);
     e->tok = minfer_tokenizer_from_gguf(minfer_model_gguf(e->m), &st, err, sizeof err);
