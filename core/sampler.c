@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "minfer/minfer.h"
+#include "sampler.h"
 
 /* ---- PRNG ---- */
 
@@ -259,10 +260,11 @@ static void apply_penalties(struct minfer_sampler *s, float *l)
             s->count[s->ring[i]] = -s->count[s->ring[i]];
 }
 
-minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
-                                    int32_t n_vocab, int32_t *out_id)
+minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, int32_t n_vocab,
+                                 const int32_t **ids, const float **weights, size_t *n_out,
+                                 double *sum_out)
 {
-    if (!s || !logits || !out_id || n_vocab != s->n_vocab)
+    if (!s || !logits || n_vocab != s->n_vocab)
         return MINFER_ERR_INVALID_ARG;
     const struct minfer_sampler_params *p = &s->p;
     size_t n = (size_t)n_vocab;
@@ -281,6 +283,7 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
     int32_t best = 0;
     size_t m = 0;
     bool sorted = false;
+    double sum = 0;
     if (!greedy && p->top_k > 0 && (size_t)p->top_k < n) {
         /* 3. top-k straight from the row: one pass, no candidate list */
         m = (size_t)p->top_k;
@@ -299,8 +302,11 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
         if (!isfinite(l[best]))
             return MINFER_ERR_INVALID_ARG;
         if (greedy) {
-            *out_id = best;
-            return MINFER_OK;
+            s->cand[0] = best;
+            s->prob[0] = 1.0f;
+            m = 1;
+            sum = 1.0;
+            goto out;
         }
         /* candidates: every token that is not masked out */
         for (size_t i = 0; i < n; i++)
@@ -309,7 +315,6 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
     }
     /* 4. temperature + softmax (unnormalised: the best has weight 1) */
     float mx = l[best], inv_t = 1.0f / p->temperature;
-    double sum = 0;
     for (size_t i = 0; i < m; i++) {
         s->prob[i] = expf((l[s->cand[i]] - mx) * inv_t);
         sum += s->prob[i];
@@ -353,15 +358,39 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
             }
         m = k; /* the best (weight 1) always stays */
     }
+out:
+    *ids = s->cand;
+    *weights = s->prob;
+    *n_out = m;
+    *sum_out = sum;
+    return MINFER_OK;
+}
+
+minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
+                                    int32_t n_vocab, int32_t *out_id)
+{
+    const int32_t *ids;
+    const float *w;
+    size_t m;
+    double sum;
+    if (!out_id)
+        return MINFER_ERR_INVALID_ARG;
+    minfer_status st = sampler_candidates(s, logits, n_vocab, &ids, &w, &m, &sum);
+    if (st != MINFER_OK)
+        return st;
+    if (m == 1) { /* greedy, or one survivor: no draw, the PRNG does not advance */
+        *out_id = ids[0];
+        return MINFER_OK;
+    }
     /* 7. draw */
     double u = (double)(xoshiro(s->rng) >> 11) * 0x1.0p-53 * sum, cum = 0;
     for (size_t i = 0; i < m; i++) {
-        cum += s->prob[i];
+        cum += w[i];
         if (u < cum) {
-            *out_id = s->cand[i];
+            *out_id = ids[i];
             return MINFER_OK;
         }
     }
-    *out_id = s->cand[m - 1]; /* rounding at the very top */
+    *out_id = ids[m - 1]; /* rounding at the very top */
     return MINFER_OK;
 }
