@@ -287,8 +287,10 @@ MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *
  *   5. top-p: keep the smallest highest-probability prefix whose mass >= top_p
  *   6. min-p: drop tokens with p < min_p * p_max
  *   7. draw from the renormalised rest with the sampler's own PRNG
- *      (xoshiro256**, seeded through splitmix64: same seed, same logits,
- *      same ids on every platform).
+ *      (xoshiro256**, seeded through splitmix64; one 53-bit draw per token,
+ *      none when a single candidate is left). Same seed, same logits: same
+ *      ids; across platforms as far as their expf rounds alike (everything
+ *      else is integer or plain IEEE float arithmetic).
  * Ties between equal logits are ordered by lower id first. */
 struct minfer_sampler_params {
     float temperature;       /* <= 0: greedy. default 0.8 */
