@@ -13,6 +13,7 @@
 
 #include "minfer/quant.h"
 #include "model.h"
+#include "scheduler.h"
 
 /* ---- architecture registry ---- */
 
@@ -257,8 +258,65 @@ static void describe_types(struct minfer_model *m)
 
 /* ---- load ---- */
 
-static minfer_status pick_backend(struct minfer_runtime *rt, const char *want,
-                                  const struct minfer_plugin **out, char *err, size_t err_len)
+/* Whether plugin p can run the whole model: its first device has room for
+ * the weights (when it reports memory) and an instance accepts every node
+ * of a one-token graph and of a prompt graph (assignment only; weights
+ * point at the mapping, nothing is uploaded or run). *why says what
+ * failed. */
+static bool backend_runs_model(const struct minfer_model *m, const struct minfer_plugin *p,
+                               char *why, size_t why_len)
+{
+    if (PLUGIN_HAS(p, device_info)) {
+        struct minfer_device_info di;
+        memset(&di, 0, sizeof di);
+        di.struct_size = sizeof di;
+        if (p->iface->device_info(0, &di) == MINFER_OK && di.memory_free &&
+            di.memory_free < m->size_bytes + m->size_bytes / 8) {
+            snprintf(why, why_len, "its device has %llu MiB free, the weights need %llu MiB",
+                     (unsigned long long)(di.memory_free >> 20),
+                     (unsigned long long)(m->size_bytes >> 20));
+            return false;
+        }
+    }
+    struct minfer_backend *be = NULL;
+    if (plugin_create_instance(p, NULL, &be, why, why_len) != MINFER_OK)
+        return false;
+    static _Alignas(256) unsigned char placeholder[256];
+    struct kv_cache kv = {
+        .plugin = p, .be = be, .type_k = MINFER_TYPE_F16, .type_v = MINFER_TYPE_F16,
+        .n_layer = (int32_t)m->hp.n_layer, .row_k = m->hp.head_dim * m->hp.n_head_kv,
+        .row_v = m->hp.head_dim_v * m->hp.n_head_kv, .n_cells = 256, .base = placeholder,
+    };
+    kv.row_bytes_k = minfer_row_size(kv.type_k, kv.row_k);
+    kv.row_bytes_v = minfer_row_size(kv.type_v, kv.row_v);
+    void **wdata = calloc((size_t)m->n_weights + 1, sizeof *wdata);
+    struct gtensor **wt = calloc((size_t)m->n_weights + 1, sizeof *wt);
+    bool ok = wdata && wt;
+    for (int32_t i = 0; ok && i < m->n_weights; i++)
+        wdata[i] = (void *)(uintptr_t)m->weights[i].gt->data;
+    const int32_t sizes[2] = {1, 64};
+    for (int k = 0; ok && k < 2; k++) {
+        struct graph *g = graph_new();
+        memset(wt, 0, sizeof *wt * (size_t)m->n_weights);
+        struct build b = {
+            .g = g, .m = m, .hp = &m->hp, .kv = &kv, .wdata = wdata, .n_tokens = sizes[k],
+            .n_kv = 256, .n_out = 1, .wt = wt,
+        };
+        if (g)
+            m->arch->build(&b);
+        struct sched_backend sb = {p, be};
+        ok = g && sched_prepare(g, &sb, 1, false, why, why_len) == MINFER_OK;
+        graph_free(g);
+    }
+    free(wt);
+    free(wdata);
+    p->iface->destroy(be);
+    return ok;
+}
+
+static minfer_status pick_backend(const struct minfer_model *m, struct minfer_runtime *rt,
+                                  const char *want, const struct minfer_plugin **out,
+                                  char *err, size_t err_len)
 {
     *out = NULL;
     if (!rt)
@@ -270,10 +328,26 @@ static minfer_status pick_backend(struct minfer_runtime *rt, const char *want,
                         "backend '%s' is not loaded (run `minfer backends` to see why)", want);
         return MINFER_OK;
     }
-    /* Automatic choice: the CPU backend runs every model this build loads. */
+    /* Automatic choice, all or nothing: the best-scoring accelerator plugin
+     * that can hold and run the whole model, else the CPU, saying why. */
+    const struct minfer_plugin *best = NULL;
+    for (size_t i = 0; i < runtime_backend_count(rt); i++) {
+        const struct minfer_plugin *p = runtime_backend_at(rt, i);
+        if (strcmp(p->name, "cpu") && (!best || p->score > best->score))
+            best = p;
+    }
+    char why[512] = "";
+    if (best && getenv("MINFER_NO_AUTO_GPU") == NULL) {
+        if (backend_runs_model(m, best, why, sizeof why)) {
+            *out = best;
+            return MINFER_OK;
+        }
+        plugin_log(MINFER_LOG_WARN, "backend '%s' cannot run this model, using the CPU: %s",
+                   best->name, why);
+    }
     *out = runtime_find_backend(rt, "cpu");
-    if (!*out && runtime_backend_count(rt))
-        *out = runtime_backend_at(rt, 0);
+    if (!*out)
+        *out = best;
     if (!*out)
         return fail(err, err_len, MINFER_ERR_NOT_FOUND,
                     "no backend plugin is loaded (run `minfer backends` to see why)");
@@ -337,7 +411,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
         snprintf(m->name, sizeof m->name, "%.*s", (int)(name_len < 127 ? name_len : 127), name);
     m->plugin = plugin;
     if (!m->plugin) {
-        st = pick_backend(rt, m->params.backend, &m->plugin, err, err_len);
+        st = pick_backend(m, rt, m->params.backend, &m->plugin, err, err_len);
         if (st != MINFER_OK)
             goto out_free;
     }

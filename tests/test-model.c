@@ -761,6 +761,86 @@ START_TEST(cli_eval_and_run_json)
 }
 END_TEST
 
+/* A runtime with the CPU plugin and one test plugin ("testbe"). */
+static struct minfer_runtime *runtime_with(const char *test_plugin)
+{
+    char extra[512];
+    snprintf(extra, sizeof extra, "%s/libminfer-test-%s.so", MINFER_TEST_PLUGIN_DIR, test_plugin);
+    if (access(extra, R_OK))
+        return NULL;
+    const char *paths[] = {MINFER_PLUGIN_DIR, extra};
+    struct minfer_runtime_opts o = {
+        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 2,
+        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
+    };
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, err, sizeof err);
+    ck_assert_msg(rt, "runtime: %s", err);
+    return rt;
+}
+
+static const char *auto_backend(struct minfer_runtime *rt, struct minfer_model **m, void **mem)
+{
+    size_t size;
+    *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    char err[512];
+    *m = load_mem(rt, *mem, size, err, sizeof err);
+    ck_assert_msg(*m, "%s", err);
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(*m, &info);
+    return info.backend;
+}
+
+START_TEST(auto_backend_is_all_or_nothing)
+{
+    /* Catches automatic placement choosing an accelerator that cannot even
+     * make an instance, and the CPU being chosen over one that accepts the
+     * whole model. */
+    struct minfer_runtime *rt = runtime_with("create-fails");
+    if (!rt)
+        MINFER_TEST_SKIP("test plugins not built in %s", MINFER_TEST_PLUGIN_DIR);
+    struct minfer_model *m;
+    void *mem;
+    ck_assert_str_eq(auto_backend(rt, &m, &mem), "cpu");
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+
+    rt = runtime_with("good");
+    ck_assert_str_eq(auto_backend(rt, &m, &mem), "testbe");
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+START_TEST(backend_failure_is_an_error_not_a_fallback)
+{
+    /* Catches a node failure being hidden by re-running on the CPU, and an
+     * error that does not name the node, its op and the backend's reason. */
+    struct minfer_runtime *rt = runtime_with("exec-fails");
+    if (!rt)
+        MINFER_TEST_SKIP("test plugins not built in %s", MINFER_TEST_PLUGIN_DIR);
+    struct minfer_model *m;
+    void *mem;
+    ck_assert_str_eq(auto_backend(rt, &m, &mem), "testbe");
+    struct minfer_ctx *c = ctx_of(m, 32, 8, MINFER_TYPE_F16);
+    int32_t ids[3] = {1, 2, 3};
+    ck_assert_int_eq(minfer_ctx_decode(c, ids, 3, 0), MINFER_ERR_BACKEND);
+    const char *e = minfer_ctx_last_error(c);
+    ck_assert_msg(strstr(e, "testbe") && strstr(e, "token_embd") && strstr(e, "GET_ROWS") &&
+                      strstr(e, "on purpose"),
+                  "error: %s", e);
+    ck_assert_int_eq(minfer_ctx_n_past(c), 0);
+    ck_assert_ptr_null(minfer_ctx_logits(c, -1));
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 Suite *model_suite(void);
 Suite *model_suite(void)
 {
@@ -782,6 +862,8 @@ Suite *model_suite(void)
     tcase_add_test(fw, decode_steps_reuse_one_graph);
     tcase_add_test(fw, chat_turn2_equals_fresh_run);
     tcase_add_test(fw, cli_eval_and_run_json);
+    tcase_add_test(fw, auto_backend_is_all_or_nothing);
+    tcase_add_test(fw, backend_failure_is_an_error_not_a_fallback);
     suite_add_tcase(s, fw);
     return s;
 }
