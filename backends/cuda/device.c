@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels.h"
 
@@ -50,7 +51,12 @@ int cu_probe(char *why, size_t why_len)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        fmt_err(why, why_len, "no CUDA device: cudaGetDeviceCount: %s (%s)",
+        /* without a kernel driver the runtime says "driver version is
+         * insufficient", which misleads: say what is missing first */
+        int no_driver = e == cudaErrorInsufficientDriver &&
+                        access("/proc/driver/nvidia/version", F_OK) != 0;
+        fmt_err(why, why_len, "no CUDA device: %scudaGetDeviceCount: %s (%s)",
+                no_driver ? "no NVIDIA kernel driver is loaded; " : "",
                 cudaGetErrorString(e), cudaGetErrorName(e));
         cudaGetLastError();
         return 0;
