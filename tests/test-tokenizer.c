@@ -6,6 +6,7 @@
  * buffer sizing, streaming detokenization and a multi-megabyte input.
  */
 #include <check.h>
+#include <pthread.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,65 @@ START_TEST(whitespace_is_unicode_white_space)
 }
 END_TEST
 
+struct tok_job {
+    const struct minfer_tokenizer *tok;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n;
+    minfer_status st;
+};
+
+static void *tok_thread(void *arg)
+{
+    struct tok_job *j = arg;
+    for (int r = 0; r < 3; r++)
+        j->st = minfer_tokenize(j->tok, j->text, j->len, true, j->ids, 4096, &j->n);
+    return NULL;
+}
+
+START_TEST(concurrent_tokenize)
+{
+    /* Catches hidden shared mutable state (a cache or match data kept in
+     * the tokenizer) that would corrupt results when threads tokenize with
+     * one tokenizer at once, as the header promises they may. */
+    const struct minfer_tokenizer *tok = any_tok();
+    if (!tok)
+        MINFER_TEST_SKIP("no tokenizer: %s", why_gguf);
+    static const char *texts[4] = {"The quick brown fox jumps over the lazy dog. ",
+                                   "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c cafe\xcc\x81 ",
+                                   "int main(void) { return 0; }\n<|im_start|>",
+                                   "   \t\n 12345 \xf0\x9f\x99\x82 "};
+    enum { T = 4, REP = 150 };
+    struct tok_job jobs[T];
+    char *bufs[T];
+    pthread_t th[T];
+    for (int t = 0; t < T; t++) {
+        size_t l = strlen(texts[t]);
+        bufs[t] = malloc(l * REP);
+        for (int r = 0; r < REP; r++)
+            memcpy(bufs[t] + r * l, texts[t], l);
+        jobs[t] = (struct tok_job){tok, bufs[t], l * REP, malloc(4096 * sizeof(int32_t)), 0,
+                                   MINFER_OK};
+        ck_assert_int_eq(pthread_create(&th[t], NULL, tok_thread, &jobs[t]), 0);
+    }
+    for (int t = 0; t < T; t++)
+        ck_assert_int_eq(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < T; t++) {
+        int32_t *solo = malloc(4096 * sizeof *solo);
+        size_t n;
+        ck_assert_int_eq(jobs[t].st, MINFER_OK);
+        ck_assert_int_eq(minfer_tokenize(tok, bufs[t], jobs[t].len, true, solo, 4096, &n),
+                         MINFER_OK);
+        ck_assert_uint_eq(n, jobs[t].n);
+        ck_assert_mem_eq(solo, jobs[t].ids, n * sizeof *solo);
+        free(solo);
+        free(jobs[t].ids);
+        free(bufs[t]);
+    }
+}
+END_TEST
+
 START_TEST(special_only_when_asked)
 {
     /* Catches control tokens being matched in user text without
@@ -687,6 +747,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, invalid_utf8_replaced);
     tcase_add_test(tc, nfc_spans_match_whole_text_nfc);
     tcase_add_test(tc, whitespace_is_unicode_white_space);
+    tcase_add_test(tc, concurrent_tokenize);
     tcase_add_test(tc, special_only_when_asked);
     tcase_add_test(tc, ids_and_buffer_sizing);
     tcase_add_test(tc, gguf_tokenizer_metadata);
