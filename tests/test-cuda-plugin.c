@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "minfer/backend.h"
+#include "minfer/quant.h"
 #include "testutil.h"
 
 #define CUDA_PLUGIN MINFER_PLUGIN_DIR "/libminfer-cuda.so"
@@ -107,6 +108,107 @@ START_TEST(supports_op_refuses_malformed_nodes)
 }
 END_TEST
 
+/* ---- node builders (no device: supports_op never touches data) ---- */
+
+static struct minfer_tensor mk(uint32_t type, int64_t n0, int64_t n1, int64_t n2)
+{
+    const struct minfer_type_traits *tr = minfer_type_traits_of(type);
+    struct minfer_tensor t = {.type = type, .ne = {n0, n1, n2, 1}};
+    t.nb[0] = tr->type_size;
+    t.nb[1] = minfer_row_size(type, n0);
+    t.nb[2] = t.nb[1] * (size_t)n1;
+    t.nb[3] = t.nb[2] * (size_t)n2;
+    return t;
+}
+
+static bool sup(uint32_t op, struct minfer_tensor *d, int n, struct minfer_tensor *s0,
+                struct minfer_tensor *s1, struct minfer_tensor *s2, struct minfer_tensor *s3,
+                struct minfer_tensor *s4, int ip0)
+{
+    struct minfer_node node = {.op = op, .n_src = (uint32_t)n, .src = {s0, s1, s2, s3, s4},
+                               .dst = d};
+    node.iparams[0] = ip0;
+    node.fparams[0] = 1e-6f;
+    return IF->supports_op(NULL, &node);
+}
+
+/* Catches: a validator that refuses a node the Qwen2/Qwen3 graphs emit at
+ * 7B shapes (the scheduler would then silently keep the model on the CPU),
+ * for every weight type the matmul and gather kernels claim. */
+START_TEST(supports_every_qwen_op_at_7b_shapes)
+{
+    const uint32_t wt[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,
+                           MINFER_TYPE_Q5_1, MINFER_TYPE_Q8_0, MINFER_TYPE_Q4_K,
+                           MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_F16,
+                           MINFER_TYPE_BF16, MINFER_TYPE_F32};
+    for (size_t i = 0; i < sizeof wt / sizeof wt[0]; i++) {
+        for (int nt = 1; nt <= 512; nt *= 8) {
+            struct minfer_tensor w = mk(wt[i], 3584, 18944, 1), x = mk(MINFER_TYPE_F32, 3584, nt, 1);
+            struct minfer_tensor y = mk(MINFER_TYPE_F32, 18944, nt, 1);
+            ck_assert_msg(sup(MINFER_OP_MUL_MAT, &y, 2, &w, &x, NULL, NULL, NULL, 0),
+                          "MUL_MAT %s nt=%d", minfer_type_traits_of(wt[i])->name, nt);
+            struct minfer_tensor u = w;
+            ck_assert_msg(sup(MINFER_OP_FFN_GATE_UP, &y, 3, &w, &u, &x, NULL, NULL, 0),
+                          "FFN_GATE_UP %s nt=%d", minfer_type_traits_of(wt[i])->name, nt);
+        }
+        struct minfer_tensor tab = mk(wt[i], 3584, 152064, 1), ids = mk(MINFER_TYPE_I32, 7, 1, 1);
+        struct minfer_tensor e = mk(MINFER_TYPE_F32, 3584, 7, 1);
+        ck_assert_msg(sup(MINFER_OP_GET_ROWS, &e, 2, &tab, &ids, NULL, NULL, NULL, 0), "GET_ROWS %s",
+                      minfer_type_traits_of(wt[i])->name);
+    }
+    struct minfer_tensor x = mk(MINFER_TYPE_F32, 3584, 5, 1), g = mk(MINFER_TYPE_F32, 3584, 1, 1);
+    struct minfer_tensor o = x;
+    ck_assert(sup(MINFER_OP_RMS_NORM, &o, 1, &x, NULL, NULL, NULL, NULL, 0));
+    ck_assert(sup(MINFER_OP_RMS_NORM_MUL, &o, 2, &x, &g, NULL, NULL, NULL, 0));
+    ck_assert(sup(MINFER_OP_ADD, &o, 2, &x, &g, NULL, NULL, NULL, 0));
+    ck_assert(sup(MINFER_OP_MUL, &o, 2, &x, &x, NULL, NULL, NULL, 0));
+    ck_assert(sup(MINFER_OP_SWIGLU, &o, 2, &x, &x, NULL, NULL, NULL, 0));
+    ck_assert(sup(MINFER_OP_SCALE, &o, 1, &x, NULL, NULL, NULL, NULL, 0));
+    struct minfer_tensor h = mk(MINFER_TYPE_F16, 3584, 5, 1);
+    ck_assert(sup(MINFER_OP_COPY, &h, 1, &x, NULL, NULL, NULL, NULL, 0));
+    const uint32_t kvt[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        struct minfer_tensor q = mk(MINFER_TYPE_F32, 128, 28, 5), qo = q;
+        struct minfer_tensor pos = mk(MINFER_TYPE_I32, 5, 1, 1), len = mk(MINFER_TYPE_I32, 1, 1, 1);
+        ck_assert(sup(MINFER_OP_ROPE, &qo, 2, &q, &pos, NULL, NULL, NULL, 128));
+        struct minfer_tensor kc = mk(kvt[k], 512, 4096, 1), vc = kc;
+        struct minfer_tensor rows = mk(MINFER_TYPE_F32, 512, 5, 1);
+        ck_assert_msg(sup(MINFER_OP_KV_STORE, &kc, 2, &rows, &pos, NULL, NULL, NULL, 0), "KV_STORE %d", k);
+        ck_assert_msg(sup(MINFER_OP_ATTENTION, &qo, 5, &q, &kc, &vc, &len, &pos, 4), "ATTENTION %d", k);
+    }
+}
+END_TEST
+
+/* Catches: a validator that accepts what the kernels cannot run (each case
+ * would otherwise be a wrong result or a launch error at execute time). */
+START_TEST(refuses_what_the_kernels_cannot_run)
+{
+    struct minfer_tensor x = mk(MINFER_TYPE_F32, 256, 3, 1), y = mk(MINFER_TYPE_F32, 64, 3, 1);
+    struct minfer_tensor iq = mk(MINFER_TYPE_IQ4_NL, 256, 64, 1);
+    ck_assert(!sup(MINFER_OP_MUL_MAT, &y, 2, &iq, &x, NULL, NULL, NULL, 0)); /* no kernel */
+    struct minfer_tensor w = mk(MINFER_TYPE_Q4_K, 256, 64, 1);
+    w.nb[1] += 8; /* rows no longer 16-byte aligned for the int4 loads */
+    ck_assert(!sup(MINFER_OP_MUL_MAT, &y, 2, &w, &x, NULL, NULL, NULL, 0));
+    struct minfer_tensor w3 = mk(MINFER_TYPE_Q8_0, 256, 64, 2); /* batched */
+    ck_assert(!sup(MINFER_OP_MUL_MAT, &y, 2, &w3, &x, NULL, NULL, NULL, 0));
+    struct minfer_tensor q = mk(MINFER_TYPE_F32, 48, 4, 2), pos = mk(MINFER_TYPE_I32, 2, 1, 1);
+    struct minfer_tensor len = mk(MINFER_TYPE_I32, 1, 1, 1);
+    struct minfer_tensor kq = mk(MINFER_TYPE_Q8_0, 96, 64, 1); /* hd 48: not whole q8_0 blocks */
+    ck_assert(!sup(MINFER_OP_ATTENTION, &q, 5, &q, &kq, &kq, &len, &pos, 2));
+    struct minfer_tensor kf = mk(MINFER_TYPE_F32, 96, 64, 1);
+    ck_assert(sup(MINFER_OP_ATTENTION, &q, 5, &q, &kf, &kf, &len, &pos, 2));
+    ck_assert(!sup(MINFER_OP_ATTENTION, &q, 5, &q, &kf, &kf, &len, &pos, 3)); /* 3 does not divide 4 heads */
+    struct minfer_tensor c4 = mk(MINFER_TYPE_Q4_0, 96, 64, 1), rows = mk(MINFER_TYPE_F32, 96, 2, 1);
+    ck_assert(!sup(MINFER_OP_KV_STORE, &c4, 2, &rows, &pos, NULL, NULL, NULL, 0)); /* cache type */
+    struct minfer_tensor r = mk(MINFER_TYPE_F32, 64, 4, 2);
+    ck_assert(!sup(MINFER_OP_ROPE, &r, 2, &r, &pos, NULL, NULL, NULL, 63)); /* odd n_rot */
+    ck_assert(!sup(MINFER_OP_ROPE, &r, 2, &r, &pos, NULL, NULL, NULL, 66)); /* n_rot > hd */
+    struct minfer_tensor big = mk(MINFER_TYPE_F32, 64, 70000, 1), tab = mk(MINFER_TYPE_F32, 64, 9, 1);
+    struct minfer_tensor ids = mk(MINFER_TYPE_I32, 70000, 1, 1);
+    ck_assert(!sup(MINFER_OP_GET_ROWS, &big, 2, &tab, &ids, NULL, NULL, NULL, 0)); /* > 65535 ids */
+}
+END_TEST
+
 Suite *cuda_plugin_suite(void);
 Suite *cuda_plugin_suite(void)
 {
@@ -117,6 +219,8 @@ Suite *cuda_plugin_suite(void)
     tcase_add_test(tc, loads_and_probes_cleanly);
     tcase_add_test(tc, create_without_device_fails_with_reason);
     tcase_add_test(tc, supports_op_refuses_malformed_nodes);
+    tcase_add_test(tc, supports_every_qwen_op_at_7b_shapes);
+    tcase_add_test(tc, refuses_what_the_kernels_cannot_run);
     suite_add_tcase(s, tc);
     return s;
 }
