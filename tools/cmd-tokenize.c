@@ -117,9 +117,14 @@ int cmd_tokenize(int argc, char **argv)
     struct minfer_tokenizer *tok = open_tokenizer(model);
     if (!tok)
         goto out;
-    size_t n;
-    minfer_status st = minfer_tokenize(tok, text, len, special, NULL, 0, &n);
+    /* one id per input byte is enough but for replaced invalid bytes: one
+     * pass almost always, a second with the exact count otherwise */
+    size_t n, cap = len < (SIZE_MAX / sizeof *ids) - 16 ? len + 16 : len;
+    ids = malloc(cap * sizeof *ids);
+    minfer_status st = ids ? minfer_tokenize(tok, text, len, special, ids, cap, &n)
+                           : MINFER_ERR_NO_MEMORY;
     if (st == MINFER_ERR_RANGE) {
+        free(ids);
         ids = malloc((n ? n : 1) * sizeof *ids);
         st = ids ? minfer_tokenize(tok, text, len, special, ids, n, &n) : MINFER_ERR_NO_MEMORY;
     }
