@@ -29,22 +29,17 @@ static struct minfer_tokenizer *open_tokenizer(const char *path)
     return tok;
 }
 
-/* Reads a whole file, exact bytes. */
-static char *read_file(const char *path, size_t *n)
+/* Reads a whole stream, exact bytes, NUL-terminated (the NUL is not counted). */
+static char *read_stream(FILE *f, const char *name, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "minfer: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
     size_t cap = 1 << 16, len = 0;
     char *b = malloc(cap);
     while (b) {
-        size_t r = fread(b + len, 1, cap - len, f);
+        size_t r = fread(b + len, 1, cap - len - 1, f);
         len += r;
-        if (len < cap) {
+        if (len < cap - 1) {
             if (ferror(f)) {
-                fprintf(stderr, "minfer: error reading %s: %s\n", path, strerror(errno));
+                fprintf(stderr, "minfer: error reading %s: %s\n", name, strerror(errno));
                 free(b);
                 b = NULL;
             }
@@ -54,14 +49,27 @@ static char *read_file(const char *path, size_t *n)
         if (!nb) {
             free(b);
             b = NULL;
-            fprintf(stderr, "minfer: %s is too large to read into memory\n", path);
+            fprintf(stderr, "minfer: %s is too large to read into memory\n", name);
             break;
         }
         b = nb;
         cap *= 2;
     }
-    fclose(f);
+    if (b)
+        b[len] = 0;
     *n = len;
+    return b;
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "minfer: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *b = read_stream(f, path, n);
+    fclose(f);
     return b;
 }
 
@@ -150,7 +158,9 @@ static void detokenize_usage(FILE *f)
 {
     fprintf(f, "usage: minfer detokenize -m MODEL.gguf --ids 1,2,3 [--skip-special]\n"
                "  prints the text the ids stand for (invalid UTF-8 as U+FFFD)\n"
-               "  --ids LIST       ids separated by commas or spaces; [1, 2] is accepted too\n"
+               "  --ids LIST       ids separated by commas or spaces; [1, 2] is accepted too;\n"
+               "                   - reads them from stdin (minfer tokenize ... | minfer detokenize\n"
+               "                   -m M --ids -)\n"
                "  --skip-special   leave out control tokens (<|im_end|>)\n");
 }
 
@@ -214,7 +224,15 @@ int cmd_detokenize(int argc, char **argv)
         return 2;
     }
     size_t n;
+    char *in = NULL;
+    if (!strcmp(list, "-")) {
+        size_t len;
+        if (!(in = read_stream(stdin, "stdin", &len)))
+            return 1;
+        list = in;
+    }
     int32_t *ids = parse_ids(list, &n);
+    free(in);
     if (!ids)
         return 2;
     int rc = 1;
