@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <utf8proc.h>
 
 #include "minfer/gguf.h"
@@ -704,6 +705,85 @@ START_TEST(pretokenizers_are_data)
 }
 END_TEST
 
+/* Runs a shell command, returns its stdout (malloc'd) or NULL. */
+static char *run_cmd(const char *cmd, size_t *n)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 16, len = 0, r;
+    char *b = malloc(cap);
+    while ((r = fread(b + len, 1, cap - len - 1, p)) > 0) {
+        len += r;
+        if (len + 1 == cap)
+            b = realloc(b, cap *= 2);
+    }
+    b[len] = 0;
+    if (pclose(p) != 0) {
+        free(b);
+        return NULL;
+    }
+    *n = len;
+    return b;
+}
+
+START_TEST(cli_tokenize_detokenize)
+{
+    /* Catches the CLI reading -f as text (losing bytes after a NUL or
+     * invalid UTF-8), --special not switching control tokens, a JSON array
+     * that does not parse, and detokenize printing something else than the
+     * library decodes. */
+    static const char bin[] = MINFER_BUILD_DIR "/bin/minfer";
+    static const char gguf[] = FIX "/models/fixture-A-f16.gguf";
+    FILE *f = fopen(bin, "rb");
+    if (!f)
+        MINFER_TEST_SKIP("%s not built", bin);
+    fclose(f);
+    if (!tok_gguf)
+        MINFER_TEST_SKIP("no GGUF tokenizer: %s", why_gguf);
+    char path[] = "/tmp/minfer-tok-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    static const char data[] = "Hello\0 <|im_start|>\xff\n\xe4\xbd\xa0";
+    ck_assert_int_eq(write(fd, data, sizeof data - 1), (ssize_t)(sizeof data - 1));
+    close(fd);
+    for (int special = 0; special < 2; special++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s'%s", bin, gguf, path,
+                 special ? " --special" : "");
+        size_t n;
+        char *out = run_cmd(cmd, &n);
+        ck_assert_msg(out, "%s failed", cmd);
+        cJSON *arr = cJSON_Parse(out);
+        ck_assert_msg(cJSON_IsArray(arr), "not a JSON array: %s", out);
+        int32_t want[64];
+        size_t nw;
+        ck_assert_int_eq(minfer_tokenize(tok_gguf, data, sizeof data - 1, special, want, 64, &nw),
+                         MINFER_OK);
+        ck_assert_uint_eq((size_t)cJSON_GetArraySize(arr), nw);
+        char list[1024];
+        size_t o = 0;
+        for (size_t i = 0; i < nw; i++) {
+            ck_assert_int_eq(cJSON_GetArrayItem(arr, (int)i)->valueint, want[i]);
+            o += (size_t)snprintf(list + o, sizeof list - o, i ? ",%d" : "%d", want[i]);
+        }
+        cJSON_Delete(arr);
+        free(out);
+        snprintf(cmd, sizeof cmd, "'%s' detokenize -m '%s' --ids '%s'", bin, gguf, list);
+        out = run_cmd(cmd, &n);
+        ck_assert_msg(out, "%s failed", cmd);
+        char dec[256];
+        size_t dn;
+        ck_assert_int_eq(minfer_detokenize(tok_gguf, want, nw, true, dec, sizeof dec, &dn),
+                         MINFER_OK);
+        ck_assert_uint_eq(n, dn + 1); /* plus the newline */
+        ck_assert_mem_eq(out, dec, dn);
+        free(out);
+    }
+    unlink(path);
+}
+END_TEST
+
 START_TEST(unsupported_tokenizer_refused)
 {
     /* Catches an unknown model/pre-tokenizer being loaded with the wrong
@@ -754,6 +834,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, streaming_detok_holds_partial_utf8);
     tcase_add_test(tc, megabytes_in_linear_time);
     tcase_add_test(tc, pretokenizers_are_data);
+    tcase_add_test(tc, cli_tokenize_detokenize);
     tcase_add_test(tc, unsupported_tokenizer_refused);
     suite_add_tcase(s, tc);
     return s;
