@@ -35,14 +35,19 @@
 /* ---- kernels (one table per ISA level) ---- */
 
 /* out[c] = dot(weight row w (k elements), activation column c) for
- * c < nc (1..CPU_MM_NC). act points at column 0 in the activation format
+ * c < nc (1..the table's nc, at most CPU_MM_NC). act points at column 0 in the activation format
  * of the weight type (f32 for F32/F16/BF16, a Q8 row for the 32-blocks,
  * struct minfer_block_q8_K for the K-quants); columns are act_stride bytes
  * apart. */
 typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stride,
                           int nc, float *out);
 
-#define CPU_MM_NC 4 /* activation columns per weight pass */
+#define CPU_MM_NC 8 /* most activation columns per weight pass */
+
+/* Optional two-row tile: weight rows w and w + w_stride against nc
+ * columns (1..the table's nc2); out[r * CPU_MM_NC + c]. */
+typedef void (*cpu_mm2_fn)(int k, const void *w, size_t w_stride, const void *act,
+                           size_t act_stride, int nc, float *out);
 
 enum cpu_isa {
     CPU_ISA_SCALAR = 0,
@@ -53,8 +58,11 @@ enum cpu_isa {
 
 struct cpu_kernels {
     const char *name;
+    int nc; /* activation columns per mm call, 1..CPU_MM_NC, for the quantized types */
     /* matmul tiles per weight type (NULL: type not readable) */
     cpu_mm_fn mm[MINFER_TYPE_COUNT];
+    cpu_mm2_fn mm2[MINFER_TYPE_COUNT]; /* optional two-row tiles (prefill) */
+    int nc2;
     /* activation quantizers: n multiple of 32 / 256 */
     void (*quant_q8)(const float *x, void *row, int n);
     void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);

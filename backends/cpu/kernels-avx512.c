@@ -16,6 +16,7 @@
 #define KSET_TABLE cpu_kernels_avx512
 #define KSET_VNNI 1
 #define KSET_ACT_U8 1
+#define KSET_NC 8 /* F32/F16/BF16 kernels stay at 4: KSET_NC only sizes the table */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,8 +38,58 @@ static void mm512_q6_k KSIG;
 #define KSET_MM_Q4_K mm512_q4_k
 #define KSET_MM_Q5_K mm512_q5_k
 #define KSET_MM_Q6_K mm512_q6_k
+static void mm512_q4_0_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q4_1_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q5_0_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q5_1_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q8_0_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q4_k_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q5_k_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, float *);
+#define KSET_MM2                                                                            \
+    .nc2 = 4,                                                                               \
+    .mm2 = {                                                                                \
+        [MINFER_TYPE_Q4_0] = mm512_q4_0_2, [MINFER_TYPE_Q4_1] = mm512_q4_1_2,               \
+        [MINFER_TYPE_Q5_0] = mm512_q5_0_2, [MINFER_TYPE_Q5_1] = mm512_q5_1_2,               \
+        [MINFER_TYPE_Q8_0] = mm512_q8_0_2, [MINFER_TYPE_Q4_K] = mm512_q4_k_2,               \
+        [MINFER_TYPE_Q5_K] = mm512_q5_k_2, [MINFER_TYPE_Q6_K] = mm512_q6_k_2,               \
+    },
 
 #include "kernels-x86.inc"
+
+/* Kernel bodies take R weight rows (w, w + w_stride) and nc columns and
+ * write out[r * CPU_MM_NC + c]. Instantiated for R = 1 with nc 1..8 (the
+ * table's mm: 32 registers hold 8 columns of accumulators) and for R = 2
+ * with nc 1..4 (mm2: each activation load then serves two weight rows,
+ * which halves the L2 traffic of prefill). */
+#define MM_DISPATCH8(name)                                                                  \
+    static void name(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        switch (nc) {                                                                       \
+        case 8: name##_n(k, w, 0, 1, act, act_stride, 8, out); break;                       \
+        case 7: name##_n(k, w, 0, 1, act, act_stride, 7, out); break;                       \
+        case 6: name##_n(k, w, 0, 1, act, act_stride, 6, out); break;                       \
+        case 5: name##_n(k, w, 0, 1, act, act_stride, 5, out); break;                       \
+        case 4: name##_n(k, w, 0, 1, act, act_stride, 4, out); break;                       \
+        case 3: name##_n(k, w, 0, 1, act, act_stride, 3, out); break;                       \
+        case 2: name##_n(k, w, 0, 1, act, act_stride, 2, out); break;                       \
+        default: name##_n(k, w, 0, 1, act, act_stride, 1, out); break;                      \
+        }                                                                                   \
+    }                                                                                       \
+    static void name##_2(int k, const void *w, size_t w_stride, const void *act,            \
+                         size_t act_stride, int nc, float *out)                             \
+    {                                                                                       \
+        switch (nc) {                                                                       \
+        case 4: name##_n(k, w, w_stride, 2, act, act_stride, 4, out); break;                \
+        case 3: name##_n(k, w, w_stride, 2, act, act_stride, 3, out); break;                \
+        case 2: name##_n(k, w, w_stride, 2, act, act_stride, 2, out); break;                \
+        default: name##_n(k, w, w_stride, 2, act, act_stride, 1, out); break;               \
+        }                                                                                   \
+    }
+
+#define WROW(r) ((const char *)w + (size_t)(r) * w_stride)
+#define NCM CPU_MM_NC
 
 /* ---- 32-element blocks: weights as int8 ---- */
 
@@ -106,60 +157,73 @@ AI float wm(const void *x, size_t bsize, int b)
  * Activation rows hold qs + 128 as uint8; start = -128 * sum(w8) per lane
  * cancels the offset exactly. */
 #define MM512_Q32(name, W8, BT, HAS_M)                                                      \
-    AI void name##_n(int k, const void *w, const void *act, size_t act_stride, int nc,      \
-                     float *out)                                                            \
+    AI void name##_n(int k, const void *w, size_t w_stride, int R, const void *act,         \
+                     size_t act_stride, int nc, float *out)                                 \
     {                                                                                       \
         const size_t bs = sizeof(BT);                                                       \
         const int nb = k / 32;                                                              \
         const __m512i c80 = _mm512_set1_epi8((char)0x80);                                   \
         const __m512i idx2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); \
-        __m512 acc[4];                                                                      \
-        float corr[4] = {0, 0, 0, 0};                                                       \
-        for (int c = 0; c < nc; c++)                                                        \
-            acc[c] = _mm512_setzero_ps();                                                   \
+        __m512 acc[2][8];                                                                   \
+        float corr[2][8];                                                                   \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int c = 0; c < nc; c++) {                                                  \
+                acc[r][c] = _mm512_setzero_ps();                                            \
+                corr[r][c] = 0.0f;                                                          \
+            }                                                                               \
         int b = 0;                                                                          \
         for (; b + 2 <= nb; b += 2) {                                                       \
-            __m512i wq = join2(W8(w, b), W8(w, b + 1));                                     \
-            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(),                        \
-                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, wq)); \
-            __m512 dw = _mm512_castpd_ps(_mm512_insertf64x4(                                \
-                _mm512_castps_pd(_mm512_set1_ps(wd(w, bs, b))),                             \
-                _mm256_castps_pd(_mm256_set1_ps(wd(w, bs, b + 1))), 1));                    \
+            __m512i wq[2], start[2];                                                        \
+            __m512 dw[2];                                                                   \
+            for (int r = 0; r < R; r++) {                                                   \
+                wq[r] = join2(W8(WROW(r), b), W8(WROW(r), b + 1));                          \
+                start[r] = _mm512_sub_epi32(_mm512_setzero_si512(),                         \
+                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, wq[r])); \
+                dw[r] = _mm512_castpd_ps(_mm512_insertf64x4(                                \
+                    _mm512_castps_pd(_mm512_set1_ps(wd(WROW(r), bs, b))),                   \
+                    _mm256_castps_pd(_mm256_set1_ps(wd(WROW(r), bs, b + 1))), 1));          \
+            }                                                                               \
             for (int c = 0; c < nc; c++) {                                                  \
                 const uint8_t *aq = (const uint8_t *)ACT(c);                                \
                 const float *ad = CPU_Q8_D(aq, k);                                          \
-                __m512i p = _mm512_dpbusd_epi32(                                            \
-                    start, _mm512_loadu_si512((const void *)(aq + 32 * b)), wq);            \
+                __m512i a = _mm512_loadu_si512((const void *)(aq + 32 * b));                \
                 __m512 da = _mm512_permutexvar_ps(                                          \
                     idx2, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(ad + b))))); \
-                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(p), acc[c]); \
+                for (int r = 0; r < R; r++) {                                               \
+                    __m512i p = _mm512_dpbusd_epi32(start[r], a, wq[r]);                    \
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], da), _mm512_cvtepi32_ps(p), \
+                                                acc[r][c]);                                 \
+                }                                                                           \
             }                                                                               \
         }                                                                                   \
-        for (; b < nb; b++) { /* odd block count: one 256-bit step */                       \
-            __m256i wq = W8(w, b);                                                          \
-            __m256i start = _mm256_sub_epi32(                                               \
-                _mm256_setzero_si256(),                                                     \
-                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wq)); \
-            float d = wd(w, bs, b);                                                         \
-            for (int c = 0; c < nc; c++) {                                                  \
-                const uint8_t *aq = (const uint8_t *)ACT(c);                                \
-                __m256i p = _mm256_dpbusd_epi32(                                            \
-                    start, _mm256_loadu_si256((const __m256i *)(aq + 32 * b)), wq);         \
-                corr[c] += d * CPU_Q8_D(aq, k)[b] * hsum8(_mm256_cvtepi32_ps(p));           \
+        for (; b < nb; b++) /* odd block count: one 256-bit step */                         \
+            for (int r = 0; r < R; r++) {                                                   \
+                __m256i wq = W8(WROW(r), b);                                                \
+                __m256i start = _mm256_sub_epi32(                                           \
+                    _mm256_setzero_si256(),                                                 \
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wq)); \
+                float d = wd(WROW(r), bs, b);                                               \
+                for (int c = 0; c < nc; c++) {                                              \
+                    const uint8_t *aq = (const uint8_t *)ACT(c);                            \
+                    __m256i p = _mm256_dpbusd_epi32(                                        \
+                        start, _mm256_loadu_si256((const __m256i *)(aq + 32 * b)), wq);     \
+                    corr[r][c] += d * CPU_Q8_D(aq, k)[b] * hsum8(_mm256_cvtepi32_ps(p));    \
+                }                                                                           \
             }                                                                               \
-        }                                                                                   \
         if (HAS_M)                                                                          \
-            for (int c = 0; c < nc; c++) {                                                  \
-                const uint8_t *aq = (const uint8_t *)ACT(c);                                \
-                const float *ad = CPU_Q8_D(aq, k);                                          \
-                const int32_t *as = CPU_Q8_SUM(aq, k);                                      \
-                for (int j = 0; j < nb; j++)                                                \
-                    corr[c] += wm(w, bs, j) * ad[j] * (float)as[j];                         \
-            }                                                                               \
-        for (int c = 0; c < nc; c++)                                                        \
-            out[c] = _mm512_reduce_add_ps(acc[c]) + corr[c];                                \
+            for (int r = 0; r < R; r++)                                                     \
+                for (int c = 0; c < nc; c++) {                                              \
+                    const uint8_t *aq = (const uint8_t *)ACT(c);                            \
+                    const float *ad = CPU_Q8_D(aq, k);                                      \
+                    const int32_t *as = CPU_Q8_SUM(aq, k);                                  \
+                    for (int j = 0; j < nb; j++)                                            \
+                        corr[r][c] += wm(WROW(r), bs, j) * ad[j] * (float)as[j];            \
+                }                                                                           \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int c = 0; c < nc; c++)                                                    \
+                out[r * NCM + c] = _mm512_reduce_add_ps(acc[r][c]) + corr[r][c];            \
     }                                                                                       \
-    MM_DISPATCH(name)
+    MM_DISPATCH8(name)
 
 MM512_Q32(mm512_q4_0, w8_q4_0, struct minfer_block_q4_0, 0)
 MM512_Q32(mm512_q4_1, w8_q4_1, struct minfer_block_q4_1, 1)
@@ -189,122 +253,154 @@ AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
     *mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
 }
 
+/* Per block the mins term (-dmin * m_j * bsums of sub-block j) is folded
+ * into the same float accumulator as the scaled integer sums. */
 #define MM512_QK45(name, BT, HAS_QH)                                                        \
-    AI void name##_n(int k, const void *w, const void *act, size_t act_stride, int nc,      \
-                     float *out)                                                            \
+    AI void name##_n(int k, const void *w, size_t w_stride, int R, const void *act,         \
+                     size_t act_stride, int nc, float *out)                                 \
     {                                                                                       \
-        const BT *x = w;                                                                    \
         const __m512i m4 = _mm512_set1_epi8(15);                                            \
         const __m512i shifts = idx_halves(0, 4);                                            \
         const __m256i pairs = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7); \
-        __m512 acc[4];                                                                      \
-        __m256 macc[4];                                                                     \
-        for (int c = 0; c < nc; c++) {                                                      \
-            acc[c] = _mm512_setzero_ps();                                                   \
-            macc[c] = _mm256_setzero_ps();                                                  \
-        }                                                                                   \
-        for (int b = 0; b < k / 256; b++) {                                                 \
-            __m128i sc16, mn16;                                                             \
-            k4_unpack(x[b].scales, &sc16, &mn16);                                           \
-            __m512i scz = _mm512_castsi128_si512(sc16);                                     \
-            __m256i mins = _mm256_permutexvar_epi16(pairs, _mm256_castsi128_si256(mn16));   \
-            float d = h2f(x[b].d), dmin = h2f(x[b].dmin);                                   \
-            __m512i hv = _mm512_setzero_si512();                                            \
-            if (HAS_QH)                                                                     \
-                hv = _mm512_broadcast_i64x4(                                                \
-                    _mm256_loadu_si256((const __m256i *)((const char *)&x[b] + 16)));        \
-            __m512i isum[4];                                                                \
+        __m512 acc[2][8];                                                                   \
+        for (int r = 0; r < R; r++)                                                         \
             for (int c = 0; c < nc; c++)                                                    \
-                isum[c] = _mm512_setzero_si512();                                           \
+                acc[r][c] = _mm512_setzero_ps();                                            \
+        for (int b = 0; b < k / 256; b++) {                                                 \
+            const BT *x[2];                                                                 \
+            __m512i scz[2], isum[2][8];                                                     \
+            __m256i mins[2];                                                                \
+            float d[2], dmin[2];                                                            \
+            for (int r = 0; r < R; r++) {                                                   \
+                x[r] = (const BT *)WROW(r) + b;                                             \
+                __m128i sc16, mn16;                                                         \
+                k4_unpack(x[r]->scales, &sc16, &mn16);                                      \
+                scz[r] = _mm512_castsi128_si512(sc16);                                      \
+                mins[r] = _mm256_permutexvar_epi16(pairs, _mm256_castsi128_si256(mn16));    \
+                d[r] = h2f(x[r]->d);                                                        \
+                dmin[r] = h2f(x[r]->dmin);                                                  \
+                for (int c = 0; c < nc; c++)                                                \
+                    isum[r][c] = _mm512_setzero_si512();                                    \
+            }                                                                               \
             for (int g = 0; g < 4; g++) {                                                   \
-                __m512i v = _mm512_broadcast_i64x4(                                         \
-                    _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * g)));               \
-                __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), m4);             \
-                if (HAS_QH) {                                                               \
-                    __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * g))), \
-                                                     _mm256_set1_epi8((char)(1 << (2 * g + 1))), 1); \
-                    __mmask64 hm = _mm512_test_epi8_mask(hv, bit);                          \
-                    q = _mm512_mask_add_epi8(q, hm, q, _mm512_set1_epi8(16));               \
+                __m512i q[2], s16[2];                                                       \
+                for (int r = 0; r < R; r++) {                                               \
+                    __m512i v = _mm512_broadcast_i64x4(                                     \
+                        _mm256_loadu_si256((const __m256i *)(x[r]->qs + 32 * g)));          \
+                    q[r] = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), m4);              \
+                    if (HAS_QH) {                                                           \
+                        __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256(             \
+                            (const __m256i *)((const char *)x[r] + 16)));                   \
+                        __m512i bit = _mm512_inserti64x4(                                   \
+                            _mm512_set1_epi8((char)(1 << (2 * g))),                         \
+                            _mm256_set1_epi8((char)(1 << (2 * g + 1))), 1);                 \
+                        __mmask64 hm = _mm512_test_epi8_mask(hv, bit);                      \
+                        q[r] = _mm512_mask_add_epi8(q[r], hm, q[r], _mm512_set1_epi8(16));  \
+                    }                                                                       \
+                    s16[r] = _mm512_permutexvar_epi16(idx_halves(2 * g, 2 * g + 1), scz[r]); \
                 }                                                                           \
-                __m512i s16 = _mm512_permutexvar_epi16(idx_halves(2 * g, 2 * g + 1), scz);  \
                 for (int c = 0; c < nc; c++) {                                              \
                     const int8_t *a = ((const struct minfer_block_q8_K *)ACT(c) + b)->qs;   \
-                    __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)(a + 64 * g))); \
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_madd_epi16(p, s16));         \
+                    __m512i av = _mm512_loadu_si512((const void *)(a + 64 * g));            \
+                    for (int r = 0; r < R; r++) {                                           \
+                        __m512i p = _mm512_maddubs_epi16(q[r], av);                         \
+                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_madd_epi16(p, s16[r])); \
+                    }                                                                       \
                 }                                                                           \
             }                                                                               \
             for (int c = 0; c < nc; c++) {                                                  \
                 const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b; \
-                acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum[c]), \
-                                         acc[c]);                                           \
-                __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mins); \
-                macc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * a->d), _mm256_cvtepi32_ps(ms), \
-                                          macc[c]);                                         \
+                __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);              \
+                for (int r = 0; r < R; r++) {                                               \
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d),                \
+                                                _mm512_cvtepi32_ps(isum[r][c]), acc[r][c]); \
+                    __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins[r]));      \
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(-dmin[r] * a->d),            \
+                                                _mm512_zextps256_ps512(ms), acc[r][c]);     \
+                }                                                                           \
             }                                                                               \
         }                                                                                   \
-        for (int c = 0; c < nc; c++)                                                        \
-            out[c] = _mm512_reduce_add_ps(acc[c]) + hsum8(macc[c]);                         \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int c = 0; c < nc; c++)                                                    \
+                out[r * NCM + c] = _mm512_reduce_add_ps(acc[r][c]);                         \
     }                                                                                       \
-    MM_DISPATCH(name)
+    MM_DISPATCH8(name)
 
 MM512_QK45(mm512_q4_k, struct minfer_block_q4_K, 0)
 MM512_QK45(mm512_q5_k, struct minfer_block_q5_K, 1)
 
-AI void mm512_q6_k_n(int k, const void *w, const void *act, size_t act_stride, int nc,
-                     float *out)
+AI void mm512_q6_k_n(int k, const void *w, size_t w_stride, int R, const void *act,
+                     size_t act_stride, int nc, float *out)
 {
-    const struct minfer_block_q6_K *x = w;
     const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     const __m512i sh01 = idx_halves(0, 2), sh23 = idx_halves(4, 6);
-    __m512 acc[4];
-    __m256 oacc[4];
-    for (int c = 0; c < nc; c++) {
-        acc[c] = _mm512_setzero_ps();
-        oacc[c] = _mm256_setzero_ps();
-    }
-    for (int b = 0; b < k / 256; b++) {
-        float d = h2f(x[b].d);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m512i scz = _mm512_castsi256_si512(sc16);
-        __m512i isum[4];
+    __m512 acc[2][8];
+    for (int r = 0; r < R; r++)
         for (int c = 0; c < nc; c++)
-            isum[c] = _mm512_setzero_si512();
+            acc[r][c] = _mm512_setzero_ps();
+    for (int b = 0; b < k / 256; b++) {
+        const struct minfer_block_q6_K *x[2];
+        float d[2];
+        __m256i sc16[2];
+        __m512i scz[2], isum[2][8];
+        for (int r = 0; r < R; r++) {
+            x[r] = (const struct minfer_block_q6_K *)WROW(r) + b;
+            d[r] = h2f(x[r]->d);
+            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r]->scales));
+            scz[r] = _mm512_castsi256_si512(sc16[r]);
+            for (int c = 0; c < nc; c++)
+                isum[r][c] = _mm512_setzero_si512();
+        }
         for (int h = 0; h < 2; h++) {
-            __m512i L = _mm512_loadu_si512((const void *)(x[b].ql + 64 * h));
-            __m512i H = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
-            __m512i z[2];
-            z[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
-                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh01), m3), 4));
-            z[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
-                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh23), m3), 4));
+            __m512i z[2][2];
+            for (int r = 0; r < R; r++) {
+                __m512i L = _mm512_loadu_si512((const void *)(x[r]->ql + 64 * h));
+                __m512i H = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(x[r]->qh + 32 * h)));
+                z[r][0] = _mm512_or_si512(
+                    _mm512_and_si512(L, m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh01), m3), 4));
+                z[r][1] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh23), m3), 4));
+            }
             for (int j = 0; j < 2; j++) {
                 /* 64 elements = 4 sub-blocks of 16: scales 8h + 4j + 0..3 */
                 int s0 = 8 * h + 4 * j;
                 __m512i idx = _mm512_inserti64x4(
                     _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(s0 + 1)),
                                                             _mm_set1_epi16((short)s0))),
-                    _mm256_set_m128i(_mm_set1_epi16((short)(s0 + 3)), _mm_set1_epi16((short)(s0 + 2))),
+                    _mm256_set_m128i(_mm_set1_epi16((short)(s0 + 3)),
+                                     _mm_set1_epi16((short)(s0 + 2))),
                     1);
-                __m512i s16 = _mm512_permutexvar_epi16(idx, scz);
+                __m512i s16[2];
+                for (int r = 0; r < R; r++)
+                    s16[r] = _mm512_permutexvar_epi16(idx, scz[r]);
                 for (int c = 0; c < nc; c++) {
                     const int8_t *a = ((const struct minfer_block_q8_K *)ACT(c) + b)->qs;
-                    __m512i p = _mm512_maddubs_epi16(
-                        z[j], _mm512_loadu_si512((const void *)(a + 128 * h + 64 * j)));
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_madd_epi16(p, s16));
+                    __m512i av = _mm512_loadu_si512((const void *)(a + 128 * h + 64 * j));
+                    for (int r = 0; r < R; r++) {
+                        __m512i p = _mm512_maddubs_epi16(z[r][j], av);
+                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_madd_epi16(p, s16[r]));
+                    }
                 }
             }
         }
         for (int c = 0; c < nc; c++) {
             const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b;
-            float da = d * a->d;
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(da), _mm512_cvtepi32_ps(isum[c]), acc[c]);
-            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), sc16);
-            oacc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f * da), _mm256_cvtepi32_ps(off),
-                                      oacc[c]);
+            __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
+            for (int r = 0; r < R; r++) {
+                float da = d[r] * a->d;
+                acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(da), _mm512_cvtepi32_ps(isum[r][c]),
+                                            acc[r][c]);
+                __m256 off = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, sc16[r]));
+                acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f * da),
+                                            _mm512_zextps256_ps512(off), acc[r][c]);
+            }
         }
     }
-    for (int c = 0; c < nc; c++)
-        out[c] = _mm512_reduce_add_ps(acc[c]) + hsum8(oacc[c]);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < nc; c++)
+            out[r * NCM + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
-MM_DISPATCH(mm512_q6_k)
+MM_DISPATCH8(mm512_q6_k)

@@ -398,6 +398,7 @@ static void axpy_q8_0(int n, float a, const struct minfer_block_q8_0 *x, float *
 
 const struct cpu_kernels cpu_kernels_scalar = {
     .name = "scalar",
+    .nc = 4,
     .mm = {
         [MINFER_TYPE_F32] = mm_f32,   [MINFER_TYPE_F16] = mm_f16,   [MINFER_TYPE_BF16] = mm_bf16,
         [MINFER_TYPE_Q4_0] = mm_q4_0, [MINFER_TYPE_Q4_1] = mm_q4_1, [MINFER_TYPE_Q5_0] = mm_q5_0,

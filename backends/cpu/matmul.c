@@ -60,6 +60,8 @@ static void quant_worker(void *arg, int ith, int nth)
 
 struct mm_task {
     cpu_mm_fn fn;
+    cpu_mm2_fn fn2;          /* two-row tile or NULL */
+    int nc, nc2;             /* columns per kernel call */
     const char *w0, *w1;     /* weight rows (w1: up, FFN only) */
     size_t w_nb1;
     int K, N, M;
@@ -80,7 +82,7 @@ static void mm_worker(void *arg, int ith, int nth)
     struct mm_task *t = arg;
     (void)ith;
     (void)nth;
-    float g[CPU_MM_NC], u[CPU_MM_NC];
+    float g[2 * CPU_MM_NC], u[2 * CPU_MM_NC];
     int n_chunks = (t->N + t->chunk - 1) / t->chunk;
     for (;;) {
         int ch = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
@@ -89,20 +91,33 @@ static void mm_worker(void *arg, int ith, int nth)
         int r0 = ch * t->chunk, r1 = r0 + t->chunk < t->N ? r0 + t->chunk : t->N;
         for (int c0 = 0; c0 < t->M; c0 += COL_BLOCK) {
             int c1 = c0 + COL_BLOCK < t->M ? c0 + COL_BLOCK : t->M;
-            for (int r = r0; r < r1; r++) {
-                const char *w = t->w0 + (size_t)r * t->w_nb1;
-                for (int c = c0; c < c1; c += CPU_MM_NC) {
-                    int nc = c1 - c < CPU_MM_NC ? c1 - c : CPU_MM_NC;
+            for (int r = r0; r < r1;) {
+                /* two weight rows per pass where the kernel set has it */
+                int R = t->fn2 && r + 1 < r1 ? 2 : 1;
+                int ncmax = R == 2 ? t->nc2 : t->nc;
+                size_t woff = (size_t)r * t->w_nb1;
+                for (int c = c0; c < c1; c += ncmax) {
+                    int nc = c1 - c < ncmax ? c1 - c : ncmax;
                     const char *a = t->act + (size_t)c * t->act_stride;
-                    t->fn(t->K, w, a, t->act_stride, nc, g);
+                    if (R == 2)
+                        t->fn2(t->K, t->w0 + woff, t->w_nb1, a, t->act_stride, nc, g);
+                    else
+                        t->fn(t->K, t->w0 + woff, a, t->act_stride, nc, g);
                     if (t->w1) {
-                        t->fn(t->K, t->w1 + (size_t)r * t->w_nb1, a, t->act_stride, nc, u);
-                        for (int j = 0; j < nc; j++)
-                            g[j] = silu(g[j]) * u[j];
+                        if (R == 2)
+                            t->fn2(t->K, t->w1 + woff, t->w_nb1, a, t->act_stride, nc, u);
+                        else
+                            t->fn(t->K, t->w1 + woff, a, t->act_stride, nc, u);
                     }
-                    for (int j = 0; j < nc; j++)
-                        ((float *)cpu_row(t->dst, c + j))[r] = g[j];
+                    for (int i = 0; i < R; i++)
+                        for (int j = 0; j < nc; j++) {
+                            float v = g[i * CPU_MM_NC + j];
+                            if (t->w1)
+                                v = silu(v) * u[i * CPU_MM_NC + j];
+                            ((float *)cpu_row(t->dst, c + j))[r + i] = v;
+                        }
                 }
+                r += R;
             }
         }
     }
@@ -153,6 +168,9 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     struct mm_task t;
     memset(&t, 0, sizeof t);
     t.fn = fn;
+    t.nc = kind == ACT_F32 ? 4 : be->k->nc;
+    t.fn2 = M > 1 ? be->k->mm2[w->type] : NULL; /* decode streams one row at a time */
+    t.nc2 = be->k->nc2;
     t.w0 = w->data;
     t.w1 = ffn ? node->src[1]->data : NULL;
     t.w_nb1 = w->nb[1];
