@@ -4,10 +4,12 @@
  * with an untied head match a plain-C reference forward written here;
  * chunked, truncated and re-decoded sequences equal a single pass; decode
  * steps reuse one graph with stable addresses (what graph replay needs);
- * minfer chat's second turn equals a fresh run over the conversation.
+ * two contexts on two threads equal a serial run; minfer chat's second
+ * turn equals a fresh run over the conversation.
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,6 +608,63 @@ START_TEST(decode_steps_reuse_one_graph)
 }
 END_TEST
 
+struct worker {
+    struct minfer_model *m;
+    float logits[320];
+    int rc;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.n_ctx = 64;
+    cp.n_batch = 4;
+    cp.n_threads = 1;
+    minfer_status st;
+    struct minfer_ctx *c = minfer_ctx_new(w->m, &cp, &st, NULL, 0);
+    int32_t ids[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+    w->rc = !c;
+    for (int k = 0; !w->rc && k < 20; k++) {
+        w->rc |= minfer_ctx_truncate(c, 0) != MINFER_OK;
+        w->rc |= minfer_ctx_decode(c, ids, 10, 0) != MINFER_OK;
+        for (int t = 0; !w->rc && t < 5; t++)
+            w->rc |= minfer_ctx_decode(c, &ids[t], 1, 0) != MINFER_OK;
+    }
+    if (!w->rc)
+        memcpy(w->logits, minfer_ctx_logits(c, -1), sizeof w->logits);
+    minfer_ctx_free(c);
+    return NULL;
+}
+
+START_TEST(two_contexts_on_two_threads)
+{
+    /* Catches shared mutable state between contexts of one model (graph
+     * cache, arena, KV, uid counter): concurrent runs must equal a serial one. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    char err[512];
+    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct worker serial = {.m = m}, w[2] = {{.m = m}, {.m = m}};
+    worker_main(&serial);
+    ck_assert_int_eq(serial.rc, 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].rc, 0);
+        ck_assert_mem_eq(w[i].logits, serial.logits, sizeof serial.logits);
+    }
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 /* ---- minfer chat ---- */
 
 static char *run_capture(const char *cmd)
@@ -862,6 +921,7 @@ Suite *model_suite(void)
     tcase_add_test(fw, decode_steps_reuse_one_graph);
     tcase_add_test(fw, chat_turn2_equals_fresh_run);
     tcase_add_test(fw, cli_eval_and_run_json);
+    tcase_add_test(fw, two_contexts_on_two_threads);
     tcase_add_test(fw, auto_backend_is_all_or_nothing);
     tcase_add_test(fw, backend_failure_is_an_error_not_a_fallback);
     suite_add_tcase(s, fw);
