@@ -45,7 +45,7 @@ typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stri
 #define CPU_MM_NC 8 /* most activation columns per weight pass */
 
 /* Optional two-row tile: weight rows w and w + w_stride against nc
- * columns (1..the table's nc2); out[r * CPU_MM_NC + c]. */
+ * columns (1..the table's nc2 of the type); out[r * CPU_MM_NC + c]. */
 typedef void (*cpu_mm2_fn)(int k, const void *w, size_t w_stride, const void *act,
                            size_t act_stride, int nc, float *out);
 
@@ -62,7 +62,7 @@ struct cpu_kernels {
     /* matmul tiles per weight type (NULL: type not readable) */
     cpu_mm_fn mm[MINFER_TYPE_COUNT];
     cpu_mm2_fn mm2[MINFER_TYPE_COUNT]; /* optional two-row tiles (prefill) */
-    int nc2;
+    int nc2[MINFER_TYPE_COUNT];
     /* activation quantizers: n multiple of 32 / 256 */
     void (*quant_q8)(const float *x, void *row, int n);
     void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);
@@ -93,8 +93,11 @@ typedef void (*cpu_task_fn)(void *arg, int ith, int nth);
 struct cpu_pool *cpu_pool_new(int n);
 void cpu_pool_free(struct cpu_pool *p);
 int cpu_pool_size(const struct cpu_pool *p);
-/* Runs fn(arg, i, nth) for i in [0, nth) with nth <= pool size, the caller
- * taking i = 0; returns when all are done. */
+/* Runs fn(arg, ith, nth) on the caller (ith 0) and on up to nth - 1
+ * workers that join in time (each a distinct ith in 1..nth-1); returns
+ * when every participant is done. Participants are not guaranteed: fn
+ * must hand out its work dynamically (atomic counters) so that the caller
+ * alone completes it. */
 void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg);
 
 /* ---- the instance ---- */

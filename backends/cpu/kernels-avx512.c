@@ -47,7 +47,9 @@ static void mm512_q4_k_2(int, const void *, size_t, const void *, size_t, int, f
 static void mm512_q5_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 #define KSET_MM2                                                                            \
-    .nc2 = 4,                                                                               \
+    .nc2 = {[MINFER_TYPE_Q4_0] = 8, [MINFER_TYPE_Q4_1] = 8, [MINFER_TYPE_Q5_0] = 8,             \
+            [MINFER_TYPE_Q5_1] = 8, [MINFER_TYPE_Q8_0] = 8, [MINFER_TYPE_Q4_K] = 4,             \
+            [MINFER_TYPE_Q5_K] = 4, [MINFER_TYPE_Q6_K] = 4},                                    \
     .mm2 = {                                                                                \
         [MINFER_TYPE_Q4_0] = mm512_q4_0_2, [MINFER_TYPE_Q4_1] = mm512_q4_1_2,               \
         [MINFER_TYPE_Q5_0] = mm512_q5_0_2, [MINFER_TYPE_Q5_1] = mm512_q5_1_2,               \
@@ -60,8 +62,10 @@ static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, f
 /* Kernel bodies take R weight rows (w, w + w_stride) and nc columns and
  * write out[r * CPU_MM_NC + c]. Instantiated for R = 1 with nc 1..8 (the
  * table's mm: 32 registers hold 8 columns of accumulators) and for R = 2
- * with nc 1..4 (mm2: each activation load then serves two weight rows,
- * which halves the L2 traffic of prefill). */
+ * with nc 1..8 (mm2: each activation load then serves two weight rows,
+ * which halves the L2 traffic of prefill; the table's nc2 says how many
+ * columns each type's kernel keeps in registers: 8 for the 32-element
+ * blocks, 4 for the K-quants whose integer sums need registers too). */
 #define MM_DISPATCH8(name)                                                                  \
     static void name(int k, const void *w, const void *act, size_t act_stride, int nc,      \
                      float *out)                                                            \
@@ -81,6 +85,10 @@ static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, f
                          size_t act_stride, int nc, float *out)                             \
     {                                                                                       \
         switch (nc) {                                                                       \
+        case 8: name##_n(k, w, w_stride, 2, act, act_stride, 8, out); break;                \
+        case 7: name##_n(k, w, w_stride, 2, act, act_stride, 7, out); break;                \
+        case 6: name##_n(k, w, w_stride, 2, act, act_stride, 6, out); break;                \
+        case 5: name##_n(k, w, w_stride, 2, act, act_stride, 5, out); break;                \
         case 4: name##_n(k, w, w_stride, 2, act, act_stride, 4, out); break;                \
         case 3: name##_n(k, w, w_stride, 2, act, act_stride, 3, out); break;                \
         case 2: name##_n(k, w, w_stride, 2, act, act_stride, 2, out); break;                \
@@ -138,6 +146,62 @@ AI __m256i w8_q8_0(const void *x, int b)
     return _mm256_loadu_si256((const __m256i *)((const struct minfer_block_q8_0 *)x + b)->qs);
 }
 
+/* Two consecutive blocks b, b + 1 as one 512-bit vector of int8. */
+AI __m512i nib_pair(const uint8_t *qs0, const uint8_t *qs1)
+{
+    /* 128-bit lanes: [qs0, qs0, qs1, qs1] then low / high nibbles */
+    __m256i t = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)qs1),
+                                 _mm_loadu_si128((const __m128i *)qs0));
+    __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                         _mm512_castsi256_si512(t));
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
+                                         0x0004000400040004ll, 0x0004000400040004ll);
+    return _mm512_and_si512(_mm512_srlv_epi16(z, sh), _mm512_set1_epi8(15));
+}
+AI __mmask64 qh_pair(const uint8_t *qh0, const uint8_t *qh1)
+{
+    return _cvtu64_mask64((uint64_t)qh32(qh0) | (uint64_t)qh32(qh1) << 32);
+}
+AI __m512i w8x2_q4_0(const void *x, int b)
+{
+    const struct minfer_block_q4_0 *y = (const struct minfer_block_q4_0 *)x + b;
+    return _mm512_sub_epi8(nib_pair(y[0].qs, y[1].qs), _mm512_set1_epi8(8));
+}
+AI __m512i w8x2_q4_1(const void *x, int b)
+{
+    const struct minfer_block_q4_1 *y = (const struct minfer_block_q4_1 *)x + b;
+    return nib_pair(y[0].qs, y[1].qs);
+}
+AI __m512i w8x2_q5_0(const void *x, int b)
+{
+    const struct minfer_block_q5_0 *y = (const struct minfer_block_q5_0 *)x + b;
+    /* q - 16 where the fifth bit is clear, q where it is set */
+    __m512i n = nib_pair(y[0].qs, y[1].qs);
+    return _mm512_mask_sub_epi8(n, _knot_mask64(qh_pair(y[0].qh, y[1].qh)), n,
+                                _mm512_set1_epi8(16));
+}
+AI __m512i w8x2_q5_1(const void *x, int b)
+{
+    const struct minfer_block_q5_1 *y = (const struct minfer_block_q5_1 *)x + b;
+    __m512i n = nib_pair(y[0].qs, y[1].qs);
+    return _mm512_mask_add_epi8(n, qh_pair(y[0].qh, y[1].qh), n, _mm512_set1_epi8(16));
+}
+AI __m512i w8x2_q8_0(const void *x, int b)
+{
+    return join2(w8_q8_0(x, b), w8_q8_0(x, b + 1));
+}
+
+/* [d_b x 8, d_b+1 x 8] from the two blocks' fp16 scales */
+AI __m512 dw_pair(const void *x, size_t bsize, int b)
+{
+    uint16_t h0, h1;
+    memcpy(&h0, (const char *)x + (size_t)b * bsize, 2);
+    memcpy(&h1, (const char *)x + (size_t)(b + 1) * bsize, 2);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(f));
+}
+
 /* fp16 scale (and min) of block b; all these blocks start with d, and
  * Q4_1/Q5_1 have m right after it */
 AI float wd(const void *x, size_t bsize, int b)
@@ -156,7 +220,7 @@ AI float wm(const void *x, size_t bsize, int b)
 /* out[c] = sum_b d_w[b] * d_a[b] * sum(w8 * a) (+ m_w[b] * d_a[b] * sum(a)).
  * Activation rows hold qs + 128 as uint8; start = -128 * sum(w8) per lane
  * cancels the offset exactly. */
-#define MM512_Q32(name, W8, BT, HAS_M)                                                      \
+#define MM512_Q32(name, W8, W8X2, BT, HAS_M)                                                      \
     AI void name##_n(int k, const void *w, size_t w_stride, int R, const void *act,         \
                      size_t act_stride, int nc, float *out)                                 \
     {                                                                                       \
@@ -176,12 +240,10 @@ AI float wm(const void *x, size_t bsize, int b)
             __m512i wq[2], start[2];                                                        \
             __m512 dw[2];                                                                   \
             for (int r = 0; r < R; r++) {                                                   \
-                wq[r] = join2(W8(WROW(r), b), W8(WROW(r), b + 1));                          \
+                wq[r] = W8X2(WROW(r), b);                                                   \
                 start[r] = _mm512_sub_epi32(_mm512_setzero_si512(),                         \
                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, wq[r])); \
-                dw[r] = _mm512_castpd_ps(_mm512_insertf64x4(                                \
-                    _mm512_castps_pd(_mm512_set1_ps(wd(WROW(r), bs, b))),                   \
-                    _mm256_castps_pd(_mm256_set1_ps(wd(WROW(r), bs, b + 1))), 1));          \
+                dw[r] = dw_pair(WROW(r), bs, b);                                            \
             }                                                                               \
             for (int c = 0; c < nc; c++) {                                                  \
                 const uint8_t *aq = (const uint8_t *)ACT(c);                                \
@@ -225,11 +287,11 @@ AI float wm(const void *x, size_t bsize, int b)
     }                                                                                       \
     MM_DISPATCH8(name)
 
-MM512_Q32(mm512_q4_0, w8_q4_0, struct minfer_block_q4_0, 0)
-MM512_Q32(mm512_q4_1, w8_q4_1, struct minfer_block_q4_1, 1)
-MM512_Q32(mm512_q5_0, w8_q5_0, struct minfer_block_q5_0, 0)
-MM512_Q32(mm512_q5_1, w8_q5_1, struct minfer_block_q5_1, 1)
-MM512_Q32(mm512_q8_0, w8_q8_0, struct minfer_block_q8_0, 0)
+MM512_Q32(mm512_q4_0, w8_q4_0, w8x2_q4_0, struct minfer_block_q4_0, 0)
+MM512_Q32(mm512_q4_1, w8_q4_1, w8x2_q4_1, struct minfer_block_q4_1, 1)
+MM512_Q32(mm512_q5_0, w8_q5_0, w8x2_q5_0, struct minfer_block_q5_0, 0)
+MM512_Q32(mm512_q5_1, w8_q5_1, w8x2_q5_1, struct minfer_block_q5_1, 1)
+MM512_Q32(mm512_q8_0, w8_q8_0, w8x2_q8_0, struct minfer_block_q8_0, 0)
 
 /* ---- K-quants against Q8_K ---- */
 

@@ -39,12 +39,18 @@ struct quant_task {
     int K, M;
     char *out;
     size_t stride;
+    atomic_int next;
 };
 
 static void quant_worker(void *arg, int ith, int nth)
 {
     struct quant_task *t = arg;
-    for (int m = ith; m < t->M; m += nth) {
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        int m = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (m >= t->M)
+            break;
         const float *x = (const float *)cpu_row(t->x, m);
         void *y = t->out + (size_t)m * t->stride;
         if (t->kind == ACT_Q8)
@@ -159,7 +165,8 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
             return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
                             "out of memory for %zu bytes of quantized activations",
                             (size_t)M * stride);
-        struct quant_task qt = {be->k, x, kind, K, M, buf, stride};
+        struct quant_task qt = {be->k, x, kind, K, M, buf, stride, 0};
+        atomic_init(&qt.next, 0);
         int nth = M >= 8 ? be->n_threads : 1;
         cpu_pool_run(be->pool, nth, quant_worker, &qt);
         act = buf;
@@ -170,7 +177,7 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     t.fn = fn;
     t.nc = kind == ACT_F32 ? 4 : be->k->nc;
     t.fn2 = M > 1 ? be->k->mm2[w->type] : NULL; /* decode streams one row at a time */
-    t.nc2 = be->k->nc2;
+    t.nc2 = be->k->nc2[w->type];
     t.w0 = w->data;
     t.w1 = ffn ? node->src[1]->data : NULL;
     t.w_nb1 = w->nb[1];

@@ -6,6 +6,7 @@
  * matmul.c, ATTENTION in attention.c.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,28 +286,38 @@ typedef void (*rows_fn)(const struct minfer_node *node, int64_t r0, int64_t r1);
 struct rows_task {
     const struct minfer_node *node;
     rows_fn fn;
-    int64_t n;
+    int64_t n, chunk;
+    atomic_llong next;
 };
 
 static void rows_worker(void *arg, int ith, int nth)
 {
     struct rows_task *t = arg;
-    int64_t per = (t->n + nth - 1) / nth;
-    int64_t r0 = per * ith, r1 = r0 + per < t->n ? r0 + per : t->n;
-    if (r0 < r1)
-        t->fn(t->node, r0, r1);
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        int64_t r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
+        if (r0 >= t->n)
+            break;
+        t->fn(t->node, r0, r0 + t->chunk < t->n ? r0 + t->chunk : t->n);
+    }
 }
 
 /* Runs fn over rows [0, n), on the pool when the work is worth a dispatch. */
 static void run_rows(struct minfer_backend *be, const struct minfer_node *node, rows_fn fn,
                      int64_t n, int64_t elems_per_row)
 {
-    struct rows_task t = {node, fn, n};
+    struct rows_task t;
+    t.node = node;
+    t.fn = fn;
+    t.n = n;
     int nth = be->n_threads;
     if (n * elems_per_row < 32768 || n < 2)
         nth = 1;
     if (nth > n)
         nth = (int)n;
+    t.chunk = (n + 4 * nth - 1) / (4 * nth);
+    atomic_init(&t.next, 0);
     cpu_pool_run(be->pool, nth, rows_worker, &t);
 }
 

@@ -26,9 +26,10 @@ struct cpu_pool {
     struct worker *w;           /* [n - 1] */
     int started;                /* workers actually created */
     atomic_uint gen;            /* bumped per dispatch */
-    atomic_int pending;         /* workers still running the current task */
+    atomic_uint state;          /* CLOSED bit | number of workers joined */
+    atomic_uint finished;       /* joined workers done with the task */
     atomic_bool stop;
-    cpu_task_fn fn;             /* valid while pending > 0 */
+    cpu_task_fn fn;             /* valid while a dispatch is open or joined */
     void *arg;
     int nth;
     pthread_mutex_t mu;
@@ -81,6 +82,24 @@ static unsigned wait_gen(struct cpu_pool *p, unsigned seen)
     return g;
 }
 
+#define CLOSED 0x80000000u
+
+/* Joins the open dispatch; returns the participant index or 0 if closed
+ * or full. */
+static int try_join(struct cpu_pool *p)
+{
+    unsigned st = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if (st & CLOSED)
+            return 0;
+        if ((int)st + 1 >= p->nth)
+            return 0;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &st, st + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return (int)st + 1;
+    }
+}
+
 static void *worker_main(void *argp)
 {
     struct worker *w = argp;
@@ -90,9 +109,11 @@ static void *worker_main(void *argp)
         seen = wait_gen(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             break;
-        if (w->ith < p->nth)
-            p->fn(p->arg, w->ith, p->nth);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        int ith = try_join(p);
+        if (ith) {
+            p->fn(p->arg, ith, p->nth);
+            atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
+        }
     }
     return NULL;
 }
@@ -108,7 +129,8 @@ struct cpu_pool *cpu_pool_new(int n)
         return NULL;
     p->n = n;
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->state, CLOSED);
+    atomic_init(&p->finished, 0);
     atomic_init(&p->stop, false);
     if (pthread_mutex_init(&p->mu, NULL))
         goto out_free;
@@ -165,21 +187,23 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
 {
     if (nth > p->n)
         nth = p->n;
-    if (nth <= 1 || p->n == 1) {
+    if (nth <= 1) {
         fn(arg, 0, 1);
         return;
     }
     p->fn = fn;
     p->arg = arg;
     p->nth = nth;
-    /* every worker wakes and decrements, idle ones without running fn */
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->state, 0, memory_order_release); /* open, none joined */
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
     pthread_mutex_lock(&p->mu);
     if (p->sleeping)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, nth);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+    /* close: late workers stay out; wait for those that joined */
+    unsigned joined = atomic_fetch_or_explicit(&p->state, CLOSED, memory_order_acq_rel);
+    while (atomic_load_explicit(&p->finished, memory_order_acquire) < joined)
         cpu_relax();
 }
