@@ -47,7 +47,7 @@ static char *slurp(const char *path, size_t *n)
 }
 
 static struct minfer_tokenizer *tok_gguf, *tok_json;
-static cJSON *cases;
+static cJSON *cases, *cases_root; /* kept reachable for LeakSanitizer in forked tests */
 static char why_gguf[512], why_json[512];
 
 /* Builds the tokenizer from tokenizer.json the way a GGUF converter would:
@@ -155,10 +155,18 @@ static void setup(void)
         return;
     fclose(f);
     char *c = slurp(FIX "/tokenizer/cases.json", NULL);
-    cases = cJSON_GetObjectItem(cJSON_Parse(c), "cases");
+    cases_root = cJSON_Parse(c);
+    cases = cJSON_GetObjectItem(cases_root, "cases");
     free(c);
     tok_gguf = load_gguf(why_gguf, sizeof why_gguf);
     tok_json = load_json(why_json, sizeof why_json);
+}
+
+static void teardown(void)
+{
+    cJSON_Delete(cases_root);
+    minfer_tokenizer_free(tok_gguf);
+    minfer_tokenizer_free(tok_json);
 }
 
 static size_t unhex(const char *h, char *out)
@@ -819,7 +827,7 @@ Suite *tokenizer_suite(void)
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_unchecked_fixture(tc, setup, NULL);
+    tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_add_test(tc, hf_cases_from_gguf);
     tcase_add_test(tc, hf_cases_from_json);
     tcase_add_test(tc, fixture_prompts);
