@@ -135,7 +135,7 @@ int cli_parse(int argc, char **argv, unsigned takes, struct cli_opts *o)
         else if (IS("--plugin"))
             ok = v && o->n_plugins < CLI_MAX_PLUGINS && (o->plugins[o->n_plugins++] = v);
         else if (IS("-n") || IS("--n-predict"))
-            ok = v && parse_i32(v, 0, 1 << 24, &o->n_predict);
+            ok = v && parse_i32(v, (takes & CLI_BENCH) ? 0 : -1, 1 << 24, &o->n_predict);
         else if (IS("-c") || IS("--ctx-size"))
             ok = v && parse_i32(v, 0, 1 << 24, &o->n_ctx);
         else if (IS("-b") || IS("--batch-size"))

@@ -133,6 +133,11 @@ static int turn(const struct cli_opts *o, struct cli_session *s, struct minfer_s
             fwrite(buf, 1, nb, stdout);
             fflush(stdout);
         }
+        if (minfer_ctx_n_past(s->ctx) >= minfer_ctx_n_ctx(s->ctx)) {
+            fprintf(stderr, "\n[chat: the context is full (%d tokens); use a larger -c]\n",
+                    minfer_ctx_n_ctx(s->ctx));
+            break;
+        }
         if (minfer_ctx_decode(s->ctx, &id, 1, 0) != MINFER_OK) {
             fprintf(stderr, "\nminfer chat: %s\n", minfer_ctx_last_error(s->ctx));
             goto out_gen;
@@ -177,6 +182,8 @@ int cmd_chat(int argc, char **argv)
         fprintf(stderr, "minfer chat: sampler: %s\n", err);
         goto out;
     }
+    if (o.n_predict < 0)
+        o.n_predict = minfer_ctx_n_ctx(s.ctx);
     if (o.system && conv_add(&c, "system", o.system))
         goto out;
     for (;;) {

@@ -13,7 +13,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: minfer run -m MODEL (-p TEXT | -f FILE | --ids 1,2,3) [options]\n"
-               "  -n N               tokens to generate (default 128; stops at end of turn)\n"
+               "  -n N               tokens to generate (default 128, -1 = until the end of\n"
+               "                     generation or a full context); prints only new text\n"
                "  --chat             wrap the prompt in the model's chat template\n"
                "  --system TEXT      system message with --chat\n"
                "  --no-special       do not match special tokens written in the text\n"
@@ -77,6 +78,10 @@ int cmd_run(int argc, char **argv)
     minfer_status st;
     smp = minfer_sampler_new(&o.sp, info.n_vocab, &st, err, sizeof err);
     dt = minfer_detok_new(s.tok, false);
+    if (o.n_predict < 0 || o.n_predict > minfer_ctx_n_ctx(s.ctx) - (int32_t)n_ids)
+        o.n_predict = minfer_ctx_n_ctx(s.ctx) - (int32_t)n_ids;
+    if (o.n_predict < 0)
+        o.n_predict = 0;
     gen = malloc(sizeof *gen * ((size_t)o.n_predict + 1));
     if (!smp || !dt || !gen) {
         fprintf(stderr, "minfer run: sampler: %s\n", smp ? "out of memory" : err);
