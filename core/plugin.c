@@ -211,6 +211,7 @@ struct record {
     char *path, *name, *version, *reason;
     char *real;                        /* realpath, NULL if it could not be resolved */
     struct so_entry *so;               /* held while state is LOADED */
+    bool no_device;                    /* refused only because its probe found no device */
 };
 
 struct search_item {
@@ -290,8 +291,12 @@ static void reject(struct minfer_runtime *rt, struct record *r, uint32_t state, 
         rt->oom = true;
         return;
     }
+    /* A plugin the user pointed at that is broken deserves a warning; one
+     * whose hardware is simply absent (no GPU here) is normal and stays at
+     * info level: `minfer backends` still shows it. */
     bool explicit_ = strcmp(r->pub.origin, "libdir") && strcmp(r->pub.origin, "install");
-    plugin_log(explicit_ && state == MINFER_PLUGIN_REJECTED ? MINFER_LOG_WARN : MINFER_LOG_INFO,
+    bool warn = explicit_ && state == MINFER_PLUGIN_REJECTED && !r->no_device;
+    plugin_log(warn ? MINFER_LOG_WARN : MINFER_LOG_INFO,
                "plugin %s (%s): %s", r->path, r->pub.origin, msg);
 }
 
@@ -424,6 +429,7 @@ static struct so_entry *open_plugin(const char *real, struct record *r, char **w
         if (!isprint((unsigned char)*c))
             *c = '?';
     if (score <= 0) {
+        r->no_device = true;
         *why = strf("cannot run here (probe returned %d): %s", score,
                     pwhy[0] ? pwhy : "the plugin gave no reason");
         goto out_shutdown;
