@@ -25,12 +25,41 @@ enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2 };
 /* Above this many tokens MUL_MAT / FFN_GATE_UP use the tensor-core GEMM. */
 #define MMV_MAX_NT 8
 
+/* Graph replay: passes a window runs directly before it is captured. */
+#define GRAPH_WARMUP 2
+/* Windows remembered per instance (least recently used one is dropped). */
+#define GRAPH_CACHE 32
+
+/* One replay window (uid, first, last): warm-up count, then a captured
+ * and instantiated graph valid while both generations hold. */
+struct gentry {
+    uint64_t uid;
+    uint32_t first, last;
+    uint64_t win_gen;  /* the scheduler's generation (arena, KV layout) */
+    uint64_t pool_gen; /* the plugin's pool generation (scratch growth) */
+    int warm;          /* direct passes seen at these generations */
+    void *exec;        /* cudaGraphExec_t once captured */
+    uint64_t used;     /* LRU tick */
+};
+
 struct minfer_backend {
     struct cu_ctx *c;
+    bool graphs_off;   /* config switch, $MINFER_CUDA_NO_GRAPHS, or a failed capture */
+    struct gentry gc[GRAPH_CACHE];
+    uint64_t tick;
 };
 
 static const struct minfer_host *g_host;
 static char g_err[512]; /* errors of create (be == NULL) */
+
+/* Process-wide counters and the test hook (get_proc). */
+struct minfer_cuda_graph_stats {
+    uint64_t captures;  /* graphs captured and instantiated */
+    uint64_t replays;   /* windows run from a captured graph */
+    uint64_t aborts;    /* captures aborted (graphs then off for that instance) */
+};
+static struct minfer_cuda_graph_stats g_stats;
+static int g_fail_next_capture; /* atomic: captures still to fail on purpose */
 
 /* ---- helpers ---- */
 
@@ -452,6 +481,202 @@ static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n
     }
 }
 
+/* ---- graph replay ---- */
+
+static void gentry_drop(struct minfer_backend *be, struct gentry *e)
+{
+    cu_graph_destroy(be->c, e->exec);
+    memset(e, 0, sizeof(*e));
+}
+
+/* The entry of (uid, first, last), or a free / least recently used slot
+ * reset for it. */
+static struct gentry *gentry_get(struct minfer_backend *be, const struct minfer_replay_window *w)
+{
+    struct gentry *victim = &be->gc[0];
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        struct gentry *e = &be->gc[i];
+        if (e->used && e->uid == w->uid && e->first == w->first && e->last == w->last)
+            return e;
+        if (!e->used || (victim->used && e->used < victim->used))
+            victim = e;
+    }
+    gentry_drop(be, victim);
+    victim->uid = w->uid;
+    victim->first = w->first;
+    victim->last = w->last;
+    return victim;
+}
+
+static void graphs_disable(struct minfer_backend *be, const char *why)
+{
+    be->graphs_off = true;
+    __atomic_add_fetch(&g_stats.aborts, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        gentry_drop(be, &be->gc[i]);
+    if (g_host && g_host->log)
+        g_host->log(MINFER_LOG_WARN,
+                    "cuda: graph capture aborted: %s; CUDA graphs are now OFF for this "
+                    "context (nodes run by direct launches, same results)",
+                    why);
+}
+
+/* Runs nodes[first..last] on the capturing stream, exactly as execute_node
+ * would; returns the first failure. */
+static minfer_status capture_window(struct minfer_backend *be,
+                                    const struct minfer_replay_window *w, struct kctx *k)
+{
+    char why[400];
+    if (__atomic_load_n(&g_fail_next_capture, __ATOMIC_RELAXED) > 0 &&
+        __atomic_sub_fetch(&g_fail_next_capture, 1, __ATOMIC_RELAXED) >= 0) {
+        minfer_status st = cu_capture_poison(be->c);
+        if (st == MINFER_OK)
+            st = cu_ctx_fail(be->c, MINFER_ERR_BACKEND,
+                             "cuda: injected capture fault (test hook) did not fail");
+        return st;
+    }
+    for (uint32_t i = w->first; i <= w->last; i++) {
+        const struct minfer_node *n = &w->nodes[i];
+        if (validate(n, 1, why, sizeof(why)))
+            return node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
+        k->err[0] = 0;
+        minfer_status st = exec(be, n, k);
+        if (st != MINFER_OK)
+            return st;
+    }
+    return MINFER_OK;
+}
+
+static minfer_status p_graph_replay(struct minfer_backend *be,
+                                    const struct minfer_replay_window *w, bool *replayed)
+{
+    if (!be || !w || !replayed || !w->nodes || w->first > w->last)
+        return MINFER_ERR_INVALID_ARG;
+    *replayed = false;
+    if (be->graphs_off)
+        return MINFER_OK;
+    cu_ctx_clear_error(be->c);
+    struct gentry *e = gentry_get(be, w);
+    uint64_t pool_gen = cu_pool_generation(be->c);
+    if (e->win_gen != w->generation || e->pool_gen != pool_gen) {
+        /* addresses moved (arena, KV, scratch): what was captured is stale */
+        cu_graph_destroy(be->c, e->exec);
+        e->exec = NULL;
+        e->warm = 0;
+        e->win_gen = w->generation;
+        e->pool_gen = pool_gen;
+    }
+    e->used = ++be->tick;
+    if (e->exec) {
+        minfer_status st = cu_graph_launch(be->c, e->exec);
+        if (st != MINFER_OK)
+            return st;
+        __atomic_add_fetch(&g_stats.replays, 1, __ATOMIC_RELAXED);
+        *replayed = true;
+        return MINFER_OK;
+    }
+    if (e->warm < GRAPH_WARMUP) {
+        e->warm++; /* the scheduler runs this pass directly */
+        return MINFER_OK;
+    }
+    /* capture (the launch context is taken first: no device switch inside
+     * the capture window) */
+    struct kctx *k = cu_ctx_kctx(be->c);
+    minfer_status st = cu_capture_begin(be->c);
+    if (st == MINFER_OK) {
+        st = capture_window(be, w, k);
+        if (st == MINFER_OK) {
+            st = cu_capture_end(be->c, &e->exec);
+        } else {
+            char keep[1024];
+            snprintf(keep, sizeof(keep), "%s", cu_ctx_error(be->c));
+            cu_capture_abort(be->c);
+            cu_ctx_fail(be->c, st, "%s", keep);
+        }
+    }
+    if (st != MINFER_OK || cu_pool_generation(be->c) != pool_gen) {
+        char msg[1100];
+        snprintf(msg, sizeof(msg), "window (graph %llu, nodes %u..%u): %s",
+                 (unsigned long long)w->uid, w->first, w->last,
+                 st != MINFER_OK ? cu_ctx_error(be->c) : "the pool grew during capture");
+        cu_graph_destroy(be->c, e->exec);
+        e->exec = NULL;
+        graphs_disable(be, msg);
+        cu_ctx_clear_error(be->c);
+        return MINFER_OK; /* replayed = false: the scheduler runs the nodes directly */
+    }
+    __atomic_add_fetch(&g_stats.captures, 1, __ATOMIC_RELAXED);
+    st = cu_graph_launch(be->c, e->exec);
+    if (st != MINFER_OK)
+        return st;
+    __atomic_add_fetch(&g_stats.replays, 1, __ATOMIC_RELAXED);
+    *replayed = true;
+    return MINFER_OK;
+}
+
+/* ---- KV cell copies ---- */
+
+static minfer_status p_copy_cells(struct minfer_backend *be, void *kv_base, size_t row_bytes,
+                                  uint32_t src, uint32_t dst, uint32_t n)
+{
+    if (!be || !kv_base)
+        return MINFER_ERR_INVALID_ARG;
+    cu_ctx_clear_error(be->c);
+    if (n == 0 || src == dst || row_bytes == 0)
+        return MINFER_OK;
+    if ((uint64_t)n > SIZE_MAX / row_bytes ||
+        (uint64_t)(src > dst ? src : dst) + n > SIZE_MAX / row_bytes)
+        return cu_ctx_fail(be->c, MINFER_ERR_RANGE,
+                           "cuda: copy_cells of %u cells of %zu bytes from %u to %u overflows", n,
+                           row_bytes, src, dst);
+    char *base = kv_base;
+    uint32_t gap = src > dst ? src - dst : dst - src;
+    /* overlapping ranges: copy in chunks of gap cells that never overlap,
+     * from the end when moving up, from the start when moving down */
+    uint32_t step = gap < n ? gap : n;
+    for (uint32_t done = 0; done < n; done += step) {
+        uint32_t m = n - done < step ? n - done : step;
+        uint32_t off = dst > src ? n - done - m : done;
+        minfer_status st = cu_copy_d2d(be->c, base + (size_t)(dst + off) * row_bytes,
+                                       base + (size_t)(src + off) * row_bytes,
+                                       (size_t)m * row_bytes);
+        if (st != MINFER_OK)
+            return st;
+    }
+    return MINFER_OK;
+}
+
+/* ---- extensions (get_proc) ---- */
+
+/* "minfer_cuda_test_fail_next_capture": void f(int n) — the next n graph
+ * captures (any instance) fail inside their window, as a real fault
+ * would. "minfer_cuda_graph_stats": void f(struct minfer_cuda_graph_stats
+ * *out) — process-wide capture/replay/abort counts. Tests only. */
+static void x_fail_next_capture(int n)
+{
+    __atomic_store_n(&g_fail_next_capture, n, __ATOMIC_RELAXED);
+}
+
+static void x_graph_stats(struct minfer_cuda_graph_stats *out)
+{
+    if (!out)
+        return;
+    out->captures = __atomic_load_n(&g_stats.captures, __ATOMIC_RELAXED);
+    out->replays = __atomic_load_n(&g_stats.replays, __ATOMIC_RELAXED);
+    out->aborts = __atomic_load_n(&g_stats.aborts, __ATOMIC_RELAXED);
+}
+
+static void *p_get_proc(const char *name)
+{
+    if (!name)
+        return NULL;
+    if (!strcmp(name, "minfer_cuda_test_fail_next_capture"))
+        return (void *)x_fail_next_capture;
+    if (!strcmp(name, "minfer_cuda_graph_stats"))
+        return (void *)x_graph_stats;
+    return NULL;
+}
+
 /* ---- plugin slots ---- */
 
 static int p_probe(char *why, size_t why_len)
@@ -488,6 +713,9 @@ static minfer_status p_create(const struct minfer_backend_config *cfg, struct mi
         free(be);
         return strstr(g_err, "no CUDA device") ? MINFER_ERR_UNSUPPORTED : MINFER_ERR_BACKEND;
     }
+    const char *off = getenv("MINFER_CUDA_NO_GRAPHS");
+    be->graphs_off = (cfg && (cfg->flags & MINFER_BACKEND_CFG_NO_GRAPHS)) ||
+                     (off && *off && strcmp(off, "0"));
     const char *note = cu_ctx_error(be->c);
     if (note[0] && g_host && g_host->log)
         g_host->log(MINFER_LOG_WARN, "%s", note);
@@ -500,6 +728,8 @@ static void p_destroy(struct minfer_backend *be)
 {
     if (!be)
         return;
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        gentry_drop(be, &be->gc[i]);
     cu_ctx_free(be->c);
     free(be);
 }
@@ -604,11 +834,11 @@ static const struct minfer_backend_iface g_iface = {
     .buffer_read = p_buffer_read,
     .weight_register = p_weight_register,
     .execute_node = p_execute_node,
-    .graph_replay = NULL,
+    .graph_replay = p_graph_replay,
     .synchronize = p_synchronize,
-    .copy_cells = NULL,
+    .copy_cells = p_copy_cells,
     .last_error = p_last_error,
-    .get_proc = NULL,
+    .get_proc = p_get_proc,
     .shutdown = p_shutdown,
 };
 

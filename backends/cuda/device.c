@@ -479,6 +479,14 @@ minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out)
         *out = c->scratch[slot];
         return MINFER_OK;
     }
+    /* growing inside a capture window would sync a capturing stream and
+     * cudaMalloc under capture: refuse, so the window aborts cleanly (the
+     * warm-up passes size scratch before any capture) */
+    if (cu_capturing(c))
+        return cu_ctx_fail(c, MINFER_ERR_STATE,
+                           "cuda: scratch slot %d must grow to %zu bytes inside a graph capture "
+                           "window (warm-up passes should have sized it)",
+                           slot, size);
     /* grow: the old buffer may still be read by queued kernels */
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess)
@@ -686,6 +694,87 @@ out_free:
     free(w);
     pthread_mutex_unlock(&g_lock);
     return st;
+}
+
+/* ---- graph capture and replay ---- */
+
+minfer_status cu_capture_begin(struct cu_ctx *c)
+{
+    cudaSetDevice(c->device);
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? MINFER_OK
+                            : cuda_fail(c, "cudaStreamBeginCapture(ThreadLocal)", e);
+}
+
+bool cu_capturing(struct cu_ctx *c)
+{
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c->stream, &s) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return s != cudaStreamCaptureStatusNone;
+}
+
+void cu_capture_abort(struct cu_ctx *c)
+{
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(c->stream, &s);
+    if (s != cudaStreamCaptureStatusNone) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(c->stream, &g); /* ends an invalidated capture too */
+        if (g)
+            cudaGraphDestroy(g);
+    }
+    cudaGetLastError(); /* the capture's errors are not sticky: clear the latch */
+}
+
+minfer_status cu_capture_end(struct cu_ctx *c, void **exec)
+{
+    *exec = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess || !g) {
+        if (g)
+            cudaGraphDestroy(g);
+        cu_capture_abort(c);
+        return cu_ctx_fail(c, MINFER_ERR_BACKEND, "cuda: cudaStreamEndCapture failed: %s (%s)",
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess || !x)
+        return cuda_fail(c, "cudaGraphInstantiate", e);
+    *exec = x;
+    return MINFER_OK;
+}
+
+minfer_status cu_graph_launch(struct cu_ctx *c, void *exec)
+{
+    cudaSetDevice(c->device);
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, c->stream);
+    return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaGraphLaunch", e);
+}
+
+void cu_graph_destroy(struct cu_ctx *c, void *exec)
+{
+    if (!exec)
+        return;
+    cudaSetDevice(c->device);
+    cudaGraphExecDestroy((cudaGraphExec_t)exec);
+    cudaGetLastError();
+}
+
+minfer_status cu_capture_poison(struct cu_ctx *c)
+{
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess)
+        return MINFER_OK;
+    return cu_ctx_fail(c, MINFER_ERR_BACKEND,
+                       "cuda: injected capture fault (test hook): cudaStreamSynchronize inside "
+                       "the capture window: %s (%s)",
+                       cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 /* ---- timing ---- */

@@ -101,6 +101,29 @@ minfer_status cu_sync(struct cu_ctx *c);
 minfer_status cu_weight_register(struct cu_ctx *c, const char *name, const void *host,
                                  size_t size, void **out);
 
+/* ---- graph capture and replay (CUDA Graphs) ---- */
+
+/* Starts capturing the instance's stream (cudaStreamCaptureModeThreadLocal:
+ * other threads' captures and calls are unaffected). */
+minfer_status cu_capture_begin(struct cu_ctx *c);
+/* Ends the capture and instantiates it into *exec (an opaque
+ * cudaGraphExec_t). On any failure the capture is ended and discarded, the
+ * thread's latched error cleared, *exec is NULL and the error text says
+ * what failed; the stream is usable again. */
+minfer_status cu_capture_end(struct cu_ctx *c, void **exec);
+/* Ends and discards a capture after an error inside the window (no
+ * instantiation); clears the latch. Safe when no capture is open. */
+void cu_capture_abort(struct cu_ctx *c);
+/* True while the instance's stream is capturing. */
+bool cu_capturing(struct cu_ctx *c);
+/* Launches an instantiated graph on the instance's stream. */
+minfer_status cu_graph_launch(struct cu_ctx *c, void *exec);
+/* Destroys an instantiated graph (NULL is a no-op). */
+void cu_graph_destroy(struct cu_ctx *c, void *exec);
+/* Test hook: makes a call that capture forbids (a stream sync), which
+ * invalidates the open capture the way a real fault would. */
+minfer_status cu_capture_poison(struct cu_ctx *c);
+
 /* ---- timing (benchmarks) ---- */
 
 /* Records a start event; cu_timer_stop records the end, waits and returns

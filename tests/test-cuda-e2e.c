@@ -1,0 +1,635 @@
+/*
+ * test-cuda-e2e.c — the whole forward on the CUDA plugin, through the
+ * public model/context API: the Hugging Face fixture suite on CUDA (the
+ * test-fixture binary rerun with MINFER_TEST_BACKEND=cuda), CUDA against
+ * the CPU plugin on synthetic models of every weight type (teacher-forced
+ * greedy steps), CUDA Graph replay bitwise equal to direct launches over a
+ * 64-token generation, a capture aborted by an injected fault leaving a
+ * usable context, two contexts on two threads bitwise equal to their
+ * serial runs, and `minfer chat --backend cuda`'s second turn equal to a
+ * fresh run.
+ *
+ * The whole suite is skipped (exit 77) without a CUDA device. CUDA does not
+ * survive Check's fork, so the probe runs in a child process.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "minfer/backend.h"
+#include "minfer/gguf.h"
+#include "minfer/minfer.h"
+#include "plugin.h"
+#include "testutil.h"
+
+#define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"
+
+/* ---- skip without a device ---- */
+
+const char *minfer_test_skip_reason(void)
+{
+    static char why[600];
+    int fd[2];
+    if (pipe(fd) != 0)
+        return "no CUDA device: pipe() failed, cannot probe";
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        char msg[600] = "";
+        void *dl = dlopen(MINFER_PLUGIN_DIR "/libminfer-cuda.so", RTLD_NOW | RTLD_LOCAL);
+        minfer_plugin_entry_fn e =
+            dl ? (minfer_plugin_entry_fn)dlsym(dl, MINFER_PLUGIN_ENTRY_SYMBOL) : NULL;
+        uint32_t abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+        const struct minfer_backend_iface *t = e ? e(&abi, NULL) : NULL;
+        if (!t)
+            snprintf(msg, sizeof msg, "no CUDA device: the CUDA plugin is unavailable (%.400s)",
+                     dl ? "no entry" : dlerror());
+        else if (t->probe(msg, sizeof msg) > 0)
+            msg[0] = 0;
+        ssize_t w = write(fd[1], msg, strlen(msg) + 1);
+        _exit(w > 0 ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t n = pid > 0 ? read(fd[0], why, sizeof why - 1) : -1;
+    close(fd[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    if (n <= 0)
+        return "no CUDA device: the probe process failed";
+    why[n] = 0;
+    return why[0] ? why : NULL;
+}
+
+/* ---- helpers ---- */
+
+/* Mirrors the plugin's get_proc("minfer_cuda_graph_stats") record. */
+struct graph_stats {
+    uint64_t captures, replays, aborts;
+};
+typedef void (*stats_fn)(struct graph_stats *);
+typedef void (*fail_fn)(int);
+
+static struct minfer_runtime *runtime(void)
+{
+    const char *paths[] = {MINFER_PLUGIN_DIR};
+    struct minfer_runtime_opts o = {
+        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 1,
+        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
+    };
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, err, sizeof err);
+    ck_assert_msg(rt, "runtime: %s", err);
+    ck_assert_msg(runtime_find_backend(rt, "cuda"), "the CUDA plugin did not load");
+    ck_assert_msg(runtime_find_backend(rt, "cpu"), "the CPU plugin did not load");
+    return rt;
+}
+
+static void *cuda_proc(struct minfer_runtime *rt, const char *name)
+{
+    const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg(PLUGIN_HAS(p, get_proc), "the CUDA plugin has no get_proc");
+    void *f = p->iface->get_proc(name);
+    ck_assert_msg(f, "the CUDA plugin lacks %s", name);
+    return f;
+}
+
+static struct graph_stats stats(struct minfer_runtime *rt)
+{
+    struct graph_stats s;
+    ((stats_fn)cuda_proc(rt, "minfer_cuda_graph_stats"))(&s);
+    return s;
+}
+
+#define SHAPE_QWEN2 \
+    "custom:n_embd=256,n_layer=2,n_head=4,n_head_kv=2,head_dim=64,n_ff=512,n_vocab=384,n_ctx=1024,tied=0"
+#define SHAPE_QWEN3 \
+    "custom:n_embd=256,n_layer=2,n_head=4,n_head_kv=2,head_dim=64,n_ff=512,n_vocab=384,n_ctx=1024,tied=1"
+
+/* A random model in memory (the caller frees *mem). */
+static void *synth(const char *arch, const char *spec, uint32_t ftype, size_t *size)
+{
+    struct minfer_synth_opts so;
+    memset(&so, 0, sizeof so);
+    so.struct_size = sizeof so;
+    so.seed = 11;
+    so.ftype = ftype;
+    so.n_threads = 2;
+    char err[512] = "";
+    ck_assert_msg(minfer_synth_shape_parse(arch, spec, &so.shape, err, sizeof err) == MINFER_OK,
+                  "%s", err);
+    void *mem = NULL;
+    ck_assert_msg(minfer_synth(&so, NULL, &mem, size, err, sizeof err) == MINFER_OK, "synth: %s",
+                  err);
+    return mem;
+}
+
+static struct minfer_model *load_mem(struct minfer_runtime *rt, void *mem, size_t size,
+                                     const char *backend)
+{
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
+    ck_assert_msg(g, "%s", err);
+    struct minfer_model_params mp;
+    minfer_model_params_default(&mp);
+    mp.backend = backend;
+    struct minfer_model *m = minfer_model_load_gguf(rt, g, &mp, &st, err, sizeof err);
+    ck_assert_msg(m, "load on %s: %s", backend, err);
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(m, &info);
+    ck_assert_str_eq(info.backend, backend);
+    return m;
+}
+
+static struct minfer_ctx *ctx_of(struct minfer_model *m, uint32_t flags)
+{
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.n_ctx = 512;
+    cp.n_batch = 64;
+    cp.n_threads = 2;
+    cp.flags = flags;
+    minfer_status st;
+    char err[512] = "";
+    struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
+    ck_assert_msg(c, "ctx: %s", err);
+    return c;
+}
+
+static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n)
+{
+    minfer_status st = minfer_ctx_decode(c, ids, n, 0);
+    ck_assert_msg(st == MINFER_OK, "decode: %s", minfer_ctx_last_error(c));
+}
+
+static int32_t argmax(const float *l, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
+static int32_t n_vocab_of(const struct minfer_model *m)
+{
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(m, &info);
+    return info.n_vocab;
+}
+
+static const int32_t PROMPT[16] = {3, 41, 97, 5, 200, 17, 64, 128, 255, 9, 33, 77, 150, 12, 301, 8};
+
+/* ---- the fixture suite on CUDA ---- */
+
+START_TEST(fixture_suite_on_cuda)
+{
+    /* Catches any CUDA forward that misses the Hugging Face reference
+     * (logits, arg max, top-10, greedy tokens, f16/q8_0 KV) that the CPU
+     * forward meets: the same checks, the other plugin. */
+    if (access(FIX_GGUF, R_OK))
+        MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "MINFER_TEST_BACKEND=cuda %s/tests/test-fixture 2>&1",
+             MINFER_BUILD_DIR);
+    if (access(MINFER_BUILD_DIR "/tests/test-fixture", X_OK))
+        snprintf(cmd, sizeof cmd, "MINFER_TEST_BACKEND=cuda %s/bin/test-fixture 2>&1",
+                 MINFER_BUILD_DIR);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char line[1024], last[1024] = "";
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        snprintf(last, sizeof last, "%s", line);
+    }
+    int rc = pclose(p);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "test-fixture on cuda failed (%d): %s",
+                  rc, last);
+}
+END_TEST
+
+/* ---- CUDA vs CPU, every weight type ---- */
+
+struct tcase {
+    const char *arch, *spec;
+    uint32_t ftype;
+};
+
+static const struct tcase TYPES[] = {
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_ALL_F32},   {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_F16},
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_BF16}, {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0},
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_0}, {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_1},
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q5_0}, {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q5_1},
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M}, {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q5_K_M},
+    {"qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q6_K}, {"qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_F16},
+    {"qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0}, {"qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M},
+    {"qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q6_K},
+};
+
+/* Normalised MSE bound on logits: each backend rounds activations to 8 bits
+ * (quantized weights) or f16 (the tensor-core GEMM) in its own way; ~1e-4
+ * per matmul, a few matmuls deep. */
+#define TOL_LOGIT_NMSE 5e-3
+/* A differing arg max is accepted only as a near tie on the CPU side:
+ * gap below this many RMS differences between the two backends. */
+#define TIE_RMS 6.0
+
+START_TEST(greedy_cuda_matches_cpu)
+{
+    /* Catches a CUDA kernel or dispatch (GEMM prefill, matvec decode, KV
+     * store/attention over a growing cache, every weight type) that drifts
+     * from the CPU plugin enough to change a greedy choice. Teacher-forced
+     * with the CPU's tokens so one near tie cannot cascade. */
+    const struct tcase *tc = &TYPES[_i];
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth(tc->arch, tc->spec, tc->ftype, &size);
+    struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
+    struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(mc);
+    struct minfer_ctx *cc = ctx_of(mc, 0), *cg = ctx_of(mg, 0);
+    decode_ok(cc, PROMPT, 16);
+    decode_ok(cg, PROMPT, 16);
+    int agree = 0, steps = 24;
+    for (int s = 0; s < steps; s++) {
+        const float *a = minfer_ctx_logits(cc, -1), *b = minfer_ctx_logits(cg, -1);
+        double num = 0, den = 0;
+        for (int32_t i = 0; i < nv; i++) {
+            ck_assert_msg(isfinite(b[i]), "%s %s step %d: cuda logit %d is %f", tc->arch,
+                          minfer_ftype_name(tc->ftype), s, i, b[i]);
+            num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+            den += (double)a[i] * a[i];
+        }
+        ck_assert_msg(num <= TOL_LOGIT_NMSE * den, "%s %s step %d: logits NMSE %.3g > %.1g",
+                      tc->arch, minfer_ftype_name(tc->ftype), s, num / den, TOL_LOGIT_NMSE);
+        int32_t ta = argmax(a, nv), tb = argmax(b, nv);
+        double rms = sqrt(num / nv);
+        if (ta == tb)
+            agree++;
+        else
+            ck_assert_msg(a[ta] - a[tb] <= TIE_RMS * rms + 1e-6,
+                          "%s %s step %d: cpu picks %d (%.5f), cuda %d (cpu logit %.5f); gap "
+                          "%.5f is no near tie (rms diff %.5f)",
+                          tc->arch, minfer_ftype_name(tc->ftype), s, ta, a[ta], tb, a[tb],
+                          a[ta] - a[tb], rms);
+        decode_ok(cc, &ta, 1);
+        decode_ok(cg, &ta, 1);
+    }
+    printf("%s %s: cuda arg max equals cpu's at %d of %d steps\n", tc->arch,
+           minfer_ftype_name(tc->ftype), agree, steps);
+    ck_assert_int_ge(agree, steps * 3 / 4);
+    minfer_ctx_free(cc);
+    minfer_ctx_free(cg);
+    minfer_model_free(mc);
+    minfer_model_free(mg);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- graph replay ---- */
+
+#define GEN 64
+
+/* Prompt, then GEN greedy steps; logits of every step into out[(GEN+1) *
+ * nv], tokens into toks[GEN]. */
+static void generate(struct minfer_ctx *c, int32_t nv, const int32_t *prompt, int np,
+                     float *out, int32_t *toks)
+{
+    decode_ok(c, prompt, np);
+    for (int s = 0; s <= GEN; s++) {
+        const float *l = minfer_ctx_logits(c, -1);
+        memcpy(out + (size_t)s * nv, l, sizeof(float) * (size_t)nv);
+        if (s == GEN)
+            break;
+        toks[s] = argmax(l, nv);
+        decode_ok(c, &toks[s], 1);
+    }
+}
+
+static void expect_same(const float *a, const float *b, int32_t nv, const char *what)
+{
+    for (int s = 0; s <= GEN; s++)
+        ck_assert_msg(!memcmp(a + (size_t)s * nv, b + (size_t)s * nv, sizeof(float) * (size_t)nv),
+                      "%s: logits of step %d differ", what, s);
+}
+
+START_TEST(replay_bitwise_equals_direct)
+{
+    /* Catches a captured graph that bakes in a per-step host value (KV
+     * length, position, cell), reads a stale scratch or arena address, or
+     * replays the wrong window: every step's logits must equal direct
+     * launches bit for bit, and decode must actually replay. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, &size);
+    struct minfer_model *m = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(m);
+    float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
+    float *got = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
+    int32_t tr[GEN], tg[GEN];
+    struct minfer_ctx *c = ctx_of(m, MINFER_CTX_NO_GRAPHS);
+    struct graph_stats s0 = stats(rt);
+    generate(c, nv, PROMPT, 16, ref, tr);
+    struct graph_stats s1 = stats(rt);
+    ck_assert_msg(s1.captures == s0.captures && s1.replays == s0.replays,
+                  "a context made with MINFER_CTX_NO_GRAPHS replayed graphs");
+    minfer_ctx_free(c);
+    c = ctx_of(m, 0);
+    generate(c, nv, PROMPT, 16, got, tg);
+    struct graph_stats s2 = stats(rt);
+    printf("graph replay: %llu captures, %llu replays over %d decode steps\n",
+           (unsigned long long)(s2.captures - s1.captures),
+           (unsigned long long)(s2.replays - s1.replays), GEN);
+    ck_assert_msg(s2.aborts == s1.aborts, "a capture was aborted");
+    ck_assert_uint_ge(s2.captures - s1.captures, 1);
+    ck_assert_uint_ge(s2.replays - s1.replays, GEN / 2);
+    ck_assert_mem_eq(tr, tg, sizeof tr);
+    expect_same(ref, got, nv, "replayed vs direct");
+    minfer_ctx_free(c);
+    free(ref);
+    free(got);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+START_TEST(aborted_capture_leaves_usable_context)
+{
+    /* Catches an aborted capture that leaves the stream in capture mode or
+     * a latched error behind (the next launch or sync would fail), that
+     * drops the window's work (wrong logits), or that keeps retrying
+     * capture instead of turning graphs off for the context. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    struct minfer_model *m = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(m);
+    float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
+    float *got = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
+    int32_t tr[GEN], tg[GEN];
+    struct minfer_ctx *c = ctx_of(m, MINFER_CTX_NO_GRAPHS);
+    generate(c, nv, PROMPT, 16, ref, tr);
+    minfer_ctx_free(c);
+
+    struct graph_stats s0 = stats(rt);
+    ((fail_fn)cuda_proc(rt, "minfer_cuda_test_fail_next_capture"))(1);
+    c = ctx_of(m, 0);
+    generate(c, nv, PROMPT, 16, got, tg);
+    struct graph_stats s1 = stats(rt);
+    ck_assert_uint_eq(s1.aborts - s0.aborts, 1);
+    ck_assert_uint_eq(s1.captures - s0.captures, 0);
+    ck_assert_uint_eq(s1.replays - s0.replays, 0);
+    ck_assert_mem_eq(tr, tg, sizeof tr);
+    expect_same(ref, got, nv, "after an aborted capture vs direct");
+    minfer_ctx_free(c);
+
+    /* a fresh context captures again */
+    c = ctx_of(m, 0);
+    generate(c, nv, PROMPT, 16, got, tg);
+    struct graph_stats s2 = stats(rt);
+    ck_assert_uint_ge(s2.replays - s1.replays, GEN / 2);
+    expect_same(ref, got, nv, "a new context after the abort");
+    minfer_ctx_free(c);
+    free(ref);
+    free(got);
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- two contexts on two threads ---- */
+
+struct job {
+    struct minfer_model *m;
+    const int32_t *prompt;
+    int np;
+    int32_t nv;
+    float *logits;
+    int32_t toks[GEN];
+    char err[512];
+};
+
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.n_ctx = 512;
+    cp.n_batch = 64;
+    minfer_status st;
+    struct minfer_ctx *c = minfer_ctx_new(j->m, &cp, &st, j->err, sizeof j->err);
+    if (!c)
+        return NULL;
+    st = minfer_ctx_decode(c, j->prompt, j->np, 0);
+    for (int s = 0; st == MINFER_OK && s <= GEN; s++) {
+        const float *l = minfer_ctx_logits(c, -1);
+        memcpy(j->logits + (size_t)s * j->nv, l, sizeof(float) * (size_t)j->nv);
+        if (s == GEN)
+            break;
+        j->toks[s] = argmax(l, j->nv);
+        st = minfer_ctx_decode(c, &j->toks[s], 1, 0);
+    }
+    if (st != MINFER_OK)
+        snprintf(j->err, sizeof j->err, "%s", minfer_ctx_last_error(c));
+    minfer_ctx_free(c);
+    return NULL;
+}
+
+START_TEST(two_threads_equal_serial)
+{
+    /* Catches shared state between instances (one stream, one scratch, one
+     * graph cache or capture mode leaking across threads), which would make
+     * concurrent contexts differ from the same contexts run one by one. */
+    struct minfer_runtime *rt = runtime();
+    size_t size;
+    void *mem = synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, &size);
+    struct minfer_model *m = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(m);
+    static const int32_t P2[9] = {100, 7, 42, 250, 3, 99, 180, 61, 5};
+    struct job ser[2], par[2];
+    for (int i = 0; i < 2; i++) {
+        struct job *js[2] = {&ser[i], &par[i]};
+        for (int k = 0; k < 2; k++) {
+            memset(js[k], 0, sizeof *js[k]);
+            js[k]->m = m;
+            js[k]->prompt = i ? P2 : PROMPT;
+            js[k]->np = i ? 9 : 16;
+            js[k]->nv = nv;
+            js[k]->logits = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        job_run(&ser[i]);
+        ck_assert_msg(!ser[i].err[0], "serial %d: %s", i, ser[i].err);
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, job_run, &par[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(!par[i].err[0], "thread %d: %s", i, par[i].err);
+        ck_assert_mem_eq(ser[i].toks, par[i].toks, sizeof ser[i].toks);
+        expect_same(ser[i].logits, par[i].logits, nv, "concurrent vs serial");
+        free(ser[i].logits);
+        free(par[i].logits);
+    }
+    minfer_model_free(m);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- KV cell copies ---- */
+
+START_TEST(copy_cells_like_memmove)
+{
+    /* Catches copy_cells that corrupts overlapping ranges (a plain copy
+     * reads cells it already overwrote), copies the wrong cells or writes
+     * outside [dst, dst + n). The reference is memmove on the host. */
+    struct minfer_runtime *rt = runtime();
+    const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
+    const struct minfer_backend_iface *it = p->iface;
+    ck_assert_msg(PLUGIN_HAS(p, copy_cells), "the CUDA plugin has no copy_cells");
+    struct minfer_backend_config cfg = {.struct_size = sizeof cfg, .device = 0};
+    struct minfer_backend *be = NULL;
+    ck_assert_int_eq(it->create(&cfg, &be), MINFER_OK);
+    enum { ROW = 36, CELLS = 64 };
+    unsigned char host[ROW * CELLS], want[ROW * CELLS], got[ROW * CELLS];
+    void *dev = NULL;
+    ck_assert_int_eq(it->buffer_alloc(be, sizeof host, &dev), MINFER_OK);
+    static const uint32_t cases[][3] = {{0, 5, 20}, {30, 10, 25}, {3, 40, 7}, {8, 9, 50}, {9, 8, 50}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t i = 0; i < sizeof host; i++)
+            host[i] = (unsigned char)(i * 7 + c);
+        memcpy(want, host, sizeof host);
+        uint32_t src = cases[c][0], dst = cases[c][1], n = cases[c][2];
+        memmove(want + (size_t)dst * ROW, want + (size_t)src * ROW, (size_t)n * ROW);
+        ck_assert_int_eq(it->buffer_write(be, dev, host, sizeof host), MINFER_OK);
+        ck_assert_int_eq(it->copy_cells(be, dev, ROW, src, dst, n), MINFER_OK);
+        ck_assert_int_eq(it->buffer_read(be, got, dev, sizeof got), MINFER_OK);
+        ck_assert_msg(!memcmp(got, want, sizeof got), "copy_cells(src %u, dst %u, n %u) differs "
+                      "from memmove", src, dst, n);
+    }
+    it->buffer_free(be, dev);
+    it->destroy(be);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- minfer chat on CUDA ---- */
+
+static char *run_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;)
+        n += got;
+    buf[n] = 0;
+    ck_assert_int_eq(pclose(p), 0);
+    return buf;
+}
+
+START_TEST(chat_turn2_equals_fresh_run_on_cuda)
+{
+    /* Catches KV reuse across chat turns on the device (cells, positions,
+     * graphs captured in turn 1 replayed over turn 2's cache) that drifts
+     * from recomputing the whole conversation on the same backend. */
+    if (access(FIX_GGUF, R_OK))
+        MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
+    char cmd[1024], errpath[64];
+    snprintf(errpath, sizeof errpath, "/tmp/minfer-cuda-chat-%d.err", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hello there\\nWhat is 2+2?\\n' | MINFER_PLUGIN_PATH=%s %s/bin/minfer chat "
+             "-m %s --backend cuda -n 8 --temp 0 -c 256 2>%s",
+             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF, errpath);
+    char *out = run_capture(cmd);
+    char *nl = strchr(out, '\n');
+    ck_assert_ptr_nonnull(nl);
+    *nl = 0;
+    const char *reply1 = out, *reply2 = nl + 1;
+    char *nl2 = strchr(reply2, '\n');
+    ck_assert_ptr_nonnull(nl2);
+    *nl2 = 0;
+    unlink(errpath);
+
+    struct minfer_runtime *rt = runtime();
+    minfer_status st;
+    char err[512];
+    struct minfer_model_params mp;
+    minfer_model_params_default(&mp);
+    mp.backend = "cuda";
+    struct minfer_model *m = minfer_model_load(rt, FIX_GGUF, &mp, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(minfer_model_gguf(m), &st, err,
+                                                              sizeof err);
+    ck_assert_ptr_nonnull(tok);
+    struct minfer_chat_msg msgs[3] = {
+        {"user", "Hello there"}, {"assistant", reply1}, {"user", "What is 2+2?"}};
+    char text[4096];
+    size_t len;
+    ck_assert_int_eq(minfer_chat_render(tok, MINFER_CHAT_UNKNOWN, msgs, 3, true, text,
+                                        sizeof text, &len, err, sizeof err),
+                     MINFER_OK);
+    int32_t ids[512];
+    size_t n;
+    ck_assert_int_eq(minfer_tokenize(tok, text, len, true, ids, 512, &n), MINFER_OK);
+    struct minfer_ctx_params cp;
+    minfer_ctx_params_default(&cp);
+    cp.n_ctx = 256;
+    struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
+    ck_assert_msg(c, "%s", err);
+    decode_ok(c, ids, (int32_t)n);
+    int32_t gen[8];
+    int ng = 0;
+    int32_t nv = n_vocab_of(m);
+    for (; ng < 8; ng++) {
+        gen[ng] = argmax(minfer_ctx_logits(c, -1), nv);
+        if (minfer_tokenizer_is_eog(tok, gen[ng]))
+            break;
+        decode_ok(c, &gen[ng], 1);
+    }
+    char fresh[1024];
+    size_t flen;
+    ck_assert_int_eq(minfer_detokenize(tok, gen, (size_t)ng, false, fresh, sizeof fresh - 1, &flen),
+                     MINFER_OK);
+    fresh[flen] = 0;
+    ck_assert_str_eq(reply2, fresh);
+    minfer_ctx_free(c);
+    minfer_tokenizer_free(tok);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    free(out);
+}
+END_TEST
+
+Suite *cuda_e2e_suite(void);
+Suite *cuda_e2e_suite(void)
+{
+    Suite *s = suite_create("cuda-e2e");
+    TCase *t = tcase_create("forward");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, fixture_suite_on_cuda);
+    tcase_add_loop_test(t, greedy_cuda_matches_cpu, 0, (int)(sizeof TYPES / sizeof TYPES[0]));
+    tcase_add_test(t, replay_bitwise_equals_direct);
+    tcase_add_test(t, aborted_capture_leaves_usable_context);
+    tcase_add_test(t, two_threads_equal_serial);
+    tcase_add_test(t, copy_cells_like_memmove);
+    tcase_add_test(t, chat_turn2_equals_fresh_run_on_cuda);
+    suite_add_tcase(s, t);
+    return s;
+}
