@@ -346,6 +346,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
         st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
         goto out;
     }
+    tstream_set_cancel(ts, o->cancel);
     for (int64_t i = 0; i < nt; i++) {
         struct qtensor *q = &qt[i];
         const struct minfer_gguf_tensor *t = q->in;

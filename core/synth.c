@@ -805,6 +805,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
         goto out;
     }
+    tstream_set_cancel(ts, o->cancel);
     for (int i = 0; i < nt; i++) {
         t[i].st.s = ts;
         t[i].st.name = t[i].name;
@@ -819,8 +820,10 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         }
     }
     st = minfer_gguf_writer_write(w, path, msg, sizeof msg);
-    if (st != MINFER_OK)
-        st = fail(err, err_len, st, "writing %s: %s", path, msg);
+    if (st != MINFER_OK) {
+        const char *why = tstream_error(ts);
+        st = fail(err, err_len, st, "writing %s: %s%s%s", path, msg, why[0] ? ": " : "", why);
+    }
 out:
     tstream_free(ts);
     minfer_gguf_writer_free(w);

@@ -24,6 +24,7 @@ struct tstream {
     uint64_t total, done, next_report;
     minfer_progress_fn progress;
     void *progress_user;
+    const volatile int *cancel;
     pthread_mutex_t lock;
     minfer_status first_st;
     char err[512];
@@ -86,6 +87,11 @@ void tstream_free(struct tstream *s)
     free(s);
 }
 
+void tstream_set_cancel(struct tstream *s, const volatile int *cancel)
+{
+    s->cancel = cancel;
+}
+
 const char *tstream_error(const struct tstream *s)
 {
     return s->err;
@@ -127,6 +133,13 @@ static minfer_status produce(struct tstream *s, const struct tstream_tensor *t, 
     bool started[MAX_THREADS] = {0};
     int64_t n = r1 - r0;
     int k = n < s->n_threads ? (int)n : s->n_threads;
+    if (s->cancel && *s->cancel) {
+        pthread_mutex_lock(&s->lock);
+        if (!s->err[0])
+            snprintf(s->err, sizeof s->err, "cancelled while writing tensor %s", t->name);
+        pthread_mutex_unlock(&s->lock);
+        return MINFER_ERR_STATE;
+    }
     if (k < 1)
         return MINFER_OK;
     for (int i = 0; i < k; i++) {

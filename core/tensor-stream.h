@@ -34,6 +34,9 @@ struct tstream_tensor {
  * total: bytes of all tensors, for progress. NULL on allocation failure. */
 struct tstream *tstream_new(int n_threads, size_t scratch_bytes, uint64_t total,
                             minfer_progress_fn progress, void *progress_user);
+/* Optional: fills fail with MINFER_ERR_STATE ("cancelled") once *cancel is
+ * nonzero; checked before each window of rows. */
+void tstream_set_cancel(struct tstream *s, const volatile int *cancel);
 void tstream_free(struct tstream *s);
 
 /* The minfer_gguf_fill_fn to pass with a struct tstream_tensor * as user. */

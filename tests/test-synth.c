@@ -423,6 +423,35 @@ START_TEST(synth_tokenizer_copy_and_refusals)
 }
 END_TEST
 
+static volatile int cancel_flag;
+
+static void cancel_on_progress(void *user, uint64_t done, uint64_t total)
+{
+    cancel_flag = 1;
+}
+
+/* Catches a cancel request that is ignored, or that leaves the output or
+ * the writer's temporary file behind: cancelling from the first progress
+ * report stops the write with MINFER_ERR_STATE and the directory stays
+ * empty. */
+START_TEST(synth_cancel)
+{
+    make_tmpdir();
+    char out[400], err[512], cmd[600];
+    snprintf(out, sizeof out, "%s/c.gguf", tmpdir);
+    struct minfer_synth_opts o = small_opts("qwen3", MINFER_FTYPE_MOSTLY_Q4_K_M);
+    o.shape.n_layer = 8;
+    o.progress = cancel_on_progress;
+    o.cancel = &cancel_flag;
+    cancel_flag = 0;
+    ck_assert_int_eq(minfer_synth(&o, out, NULL, NULL, err, sizeof err), MINFER_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err, "cancelled"));
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", tmpdir);
+    ck_assert_msg(system(cmd) == 0, "files left in %s", tmpdir);
+    rm_tmpdir();
+}
+END_TEST
+
 /* Catches a tokenizer.json import that differs from llama.cpp's converter:
  * the CLI's output must hold the same tokens, token types (control for
  * special or <|...|> added tokens, user-defined for the rest, unused for
@@ -655,6 +684,7 @@ Suite *synth_suite(void)
     tcase_add_test(tc, synth_deterministic);
     tcase_add_test(tc, synth_tokenizer_copy_and_refusals);
     tcase_add_test(tc, synth_cli_tokenizer_json);
+    tcase_add_test(tc, synth_cancel);
     suite_add_tcase(s, tc);
     tc = tcase_create("quantize");
     tcase_set_timeout(tc, 120);

@@ -3,6 +3,7 @@
  * converts a GGUF model to another element type or quantization mix
  * (rules in docs/quantize.md), and the progress bar the model tools share.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,23 @@ void cli_progress(void *user, uint64_t done, uint64_t total)
     if (done >= total)
         fputc('\n', stderr);
     fflush(stderr);
+}
+
+/* ---- interruption ---- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    interrupted = 1;
+    signal(sig, SIG_DFL); /* a second one ends the process */
+}
+
+const volatile int *cli_catch_interrupt(void)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    return &interrupted;
 }
 
 /* ---- command ---- */
@@ -97,10 +115,15 @@ int cmd_quantize(int argc, char **argv)
     }
     o.progress = cli_progress;
     o.progress_user = "quantize";
+    o.cancel = cli_catch_interrupt();
     char err[1024];
     double t0 = now_s();
     minfer_status st = minfer_quantize(pos[0], pos[1], &o, err, sizeof err);
     if (st != MINFER_OK) {
+        if (*o.cancel) {
+            fprintf(stderr, "\nminfer quantize: interrupted; no file was written\n");
+            return 130;
+        }
         fprintf(stderr, "minfer quantize: %s\n", err[0] ? err : minfer_status_str(st));
         return 1;
     }

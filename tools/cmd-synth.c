@@ -346,10 +346,15 @@ int cmd_synth(int argc, char **argv)
     }
     o.progress = cli_progress;
     o.progress_user = "synth";
+    o.cancel = cli_catch_interrupt();
     double t0 = now_s();
     minfer_status st = minfer_synth(&o, out, NULL, NULL, err, sizeof err);
     hf_free(&hf);
     if (st != MINFER_OK) {
+        if (*o.cancel) {
+            fprintf(stderr, "\nminfer synth: interrupted; no file was written\n");
+            return 130;
+        }
         fprintf(stderr, "minfer synth: %s\n", err[0] ? err : minfer_status_str(st));
         return 1;
     }

@@ -22,6 +22,9 @@ int cmd_quantize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 /* A progress bar on stderr when it is a terminal (user: the label). */
 void cli_progress(void *user, uint64_t done, uint64_t total);
+/* Catches SIGINT/SIGTERM once: the returned flag becomes nonzero (pass it as
+ * the tools' cancel pointer); a second signal kills as usual. */
+const volatile int *cli_catch_interrupt(void);
 
 /* ---- tokens ---- */
 int cmd_tokenize(int argc, char **argv);

@@ -498,6 +498,9 @@ struct minfer_quantize_opts {
     int32_t n_threads;           /* <= 0: one per online CPU */
     minfer_progress_fn progress; /* optional */
     void *progress_user;
+    const volatile int *cancel;  /* optional: once *cancel is nonzero (e.g. set by
+                                    a signal handler) the write stops with
+                                    MINFER_ERR_STATE and leaves no file */
 };
 
 /* Rewrites the GGUF in_path as out_path with every tensor converted to the
@@ -556,6 +559,7 @@ struct minfer_synth_opts {
                                                vocabulary with Qwen's special tokens */
     minfer_progress_fn progress;     /* optional */
     void *progress_user;
+    const volatile int *cancel;      /* optional: as in minfer_quantize_opts */
 };
 
 /* Writes a random-weight model: valid quant blocks with small finite
