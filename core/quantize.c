@@ -192,9 +192,17 @@ static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst,
     int64_t n = q->in->ne[0];
     for (int64_t r = r0; r < r1; r++, src += q->in_row, out += q->st.row_bytes) {
         const float *x = (const float *)(const void *)src;
+        const void *row = src;
         minfer_status st;
-        if (q->in->type != MINFER_TYPE_F32 || ((uintptr_t)src & 3)) {
-            st = minfer_dequantize_row(q->in->type, src, scratch, n);
+        if ((uintptr_t)src & 3) {
+            /* a file with a small general.alignment can place rows where the
+             * block structs may not be read in place */
+            memcpy((float *)scratch + n, src, q->in_row);
+            row = (float *)scratch + n;
+            x = row;
+        }
+        if (q->in->type != MINFER_TYPE_F32) {
+            st = minfer_dequantize_row(q->in->type, row, scratch, n);
             if (st != MINFER_OK) {
                 snprintf(err, err_len, "tensor %s: cannot read its type %s (%s)", q->in->name,
                          minfer_type_name(q->in->type), minfer_status_str(st));
@@ -337,8 +345,8 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
                       minfer_type_name(q->out_type));
             goto out;
         }
-        if ((size_t)t->ne[0] * sizeof(float) > scratch)
-            scratch = (size_t)t->ne[0] * sizeof(float);
+        if ((size_t)t->ne[0] * 2 * sizeof(float) > scratch)
+            scratch = (size_t)t->ne[0] * 2 * sizeof(float); /* floats + an aligned row copy */
         total += (uint64_t)q->st.n_rows * q->st.row_bytes;
     }
     ts = tstream_new(o->n_threads, scratch, total, o->progress, o->progress_user);

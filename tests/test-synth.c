@@ -624,6 +624,63 @@ START_TEST(quantize_fixture_a)
 }
 END_TEST
 
+/* Catches reading block structs in place at addresses a file with
+ * general.alignment = 1 can give them (undefined behaviour, a fault on
+ * strict-alignment CPUs, a UBSan error here): rows at odd offsets must
+ * convert exactly as aligned copies of them do. */
+START_TEST(quantize_unaligned_rows)
+{
+    make_tmpdir();
+    char in[400], out[400], err[512];
+    snprintf(in, sizeof in, "%s/in.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    uint32_t one = 1;
+    ck_assert_int_eq(minfer_gguf_writer_set(w, "general.alignment", MINFER_GGUF_UINT32, &one), 0);
+    ck_assert_int_eq(minfer_gguf_writer_set_str(w, "general.architecture", "qwen2x", 6), 0);
+    float f[64];
+    for (int i = 0; i < 64; i++)
+        f[i] = sinf((float)i) * 0.1f;
+    uint8_t q40[4 * 18];
+    ck_assert_int_eq(minfer_quantize_row_ref(MINFER_TYPE_Q4_0, f, q40, 64), MINFER_OK);
+    ck_assert_int_eq(minfer_quantize_row_ref(MINFER_TYPE_Q4_0, f, q40 + 36, 64), MINFER_OK);
+    int64_t ne_q[2] = {64, 2}, ne_f[2] = {32, 2};
+    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "a.weight", MINFER_TYPE_Q4_0, 2, ne_q, q40,
+                                                   NULL, NULL), 0);
+    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "b.weight", MINFER_TYPE_F32, 2, ne_f, f,
+                                                   NULL, NULL), 0);
+    ck_assert_int_eq(minfer_gguf_writer_write(w, in, err, sizeof err), MINFER_OK);
+    minfer_gguf_writer_free(w);
+    struct minfer_quantize_opts qo = {.struct_size = sizeof qo,
+                                      .ftype = MINFER_FTYPE_MOSTLY_Q8_0, .n_threads = 2};
+    ck_assert_msg(minfer_quantize(in, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    minfer_status st;
+    struct minfer_gguf *gi = minfer_gguf_open(in, &st, err, sizeof err);
+    struct minfer_gguf *go = minfer_gguf_open(out, &st, err, sizeof err);
+    ck_assert_msg(gi && go, "%s", err);
+    int odd = 0;
+    for (int k = 0; k < 2; k++) {
+        const struct minfer_gguf_tensor *a = minfer_gguf_tensor(gi, k);
+        const struct minfer_gguf_tensor *b = minfer_gguf_find_tensor(go, a->name);
+        ck_assert(b && b->type == MINFER_TYPE_Q8_0);
+        odd |= (int)((uintptr_t)a->data & 3);
+        size_t ra = minfer_row_size(a->type, a->ne[0]), rb = minfer_row_size(b->type, a->ne[0]);
+        for (int64_t r = 0; r < a->ne[1]; r++) {
+            float row[64], x[64];
+            uint8_t q[68];
+            memcpy(row, (const uint8_t *)a->data + ra * r, ra);
+            ck_assert_int_eq(minfer_dequantize_row(a->type, row, x, a->ne[0]), MINFER_OK);
+            ck_assert_int_eq(minfer_quantize_row_ref(b->type, x, q, a->ne[0]), MINFER_OK);
+            ck_assert(!memcmp(q, (const uint8_t *)b->data + rb * r, rb));
+        }
+    }
+    ck_assert_msg(odd, "the writer aligned the tensors anyway: the test proves nothing");
+    minfer_gguf_close(gi);
+    minfer_gguf_close(go);
+    rm_tmpdir();
+}
+END_TEST
+
 /* Catches quantize leaving a partial output on failure or accepting a
  * file type it cannot write. */
 START_TEST(quantize_refusals)
@@ -690,6 +747,7 @@ Suite *synth_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, quantize_matches_reference, 0, 4);
     tcase_add_test(tc, quantize_fixture_a);
+    tcase_add_test(tc, quantize_unaligned_rows);
     tcase_add_test(tc, quantize_refusals);
     suite_add_tcase(s, tc);
     return s;
