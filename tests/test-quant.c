@@ -252,6 +252,28 @@ START_TEST(round_trip)
 }
 END_TEST
 
+/* Catches block structs read or written in place at odd addresses (a
+ * GGUF with general.alignment 1 puts rows there): results at an odd
+ * address must equal those at an aligned one, byte for byte (and UBSan
+ * builds fail on any misaligned access). */
+START_TEST(unaligned_rows)
+{
+    uint32_t type = all_types[_i];
+    enum { N = 512 };
+    static float x[N], y1[N], y2[N];
+    static uint8_t a[N * 4 + 8], b[N * 4 + 8];
+    for (int i = 0; i < N; i++)
+        x[i] = sinf((float)i * 0.61f) * (float)(1 + i % 7);
+    size_t rs = minfer_row_size(type, N);
+    ck_assert_int_eq(minfer_quantize_row_ref(type, x, a, N), MINFER_OK);
+    ck_assert_int_eq(minfer_quantize_row_ref(type, x, b + 1, N), MINFER_OK);
+    ck_assert(!memcmp(a, b + 1, rs));
+    ck_assert_int_eq(minfer_dequantize_row(type, a, y1, N), MINFER_OK);
+    ck_assert_int_eq(minfer_dequantize_row(type, b + 1, y2, N), MINFER_OK);
+    ck_assert(!memcmp(y1, y2, sizeof y1));
+}
+END_TEST
+
 /* Catches a Q8_K quantizer whose bsums do not match its qs (the CPU
  * K-quant dot products rely on them). */
 START_TEST(q8_K_bsums)
@@ -285,6 +307,7 @@ Suite *quant_suite(void)
     tcase_add_test(tc, refusals);
     tcase_add_loop_test(tc, round_trip, 0, (int)(sizeof all_types / sizeof all_types[0]));
     tcase_add_test(tc, q8_K_bsums);
+    tcase_add_loop_test(tc, unaligned_rows, 0, (int)(sizeof all_types / sizeof all_types[0]));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -345,7 +345,7 @@ static minfer_status check_args(uint32_t type, const void *a, const void *b, int
     return MINFER_OK;
 }
 
-minfer_status minfer_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+static minfer_status dequantize_aligned(uint32_t type, const void *src, float *dst, int64_t n)
 {
     int64_t nb;
     minfer_status st = check_args(type, src, dst, n, &nb);
@@ -389,7 +389,7 @@ minfer_status minfer_dequantize_row(uint32_t type, const void *src, float *dst, 
     return MINFER_OK;
 }
 
-minfer_status minfer_quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n)
+static minfer_status quantize_aligned(uint32_t type, const float *src, void *dst, int64_t n)
 {
     int64_t nb;
     minfer_status st = check_args(type, src, dst, n, &nb);
@@ -427,6 +427,51 @@ minfer_status minfer_quantize_row_ref(uint32_t type, const float *src, void *dst
     case MINFER_TYPE_Q8_K: minfer_quant_q8_K(src, dst, nb); break;
     default:
         return MINFER_ERR_UNSUPPORTED;
+    }
+    return MINFER_OK;
+}
+
+/* ---- unaligned rows ---- */
+
+/* Block structs need 2-byte alignment (Q8_K 4). A file with a small
+ * general.alignment can put rows anywhere, so rows at other addresses go
+ * through an aligned copy of one block at a time. */
+static bool misaligned(uint32_t type, const void *p)
+{
+    const struct minfer_type_traits *t = minfer_type_traits_of(type);
+    return t && t->quantized && ((uintptr_t)p & 3);
+}
+
+minfer_status minfer_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    int64_t nb;
+    minfer_status st = check_args(type, src, dst, n, &nb);
+    if (st != MINFER_OK || n == 0 || !misaligned(type, src))
+        return st == MINFER_OK ? dequantize_aligned(type, src, dst, n) : st;
+    const struct minfer_type_traits *t = minfer_type_traits_of(type);
+    union { struct minfer_block_q8_K k; uint8_t b[512]; } blk;
+    for (int64_t i = 0; i < nb; i++) {
+        memcpy(blk.b, (const uint8_t *)src + (size_t)i * t->type_size, t->type_size);
+        st = dequantize_aligned(type, blk.b, dst + i * t->block_size, t->block_size);
+        if (st != MINFER_OK)
+            return st;
+    }
+    return MINFER_OK;
+}
+
+minfer_status minfer_quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n)
+{
+    int64_t nb;
+    minfer_status st = check_args(type, src, dst, n, &nb);
+    if (st != MINFER_OK || n == 0 || !misaligned(type, dst))
+        return st == MINFER_OK ? quantize_aligned(type, src, dst, n) : st;
+    const struct minfer_type_traits *t = minfer_type_traits_of(type);
+    union { struct minfer_block_q8_K k; uint8_t b[512]; } blk;
+    for (int64_t i = 0; i < nb; i++) {
+        st = quantize_aligned(type, src + i * t->block_size, blk.b, t->block_size);
+        if (st != MINFER_OK)
+            return st;
+        memcpy((uint8_t *)dst + (size_t)i * t->type_size, blk.b, t->type_size);
     }
     return MINFER_OK;
 }

@@ -10,7 +10,7 @@
 #include "minfer/quant.h"
 
 /* Dequantizes n elements of type from src (minfer_row_size(type, n)
- * bytes) into dst[n]. MINFER_ERR_UNSUPPORTED for types this build does
+ * bytes, at any address) into dst[n]. MINFER_ERR_UNSUPPORTED for types this build does
  * not read, MINFER_ERR_INVALID_ARG when n is negative or not a multiple
  * of the type's block size or a pointer is NULL. */
 minfer_status minfer_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
