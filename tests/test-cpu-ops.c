@@ -755,14 +755,16 @@ static void check_attention(uint32_t type, const char *isa, int hd, int nh, int 
 
 START_TEST(attention_kv_types)
 {
-    /* Catches wrong GQA head mapping, a causal mask off by one, online
-     * softmax rescaling mistakes across cell chunks (long KV), and F16 /
-     * Q8_0 caches misread, on every kernel set. */
+    /* Catches wrong GQA head mapping (including groups split over several
+     * tasks), a causal mask off by one, online softmax rescaling mistakes
+     * across cell chunks (long KV), and F16 / Q8_0 caches misread, on
+     * every kernel set. */
     uint32_t type = KVTYPES[_i];
     for (int ii = 0; ii < N_ISAS; ii++) {
         check_attention(type, ISAS[ii], 64, 4, 2, 1, 300, 320, 2);   /* decode, long KV */
         check_attention(type, ISAS[ii], 32, 6, 3, 7, 70, 80, 3);     /* prefill */
         check_attention(type, ISAS[ii], 64, 2, 1, 1, 1, 4, 1);       /* one cell */
+        check_attention(type, ISAS[ii], 32, 10, 1, 3, 40, 48, 2);    /* > 8 heads per kv head */
         if (type != MINFER_TYPE_Q8_0)
             check_attention(type, ISAS[ii], 40, 3, 1, 5, 133, 140, 9); /* odd head_dim */
     }

@@ -1,10 +1,11 @@
 /*
  * attention.c — causal grouped-query attention over the KV cache, for
- * decode and prefill alike: one task per (query token, head), handed out
- * by an atomic counter; each walks its visible cells in chunks with an
- * online softmax (running max and sum), so nothing larger than one chunk
- * of scores and one head_dim accumulator is ever materialised. F16 and
- * Q8_0 caches are read directly by the kernel set's row helpers.
+ * decode and prefill alike: one task per (query token, kv head, up to 8
+ * of its query heads), handed out by an atomic counter; each walks its
+ * visible cells in chunks with an online softmax (running max and sum),
+ * so nothing larger than one chunk of scores and one head_dim accumulator
+ * per head is ever materialised. F16 and Q8_0 cache rows are read
+ * directly, converted once per row for all the heads that share them.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -13,81 +14,88 @@
 #include "cpu-internal.h"
 
 #define CELL_CHUNK 64
+#define HEADS_PER_TASK 8 /* query heads of one kv head handled together */
 
 struct attn_task {
     const struct cpu_kernels *k;
     const struct minfer_tensor *q, *kc, *vc, *dst;
     const int32_t *pos;
-    int kv_len, hd, nh, group;
+    int kv_len, hd, nh, group, n_kv, subs; /* subs: tasks per kv head */
     size_t head_bytes; /* bytes of one kv head inside a cache row */
     float scale;
     int n_tasks;
     atomic_int next;
 };
 
-static float row_dot(const struct attn_task *t, const void *krow, const float *q)
+/* A cache row slice as f32: the row itself for an F32 cache, else
+ * converted into buf. */
+static const float *kv_f32(const struct attn_task *t, uint32_t type, const void *src, float *buf)
 {
-    switch (t->kc->type) {
-    case MINFER_TYPE_F16:
-        return t->k->dot_f16(t->hd, krow, q);
-    case MINFER_TYPE_Q8_0:
-        return t->k->dot_q8_0(t->hd, krow, q);
-    default:
-        return t->k->dot_f32(t->hd, krow, q);
+    if (type == MINFER_TYPE_F16) {
+        t->k->cvt_f16(t->hd, src, buf);
+        return buf;
     }
+    if (type == MINFER_TYPE_Q8_0) {
+        t->k->cvt_q8_0(t->hd, src, buf);
+        return buf;
+    }
+    return src;
 }
 
-static void row_axpy(const struct attn_task *t, float a, const void *vrow, float *acc)
+/* Query token tok, heads h0 .. h0 + nh - 1 (all reading kv head g): each
+ * cache row is converted once and used by every head of the group. */
+static void attn_heads(const struct attn_task *t, int tok, int h0, int nh)
 {
-    switch (t->vc->type) {
-    case MINFER_TYPE_F16:
-        t->k->axpy_f16(t->hd, a, vrow, acc);
-        break;
-    case MINFER_TYPE_Q8_0:
-        t->k->axpy_q8_0(t->hd, a, vrow, acc);
-        break;
-    default:
-        t->k->axpy_f32(t->hd, a, vrow, acc);
-        break;
-    }
-}
-
-static void attn_one(const struct attn_task *t, int tok, int h)
-{
-    const float *q = (const float *)((const char *)t->q->data + (size_t)h * t->q->nb[1] +
-                                     (size_t)tok * t->q->nb[2]);
-    float *out = (float *)((char *)t->dst->data + (size_t)h * t->dst->nb[1] +
-                           (size_t)tok * t->dst->nb[2]);
-    int g = h / t->group;
+    int g = h0 / t->group;
     int n_vis = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
     const char *kbase = (const char *)t->kc->data + (size_t)g * t->head_bytes;
     const char *vbase = (const char *)t->vc->data + (size_t)g * t->head_bytes;
-    float acc[1024], s[CELL_CHUNK];
-    memset(acc, 0, (size_t)t->hd * sizeof(float));
-    float m = -INFINITY, l = 0.0f;
+    const float *q[HEADS_PER_TASK];
+    float acc[HEADS_PER_TASK][1024], s[HEADS_PER_TASK][CELL_CHUNK];
+    float m[HEADS_PER_TASK], l[HEADS_PER_TASK], kbuf[1024], vbuf[1024];
+    for (int i = 0; i < nh; i++) {
+        q[i] = (const float *)((const char *)t->q->data + (size_t)(h0 + i) * t->q->nb[1] +
+                               (size_t)tok * t->q->nb[2]);
+        memset(acc[i], 0, (size_t)t->hd * sizeof(float));
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
     for (int c0 = 0; c0 < n_vis; c0 += CELL_CHUNK) {
         int n = n_vis - c0 < CELL_CHUNK ? n_vis - c0 : CELL_CHUNK;
-        float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-            s[j] = t->scale * row_dot(t, kbase + (size_t)(c0 + j) * t->kc->nb[1], q);
-            mx = s[j] > mx ? s[j] : mx;
+            const float *kr = kv_f32(t, t->kc->type, kbase + (size_t)(c0 + j) * t->kc->nb[1], kbuf);
+            for (int i = 0; i < nh; i++)
+                s[i][j] = t->scale * t->k->dot_f32(t->hd, kr, q[i]);
         }
-        if (mx > m) {
-            float corr = expf(m - mx); /* 0 on the first chunk */
-            for (int i = 0; i < t->hd; i++)
-                acc[i] *= corr;
-            l *= corr;
-            m = mx;
+        for (int i = 0; i < nh; i++) {
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++)
+                mx = s[i][j] > mx ? s[i][j] : mx;
+            if (mx > m[i]) {
+                float corr = expf(m[i] - mx); /* 0 on the first chunk */
+                for (int e = 0; e < t->hd; e++)
+                    acc[i][e] *= corr;
+                l[i] *= corr;
+                m[i] = mx;
+            }
+            for (int j = 0; j < n; j++) {
+                s[i][j] = expf(s[i][j] - m[i]);
+                l[i] += s[i][j];
+            }
         }
         for (int j = 0; j < n; j++) {
-            float p = expf(s[j] - m);
-            l += p;
-            row_axpy(t, p, vbase + (size_t)(c0 + j) * t->vc->nb[1], acc);
+            const float *vr = kv_f32(t, t->vc->type, vbase + (size_t)(c0 + j) * t->vc->nb[1], vbuf);
+            for (int i = 0; i < nh; i++)
+                t->k->axpy_f32(t->hd, s[i][j], vr, acc[i]);
         }
     }
-    float inv = 1.0f / l;
-    for (int i = 0; i < t->hd; i++)
-        out[i] = acc[i] * inv;
+    for (int i = 0; i < nh; i++) {
+        float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
+                               (size_t)tok * t->dst->nb[2]);
+        float inv = 1.0f / l[i];
+        for (int e = 0; e < t->hd; e++)
+            out[e] = acc[i][e] * inv;
+    }
 }
 
 static void attn_worker(void *arg, int ith, int nth)
@@ -99,7 +107,11 @@ static void attn_worker(void *arg, int ith, int nth)
         int i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (i >= t->n_tasks)
             break;
-        attn_one(t, i / t->nh, i % t->nh);
+        int per_tok = t->n_kv * t->subs;
+        int tok = i / per_tok, g = i % per_tok / t->subs, sub = i % t->subs;
+        int h0 = g * t->group + sub * HEADS_PER_TASK;
+        int nh = t->group - sub * HEADS_PER_TASK;
+        attn_heads(t, tok, h0, nh < HEADS_PER_TASK ? nh : HEADS_PER_TASK);
     }
 }
 
@@ -135,7 +147,9 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     t.group = (int)(q->ne[1] / node->iparams[0]);
     t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
     t.scale = node->fparams[0];
-    t.n_tasks = (int)(nt * q->ne[1]);
+    t.n_kv = node->iparams[0];
+    t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
+    t.n_tasks = (int)(nt * t.n_kv * t.subs);
     atomic_init(&t.next, 0);
     int nth = t.n_tasks > 1 ? be->n_threads : 1;
     cpu_pool_run(be->pool, nth, attn_worker, &t);

@@ -68,11 +68,9 @@ struct cpu_kernels {
     void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);
     /* attention helpers over one KV row slice of n elements */
     float (*dot_f32)(int n, const float *x, const float *y);
-    float (*dot_f16)(int n, const uint16_t *x, const float *y);
-    float (*dot_q8_0)(int n, const struct minfer_block_q8_0 *x, const float *y);
     void (*axpy_f32)(int n, float a, const float *x, float *y);   /* y += a x */
-    void (*axpy_f16)(int n, float a, const uint16_t *x, float *y);
-    void (*axpy_q8_0)(int n, float a, const struct minfer_block_q8_0 *x, float *y);
+    void (*cvt_f16)(int n, const uint16_t *x, float *y);          /* y = f32(x) */
+    void (*cvt_q8_0)(int n, const struct minfer_block_q8_0 *x, float *y);
 };
 
 extern const struct cpu_kernels cpu_kernels_scalar;

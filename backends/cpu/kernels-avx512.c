@@ -272,15 +272,36 @@ AI float wm(const void *x, size_t bsize, int b)
                     corr[r][c] += d * CPU_Q8_D(aq, k)[b] * hsum8(_mm256_cvtepi32_ps(p));    \
                 }                                                                           \
             }                                                                               \
-        if (HAS_M)                                                                          \
-            for (int r = 0; r < R; r++)                                                     \
-                for (int c = 0; c < nc; c++) {                                              \
-                    const uint8_t *aq = (const uint8_t *)ACT(c);                            \
-                    const float *ad = CPU_Q8_D(aq, k);                                      \
-                    const int32_t *as = CPU_Q8_SUM(aq, k);                                  \
-                    for (int j = 0; j < nb; j++)                                            \
-                        corr[r][c] += wm(WROW(r), bs, j) * ad[j] * (float)as[j];            \
+        if (HAS_M) /* + m_w[j] * d_a[j] * sum_a[j], 16 blocks per vector */               \
+            for (int r = 0; r < R; r++) {                                                   \
+                __m512 mv[CPU_MM_NC];                                                       \
+                for (int c = 0; c < nc; c++)                                                \
+                    mv[c] = _mm512_setzero_ps();                                            \
+                int j = 0;                                                                  \
+                for (; j + 16 <= nb; j += 16) {                                             \
+                    float m16[16];                                                          \
+                    for (int i = 0; i < 16; i++)                                            \
+                        m16[i] = wm(WROW(r), bs, j + i);                                    \
+                    __m512 mw = _mm512_loadu_ps(m16);                                       \
+                    for (int c = 0; c < nc; c++) {                                          \
+                        const uint8_t *aq = (const uint8_t *)ACT(c);                        \
+                        __m512 sa = _mm512_mul_ps(                                          \
+                            _mm512_loadu_ps(CPU_Q8_D(aq, k) + j),                           \
+                            _mm512_cvtepi32_ps(_mm512_loadu_si512(                          \
+                                (const void *)(CPU_Q8_SUM(aq, k) + j))));                   \
+                        mv[c] = _mm512_fmadd_ps(mw, sa, mv[c]);                             \
+                    }                                                                       \
                 }                                                                           \
+                for (; j < nb; j++) {                                                       \
+                    float m = wm(WROW(r), bs, j);                                           \
+                    for (int c = 0; c < nc; c++) {                                          \
+                        const uint8_t *aq = (const uint8_t *)ACT(c);                        \
+                        corr[r][c] += m * CPU_Q8_D(aq, k)[j] * (float)CPU_Q8_SUM(aq, k)[j]; \
+                    }                                                                       \
+                }                                                                           \
+                for (int c = 0; c < nc; c++)                                                \
+                    corr[r][c] += _mm512_reduce_add_ps(mv[c]);                              \
+            }                                                                               \
         for (int r = 0; r < R; r++)                                                         \
             for (int c = 0; c < nc; c++)                                                    \
                 out[r * NCM + c] = _mm512_reduce_add_ps(acc[r][c]) + corr[r][c];            \

@@ -353,46 +353,25 @@ static float dot_f32(int n, const float *x, const float *y)
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static float dot_f16(int n, const uint16_t *x, const float *y)
-{
-    f16_ready();
-    float s = 0.0f;
-    for (int i = 0; i < n; i++)
-        s += h2f(x[i]) * y[i];
-    return s;
-}
-
-static float dot_q8_0(int n, const struct minfer_block_q8_0 *x, const float *y)
-{
-    float s = 0.0f;
-    for (int b = 0; b < n / 32; b++) {
-        float bs = 0.0f;
-        for (int j = 0; j < 32; j++)
-            bs += (float)x[b].qs[j] * y[32 * b + j];
-        s += minfer_fp16_to_fp32(x[b].d) * bs;
-    }
-    return s;
-}
-
 static void axpy_f32(int n, float a, const float *x, float *y)
 {
     for (int i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
-static void axpy_f16(int n, float a, const uint16_t *x, float *y)
+static void cvt_f16(int n, const uint16_t *x, float *y)
 {
     f16_ready();
     for (int i = 0; i < n; i++)
-        y[i] += a * h2f(x[i]);
+        y[i] = h2f(x[i]);
 }
 
-static void axpy_q8_0(int n, float a, const struct minfer_block_q8_0 *x, float *y)
+static void cvt_q8_0(int n, const struct minfer_block_q8_0 *x, float *y)
 {
     for (int b = 0; b < n / 32; b++) {
-        float ad = a * minfer_fp16_to_fp32(x[b].d);
+        float d = minfer_fp16_to_fp32(x[b].d);
         for (int j = 0; j < 32; j++)
-            y[32 * b + j] += ad * (float)x[b].qs[j];
+            y[32 * b + j] = d * (float)x[b].qs[j];
     }
 }
 
@@ -408,9 +387,7 @@ const struct cpu_kernels cpu_kernels_scalar = {
     .quant_q8 = quant_q8,
     .quant_q8k = quant_q8k,
     .dot_f32 = dot_f32,
-    .dot_f16 = dot_f16,
-    .dot_q8_0 = dot_q8_0,
     .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
-    .axpy_q8_0 = axpy_q8_0,
+    .cvt_f16 = cvt_f16,
+    .cvt_q8_0 = cvt_q8_0,
 };

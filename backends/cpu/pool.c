@@ -6,6 +6,7 @@
  * condition variable so an idle engine does not burn the machine.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -204,6 +205,12 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
     fn(arg, 0, nth);
     /* close: late workers stay out; wait for those that joined */
     unsigned joined = atomic_fetch_or_explicit(&p->state, CLOSED, memory_order_acq_rel);
-    while (atomic_load_explicit(&p->finished, memory_order_acquire) < joined)
-        cpu_relax();
+    /* a joined worker that is slow to finish was most likely preempted:
+     * after a short spin, yield so the scheduler can run it */
+    for (unsigned i = 0; atomic_load_explicit(&p->finished, memory_order_acquire) < joined; i++) {
+        if (i < 2048)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }
