@@ -176,6 +176,26 @@ START_TEST(traits_table)
     ck_assert_uint_eq(id, MINFER_TYPE_Q4_K);
     ck_assert(!minfer_type_from_name("q4_k_m", &id));
     ck_assert_str_eq(minfer_type_name(99), "unknown(99)");
+    /* the positional table lines up with the enum at every named id */
+    static const struct { uint32_t id; const char *name; } ids[] = {
+        {MINFER_TYPE_F32, "f32"},       {MINFER_TYPE_Q5_0, "q5_0"},
+        {MINFER_TYPE_Q8_1, "q8_1"},     {MINFER_TYPE_Q8_K, "q8_K"},
+        {MINFER_TYPE_IQ4_XS, "iq4_xs"}, {MINFER_TYPE_F64, "f64"},
+        {MINFER_TYPE_IQ1_M, "iq1_m"},   {MINFER_TYPE_BF16, "bf16"},
+        {MINFER_TYPE_TQ1_0, "tq1_0"},   {MINFER_TYPE_TQ2_0, "tq2_0"},
+        {MINFER_TYPE_MXFP4, "mxfp4"},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        ck_assert_str_eq(minfer_type_traits_of(ids[i].id)->name, ids[i].name);
+    int named = 0;
+    for (uint32_t i = 0; i < MINFER_TYPE_COUNT; i++) {
+        const struct minfer_type_traits *tt = minfer_type_traits_of(i);
+        if (!tt)
+            continue;
+        named++;
+        ck_assert(minfer_type_from_name(tt->name, &id) && id == i);
+    }
+    ck_assert_int_eq(named, 32); /* 40 ids less the 8 removed ones */
 }
 END_TEST
 

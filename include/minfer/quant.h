@@ -5,6 +5,7 @@
  * definition without a run-time dependency.
  *
  * Layouts are GGUF's (ggml's) exactly: little-endian, packed, no padding.
+ * The header compiles as C11 and as C++11 (CUDA sources can include it).
  * fp16 and bf16 values inside blocks are stored as raw uint16_t bits.
  * The reference (de)quantizers that use these layouts live in the
  * minfer-quant static library (core/quant/quant-ref.h).
@@ -125,16 +126,21 @@ struct minfer_block_q8_K {
     int16_t bsums[MINFER_QK_K / 16];
 };
 
-_Static_assert(sizeof(struct minfer_block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(struct minfer_block_q4_1) == 20, "q4_1 layout");
-_Static_assert(sizeof(struct minfer_block_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(struct minfer_block_q5_1) == 24, "q5_1 layout");
-_Static_assert(sizeof(struct minfer_block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(struct minfer_block_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(struct minfer_block_q4_K) == 144, "q4_K layout");
-_Static_assert(sizeof(struct minfer_block_q5_K) == 176, "q5_K layout");
-_Static_assert(sizeof(struct minfer_block_q6_K) == 210, "q6_K layout");
-_Static_assert(sizeof(struct minfer_block_q8_K) == 292, "q8_K layout");
+#ifdef __cplusplus
+#define MINFER_QUANT_STATIC_ASSERT static_assert
+#else
+#define MINFER_QUANT_STATIC_ASSERT _Static_assert
+#endif
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q4_0) == 18, "q4_0 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q4_1) == 20, "q4_1 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q5_0) == 22, "q5_0 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q5_1) == 24, "q5_1 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q8_0) == 34, "q8_0 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q8_1) == 36, "q8_1 layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q4_K) == 144, "q4_K layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q5_K) == 176, "q5_K layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q6_K) == 210, "q6_K layout");
+MINFER_QUANT_STATIC_ASSERT(sizeof(struct minfer_block_q8_K) == 292, "q8_K layout");
 
 /* ---- type traits ---- */
 
@@ -152,39 +158,48 @@ struct minfer_type_traits {
  * name them. Pointer to static data. */
 static inline const struct minfer_type_traits *minfer_type_traits_of(uint32_t type)
 {
+    /* positional (ids 0..39) so the header also compiles as C++ */
     static const struct minfer_type_traits table[MINFER_TYPE_COUNT] = {
-        [MINFER_TYPE_F32] = {"f32", 1, 4, false, true},
-        [MINFER_TYPE_F16] = {"f16", 1, 2, false, true},
-        [MINFER_TYPE_Q4_0] = {"q4_0", 32, 18, true, true},
-        [MINFER_TYPE_Q4_1] = {"q4_1", 32, 20, true, true},
-        [MINFER_TYPE_Q5_0] = {"q5_0", 32, 22, true, true},
-        [MINFER_TYPE_Q5_1] = {"q5_1", 32, 24, true, true},
-        [MINFER_TYPE_Q8_0] = {"q8_0", 32, 34, true, true},
-        [MINFER_TYPE_Q8_1] = {"q8_1", 32, 36, true, true},
-        [MINFER_TYPE_Q2_K] = {"q2_K", 256, 84, true, false},
-        [MINFER_TYPE_Q3_K] = {"q3_K", 256, 110, true, false},
-        [MINFER_TYPE_Q4_K] = {"q4_K", 256, 144, true, true},
-        [MINFER_TYPE_Q5_K] = {"q5_K", 256, 176, true, true},
-        [MINFER_TYPE_Q6_K] = {"q6_K", 256, 210, true, true},
-        [MINFER_TYPE_Q8_K] = {"q8_K", 256, 292, true, true},
-        [MINFER_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66, true, false},
-        [MINFER_TYPE_IQ2_XS] = {"iq2_xs", 256, 74, true, false},
-        [MINFER_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98, true, false},
-        [MINFER_TYPE_IQ1_S] = {"iq1_s", 256, 50, true, false},
-        [MINFER_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, true, false},
-        [MINFER_TYPE_IQ3_S] = {"iq3_s", 256, 110, true, false},
-        [MINFER_TYPE_IQ2_S] = {"iq2_s", 256, 82, true, false},
-        [MINFER_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, true, false},
-        [MINFER_TYPE_I8] = {"i8", 1, 1, false, false},
-        [MINFER_TYPE_I16] = {"i16", 1, 2, false, false},
-        [MINFER_TYPE_I32] = {"i32", 1, 4, false, false},
-        [MINFER_TYPE_I64] = {"i64", 1, 8, false, false},
-        [MINFER_TYPE_F64] = {"f64", 1, 8, false, false},
-        [MINFER_TYPE_IQ1_M] = {"iq1_m", 256, 56, true, false},
-        [MINFER_TYPE_BF16] = {"bf16", 1, 2, false, true},
-        [MINFER_TYPE_TQ1_0] = {"tq1_0", 256, 54, true, false},
-        [MINFER_TYPE_TQ2_0] = {"tq2_0", 256, 66, true, false},
-        [MINFER_TYPE_MXFP4] = {"mxfp4", 32, 17, true, false},
+        {"f32", 1, 4, false, true},         /*  0 F32 */
+        {"f16", 1, 2, false, true},         /*  1 F16 */
+        {"q4_0", 32, 18, true, true},       /*  2 Q4_0 */
+        {"q4_1", 32, 20, true, true},       /*  3 Q4_1 */
+        {NULL, 0, 0, false, false},         /*  4 (removed Q4_2) */
+        {NULL, 0, 0, false, false},         /*  5 (removed Q4_3) */
+        {"q5_0", 32, 22, true, true},       /*  6 Q5_0 */
+        {"q5_1", 32, 24, true, true},       /*  7 Q5_1 */
+        {"q8_0", 32, 34, true, true},       /*  8 Q8_0 */
+        {"q8_1", 32, 36, true, true},       /*  9 Q8_1 */
+        {"q2_K", 256, 84, true, false},     /* 10 Q2_K */
+        {"q3_K", 256, 110, true, false},    /* 11 Q3_K */
+        {"q4_K", 256, 144, true, true},     /* 12 Q4_K */
+        {"q5_K", 256, 176, true, true},     /* 13 Q5_K */
+        {"q6_K", 256, 210, true, true},     /* 14 Q6_K */
+        {"q8_K", 256, 292, true, true},     /* 15 Q8_K */
+        {"iq2_xxs", 256, 66, true, false},  /* 16 */
+        {"iq2_xs", 256, 74, true, false},   /* 17 */
+        {"iq3_xxs", 256, 98, true, false},  /* 18 */
+        {"iq1_s", 256, 50, true, false},    /* 19 */
+        {"iq4_nl", 32, 18, true, false},    /* 20 */
+        {"iq3_s", 256, 110, true, false},   /* 21 */
+        {"iq2_s", 256, 82, true, false},    /* 22 */
+        {"iq4_xs", 256, 136, true, false},  /* 23 */
+        {"i8", 1, 1, false, false},         /* 24 */
+        {"i16", 1, 2, false, false},        /* 25 */
+        {"i32", 1, 4, false, false},        /* 26 */
+        {"i64", 1, 8, false, false},        /* 27 */
+        {"f64", 1, 8, false, false},        /* 28 */
+        {"iq1_m", 256, 56, true, false},    /* 29 */
+        {"bf16", 1, 2, false, true},        /* 30 BF16 */
+        {NULL, 0, 0, false, false},         /* 31 (removed Q4_0_4_4) */
+        {NULL, 0, 0, false, false},         /* 32 (removed Q4_0_4_8) */
+        {NULL, 0, 0, false, false},         /* 33 (removed Q4_0_8_8) */
+        {"tq1_0", 256, 54, true, false},    /* 34 */
+        {"tq2_0", 256, 66, true, false},    /* 35 */
+        {NULL, 0, 0, false, false},         /* 36 (removed IQ4_NL_4_4) */
+        {NULL, 0, 0, false, false},         /* 37 (removed IQ4_NL_4_8) */
+        {NULL, 0, 0, false, false},         /* 38 (removed IQ4_NL_8_8) */
+        {"mxfp4", 32, 17, true, false},     /* 39 MXFP4 */
     };
     if (type >= MINFER_TYPE_COUNT || !table[type].name)
         return NULL;
