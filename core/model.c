@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "minfer/quant.h"
 #include "model.h"
@@ -354,6 +356,21 @@ static minfer_status pick_backend(const struct minfer_model *m, struct minfer_ru
     return MINFER_OK;
 }
 
+/* Asks the kernel to start reading the file's tensor data now, so the
+ * first pass does not fault every page in one at a time. Advice only. */
+static void prefetch_weights(const struct minfer_gguf *g)
+{
+    uint64_t size = 0;
+    const char *base = minfer_gguf_base(g, &size);
+    uint64_t off = minfer_gguf_data_offset(g);
+    long page = sysconf(_SC_PAGESIZE);
+    if (!base || off >= size || page <= 0)
+        return;
+    uintptr_t start = ((uintptr_t)(base + off)) & ~((uintptr_t)page - 1);
+    uintptr_t end = (uintptr_t)(base + size);
+    (void)madvise((void *)start, end - start, MADV_WILLNEED);
+}
+
 minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer_plugin *plugin,
                                   struct minfer_gguf *g, const struct minfer_model_params *p,
                                   struct minfer_model **out, char *err, size_t err_len)
@@ -416,6 +433,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
             goto out_free;
     }
     m->params.backend = NULL; /* the caller's string is not ours to keep */
+    prefetch_weights(g);
     *out = m;
     return MINFER_OK;
 
