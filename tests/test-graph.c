@@ -305,6 +305,32 @@ START_TEST(alloc_reuses_dead_buffers_without_overlap)
 }
 END_TEST
 
+START_TEST(alloc_puts_inputs_first_side_by_side)
+{
+    /* Catches inputs placed among results: contexts write all inputs of a
+     * pass with one buffer_write of the arena's first bytes. */
+    struct graph *g = graph_new();
+    struct gtensor *a = graph_input(g, MINFER_TYPE_I32, 7, 1, "a");
+    struct gtensor *r = graph_scale(g, graph_input(g, MINFER_TYPE_F32, 100, 3, "x"), 2.0f, "s");
+    struct gtensor *b = graph_input(g, MINFER_TYPE_I32, 1, 1, "b");
+    graph_set_output(g, graph_add(g, r, r, "o"));
+    (void)b;
+    graph_alloc(g, 64);
+    size_t end = 0;
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i]->t.flags & MINFER_TENSOR_INPUT)
+            end = g->tensors[i]->offs + 64 * ((g->tensors[i]->size + 63) / 64) > end
+                      ? g->tensors[i]->offs + 64 * ((g->tensors[i]->size + 63) / 64)
+                      : end;
+    ck_assert_uint_eq(a->offs, 0);
+    ck_assert_uint_eq(end, 64 + 1216 + 64); /* 7 i32, 300 f32, 1 i32, each 64-aligned */
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if (!(g->tensors[i]->t.flags & MINFER_TENSOR_INPUT) && g->tensors[i]->producer >= 0)
+            ck_assert_uint_ge(g->tensors[i]->offs, end);
+    graph_free(g);
+}
+END_TEST
+
 /* ---- sched ---- */
 
 START_TEST(sched_executes_and_replays)
@@ -425,6 +451,7 @@ Suite *graph_suite(void)
     tcase_add_test(tc, fuse_is_gated_by_supports_op);
     tcase_add_test(tc, fuse_keeps_shared_intermediates);
     tcase_add_test(tc, alloc_reuses_dead_buffers_without_overlap);
+    tcase_add_test(tc, alloc_puts_inputs_first_side_by_side);
     tcase_add_test(tc, sched_executes_and_replays);
     tcase_add_test(tc, sched_errors_name_the_node);
     tcase_add_test(tc, kv_cells_and_types);
