@@ -96,7 +96,9 @@ static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n, uint3
 
 /* ---- load refusals ---- */
 
-enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX };
+enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32 };
+
+static uint32_t edit_value; /* for E_SET_U32 */
 
 /* Copies a synthetic GGUF with one edit into path (mkstemp template). */
 static void write_edited(const char *arch, const char *spec, enum edit e, const char *target,
@@ -113,6 +115,11 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         if ((!strcmp(key, target) && e == E_DROP_KEY) ||
             (e == E_DROP_PREFIX && !strncmp(key, target, strlen(target))))
             continue;
+        if (!strcmp(key, target) && e == E_SET_U32) {
+            ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &edit_value),
+                             MINFER_OK);
+            continue;
+        }
         if (!strcmp(key, target) && e == E_KEY_TYPE) {
             ck_assert_int_eq(minfer_gguf_writer_set_str(w, key, "two", 3), MINFER_OK);
             continue;
@@ -248,6 +255,50 @@ START_TEST(run_refuses_model_without_tokenizer)
     pclose(p);
     unlink(path);
     ck_assert_msg(strstr(out, "tokenizer") && strstr(out, "rc=1"), "output: %s", out);
+}
+END_TEST
+
+START_TEST(hostile_hparams_never_crash)
+{
+    /* Catches a hyperparameter value (0, 1, odd, huge) that passes loading
+     * and then breaks graph building, allocation or a pass: each must be
+     * refused with a message or run cleanly. */
+    static const char *keys[] = {"block_count", "context_length", "embedding_length",
+                                 "feed_forward_length", "attention.head_count",
+                                 "attention.head_count_kv", "attention.key_length",
+                                 "rope.dimension_count"};
+    static const uint32_t values[] = {0, 1, 3, 17, 1u << 30, 0xffffffffu};
+    int refused = 0, ran = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            char key[96], path[] = "/tmp/minfer-test-hp-XXXXXX", err[1024];
+            snprintf(key, sizeof key, "qwen3.%s", keys[k]);
+            edit_value = values[v];
+            write_edited("qwen3", TINY_QWEN3, E_SET_U32, key, path, err, sizeof err);
+            struct minfer_runtime *rt = runtime();
+            minfer_status st;
+            struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, sizeof err);
+            if (!m) {
+                ck_assert_msg(err[0] != 0, "%s=%u refused without a message", key, values[v]);
+                refused++;
+            } else {
+                struct minfer_ctx_params cp;
+                minfer_ctx_params_default(&cp);
+                cp.n_ctx = 32;
+                struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
+                int32_t ids[2] = {1, 2};
+                if (c && minfer_ctx_decode(c, ids, 2, 0) == MINFER_OK)
+                    ran++;
+                else
+                    refused++;
+                minfer_ctx_free(c);
+                minfer_model_free(m);
+            }
+            minfer_runtime_free(rt);
+            unlink(path);
+        }
+    printf("hostile hparams: %d refused, %d ran\n", refused, ran);
+    ck_assert_int_gt(refused, 30);
 }
 END_TEST
 
@@ -912,6 +963,7 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_bad_hparams);
     tcase_add_test(tc, refuses_prompt_longer_than_context);
     tcase_add_test(tc, run_refuses_model_without_tokenizer);
+    tcase_add_test(tc, hostile_hparams_never_crash);
     suite_add_tcase(s, tc);
     TCase *fw = tcase_create("forward");
     tcase_set_timeout(fw, 300);
