@@ -208,7 +208,7 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
     /* a joined worker that is slow to finish was most likely preempted:
      * after a short spin, yield so the scheduler can run it */
     for (unsigned i = 0; atomic_load_explicit(&p->finished, memory_order_acquire) < joined; i++) {
-        if (i < 2048)
+        if (i < 16384)
             cpu_relax();
         else
             sched_yield();
