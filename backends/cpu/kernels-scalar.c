@@ -128,7 +128,7 @@ static void mm_bf16(int k, const void *w, const void *act, size_t act_stride, in
     }
 }
 
-/* ---- 32-element blocks against struct cpu_q8 ---- */
+/* ---- 32-element blocks against Q8 activation rows ---- */
 
 static void mm_q4_0(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
 {
