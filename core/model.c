@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,8 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
                         (int)tlen, type);
         hp->rope_scale = 1.0 / factor;
     }
+    if (hp->n_ctx_train > INT32_MAX) /* contexts and the public info are int32 */
+        hp->n_ctx_train = INT32_MAX;
     if (!hp->n_head_kv)
         hp->n_head_kv = hp->n_head;
     if (!hp->head_dim) {
