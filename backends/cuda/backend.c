@@ -42,9 +42,22 @@ struct gentry {
     uint64_t used;     /* LRU tick */
 };
 
+/* What SLOT_XQ holds: the q8_1 blocks of activations x [K, M] (rows nb1
+ * bytes apart) at xq. Valid only inside one FFN_GATE_UP node (gate and up
+ * share x) or one capture window, where every node's dst is checked
+ * against x and a write anywhere into x drops it (xq_note_write). */
+struct xq_cache {
+    bool valid;
+    const void *x;
+    int64_t K, M, nb1;
+    void *xq;
+};
+
 struct minfer_backend {
     struct cu_ctx *c;
+    struct xq_cache xq;
     bool graphs_off;   /* config switch, $MINFER_CUDA_NO_GRAPHS, or a failed capture */
+    bool fuse_off;     /* $MINFER_CUDA_NO_FUSE: captures keep every node separate */
     struct gentry gc[GRAPH_CACHE];
     uint64_t tick;
 };
@@ -58,6 +71,7 @@ struct minfer_cuda_graph_stats {
     uint64_t replays;   /* windows run from a captured graph */
     uint64_t aborts;    /* captures aborted (graphs then off for that instance) */
 };
+static uint64_t g_fused_adds; /* MUL_MAT + ADD pairs captured as one matvec */
 static struct minfer_cuda_graph_stats g_stats;
 static int g_fail_next_capture; /* atomic: captures still to fail on purpose */
 
@@ -424,14 +438,42 @@ static minfer_status run_gemm_split(struct minfer_backend *be, const struct minf
     return MINFER_OK;
 }
 
-/* dst[N, M] = W . x, choosing the kernel family by token count. */
+/* q8_1 blocks of x [K, M] in SLOT_XQ: launches the quantization unless
+ * be->xq says the slot already holds exactly this x. */
+static minfer_status quantized_x(struct minfer_backend *be, const struct minfer_node *n,
+                                 struct kctx *k, const float *xd, int64_t K, int64_t M,
+                                 int64_t xnb1, void **out)
+{
+    void *xq = NULL;
+    *out = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    if (st != MINFER_OK)
+        return node_fail(be, n, st, cu_ctx_error(be->c));
+    struct xq_cache *qc = &be->xq;
+    if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
+          qc->nb1 == xnb1 && qc->xq == xq)) {
+        qc->valid = false;
+        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, xq));
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq};
+    }
+    *out = xq;
+    return MINFER_OK;
+}
+
+/* dst[N, M] = W . x, choosing the kernel family by token count. epi
+ * (NULL: none) asks the matvec for a fused ADD; the caller only passes
+ * one when M <= MMV_MAX_NT. Quantized activations are reused from
+ * be->xq when it holds exactly this x. */
 static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_node *n,
                                 struct kctx *k, const struct minfer_tensor *w,
-                                const struct minfer_tensor *x, float *dst, int64_t dst_nb1)
+                                const struct minfer_tensor *x, float *dst, int64_t dst_nb1,
+                                const struct kepi *epi)
 {
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     const float *xd = x->data;
     int64_t xnb1 = (int64_t)x->nb[1];
+    if (epi && M > MMV_MAX_NT)
+        return node_fail(be, n, MINFER_ERR_STATE, "fused ADD on a GEMM-sized product");
     if (M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && K % 32 == 0) {
         if (is_float_type(w->type))
             return run_gemm_split(be, n, k, w, x, dst, dst_nb1);
@@ -439,21 +481,20 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
         return MINFER_OK;
     }
     if (is_float_type(w->type)) {
-        LAUNCH(k_matvec_f(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
-                          dst_nb1));
+        LAUNCH(k_matvec_f_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
+                              dst_nb1, epi));
         return MINFER_OK;
     }
     void *xq = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    minfer_status st = quantized_x(be, n, k, xd, K, M, xnb1, &xq);
     if (st != MINFER_OK)
-        return node_fail(be, n, st, cu_ctx_error(be->c));
-    LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, xq));
+        return st;
     size_t xrow = k_q8_1_bytes(K, 1);
     for (int64_t m0 = 0; m0 < M; m0 += MMV_MAX_NT) {
         int64_t mc = M - m0 < MMV_MAX_NT ? M - m0 : MMV_MAX_NT;
-        LAUNCH(k_matvec_q(k, w->type, w->data, K, N, (int64_t)w->nb[1],
-                          (const char *)xq + (size_t)m0 * xrow, mc,
-                          (float *)((char *)dst + m0 * dst_nb1), dst_nb1));
+        LAUNCH(k_matvec_q_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1],
+                              (const char *)xq + (size_t)m0 * xrow, mc,
+                              (float *)((char *)dst + m0 * dst_nb1), dst_nb1, epi));
     }
     return MINFER_OK;
 }
@@ -489,18 +530,31 @@ static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n
         LAUNCH(k_copy(k, s0->type, view_of(s0), d->type, view_of(d)));
         return MINFER_OK;
     case MINFER_OP_MUL_MAT:
-        return run_matmul(be, n, k, s0, s1, d->data, (int64_t)d->nb[1]);
+        return run_matmul(be, n, k, s0, s1, d->data, (int64_t)d->nb[1], NULL);
     case MINFER_OP_FFN_GATE_UP: {
         int64_t N = s0->ne[1], M = n->src[2]->ne[1];
+        if (M == 1 && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] && !be->fuse_off) {
+            /* decode: one launch for gate, up and SwiGLU */
+            const struct minfer_tensor *x = n->src[2];
+            int64_t K = s0->ne[0];
+            void *xq = NULL;
+            minfer_status st = quantized_x(be, n, k, x->data, K, 1, (int64_t)x->nb[1], &xq);
+            if (st != MINFER_OK)
+                return st;
+            LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xq,
+                                  d->data));
+            return MINFER_OK;
+        }
         size_t plane = (size_t)N * (size_t)M * sizeof(float);
         void *gu = NULL;
         minfer_status st = cu_scratch(be->c, SLOT_FFN, 2 * plane, &gu);
         if (st != MINFER_OK)
             return node_fail(be, n, st, cu_ctx_error(be->c));
         float *g = gu, *u = (float *)((char *)gu + plane);
-        st = run_matmul(be, n, k, s0, n->src[2], g, N * 4);
+        /* gate and up quantize x once (be->xq: the second call finds it) */
+        st = run_matmul(be, n, k, s0, n->src[2], g, N * 4, NULL);
         if (st == MINFER_OK)
-            st = run_matmul(be, n, k, s1, n->src[2], u, N * 4);
+            st = run_matmul(be, n, k, s1, n->src[2], u, N * 4, NULL);
         if (st != MINFER_OK)
             return st;
         struct kview vg = {g, {N, M, 1, 1}, {4, N * 4, N * 4 * M, N * 4 * M}};
@@ -573,8 +627,131 @@ static void graphs_disable(struct minfer_backend *be, const char *why)
                     why);
 }
 
-/* Runs nodes[first..last] on the capturing stream, exactly as execute_node
- * would; returns the first failure. */
+/* ---- in-window fusion (capture only: the window shows the next nodes) ---- */
+
+/* Byte range a tensor's elements can touch (conservative for block types). */
+static void byte_range(const struct minfer_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t b = (uintptr_t)t->data, span = (uintptr_t)t->ne[0] * t->nb[0];
+    for (int i = 1; i < 4; i++)
+        span += (uintptr_t)(t->ne[i] - 1) * t->nb[i];
+    *lo = b;
+    *hi = b + span;
+}
+
+static int overlaps(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* A node wrote t: drop be->xq if t may overlap the activations it holds. */
+static void xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t)
+{
+    struct xq_cache *qc = &be->xq;
+    if (!qc->valid || !t)
+        return;
+    uintptr_t lo, hi;
+    byte_range(t, &lo, &hi);
+    uintptr_t xlo = (uintptr_t)qc->x, xhi = xlo + (uintptr_t)(qc->M - 1) * (uintptr_t)qc->nb1 +
+                                                (uintptr_t)qc->K * 4;
+    if (lo < xhi && xlo < hi)
+        qc->valid = false;
+}
+
+static int is_plain_f32_2d(const struct minfer_tensor *t)
+{
+    return t && t->type == MINFER_TYPE_F32 && t->nb[0] == 4 && t->ne[2] == 1 && t->ne[3] == 1 &&
+           t->data && ((uintptr_t)t->data % 4) == 0 && t->nb[1] % 4 == 0;
+}
+
+/* If a (the node after MUL_MAT m) is an ADD of m's product and a [N, M] or
+ * broadcast [N, 1] f32 tensor that the matvec epilogue can apply, fills
+ * *e and returns 1. m's dst is still written, so later readers of the
+ * product see it as before. */
+static int fusable_add(const struct minfer_node *m, const struct minfer_node *a, struct kepi *e)
+{
+    if (m->op != MINFER_OP_MUL_MAT || a->op != MINFER_OP_ADD || a->n_src < 2 || m->n_src < 2)
+        return 0;
+    const struct minfer_tensor *d = m->dst, *x = m->src[1], *a0 = a->src[0], *a1 = a->src[1];
+    const struct minfer_tensor *ad = a->dst, *other;
+    int64_t N = d->ne[0], M = d->ne[1];
+    if (M > MMV_MAX_NT || !is_plain_f32_2d(d) || !is_plain_f32_2d(ad) || !is_plain_f32_2d(a0) ||
+        !is_plain_f32_2d(a1))
+        return 0;
+    if (a0->ne[0] != N || a0->ne[1] != M || !same_ne(ad, a0))
+        return 0; /* the ADD iterates over src0's shape */
+    if (a0->data == d->data && same_ne(a0, d) && a0->nb[1] == d->nb[1])
+        other = a1;
+    else if (a1->data == d->data && same_ne(a1, d) && a1->nb[1] == d->nb[1])
+        other = a0;
+    else
+        return 0;
+    if (other->ne[0] != N || (other->ne[1] != M && other->ne[1] != 1))
+        return 0;
+    /* the epilogue reads other and writes ad while other threads write d
+     * and (float path) read x: only exact aliasing of ad with d or other */
+    if (overlaps(other, d) || overlaps(ad, x) || overlaps(other, x))
+        return 0;
+    if (overlaps(ad, d) && !(ad->data == d->data && ad->nb[1] == d->nb[1]))
+        return 0;
+    if (overlaps(ad, other) && !(ad->data == other->data && ad->nb[1] == other->nb[1] &&
+                                 other->ne[1] == M))
+        return 0;
+    e->add = other->data;
+    e->add_nb1 = other->ne[1] == 1 ? 0 : (int64_t)other->nb[1];
+    e->dst2 = ad->data;
+    e->dst2_nb1 = (int64_t)ad->nb[1];
+    return 1;
+}
+
+/* If n is an RMS norm whose output a (the next node) reads as the
+ * activations of a quantized matvec, returns 1: the norm can write the
+ * q8_1 blocks too. */
+static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if ((n->op != MINFER_OP_RMS_NORM && n->op != MINFER_OP_RMS_NORM_MUL) || !n->dst)
+        return 0;
+    const struct minfer_tensor *d = n->dst, *w, *x;
+    if (a->op == MINFER_OP_MUL_MAT && a->n_src >= 2) {
+        w = a->src[0];
+        x = a->src[1];
+    } else if (a->op == MINFER_OP_FFN_GATE_UP && a->n_src >= 3) {
+        w = a->src[0];
+        x = a->src[2];
+    } else {
+        return 0;
+    }
+    if (!w || !x || !k_matvec_q_supported(w->type) || !is_plain_f32_2d(d) || d->ne[0] % 32 ||
+        n->src[0]->ne[2] != 1 || n->src[0]->ne[3] != 1)
+        return 0;
+    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] &&
+           x->ne[1] <= MMV_MAX_NT && w->ne[0] == d->ne[0];
+}
+
+/* The norm node n with its q8_1 output left in SLOT_XQ for the next node. */
+static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_node *n,
+                                struct kctx *k)
+{
+    const struct minfer_tensor *d = n->dst;
+    int64_t K = d->ne[0], M = d->ne[1];
+    void *xq = NULL;
+    be->xq.valid = false;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    if (st != MINFER_OK)
+        return node_fail(be, n, st, cu_ctx_error(be->c));
+    const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
+    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], xq));
+    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq};
+    return MINFER_OK;
+}
+
+/* Runs nodes[first..last] on the capturing stream with the same results
+ * as execute_node would give, fusing MUL_MAT + ADD pairs into the matvec
+ * epilogue and reusing quantized activations between products of one x;
+ * returns the first failure. */
 static minfer_status capture_window(struct minfer_backend *be,
                                     const struct minfer_replay_window *w, struct kctx *k)
 {
@@ -587,16 +764,35 @@ static minfer_status capture_window(struct minfer_backend *be,
                              "cuda: injected capture fault (test hook) did not fail");
         return st;
     }
-    for (uint32_t i = w->first; i <= w->last; i++) {
+    be->xq.valid = false;
+    minfer_status st = MINFER_OK;
+    for (uint32_t i = w->first; i <= w->last && st == MINFER_OK; i++) {
         const struct minfer_node *n = &w->nodes[i];
-        if (validate(n, 1, why, sizeof(why)))
-            return node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
+        if (validate(n, 1, why, sizeof(why))) {
+            st = node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
+            break;
+        }
         k->err[0] = 0;
-        minfer_status st = exec(be, n, k);
-        if (st != MINFER_OK)
-            return st;
+        struct kepi e;
+        const struct minfer_node *a = i < w->last ? &w->nodes[i + 1] : NULL;
+        if (a && !be->fuse_off && fusable_add(n, a, &e) && !validate(a, 1, why, sizeof(why))) {
+            st = run_matmul(be, n, k, n->src[0], n->src[1], n->dst->data,
+                            (int64_t)n->dst->nb[1], &e);
+            xq_note_write(be, n->dst);
+            xq_note_write(be, a->dst);
+            __atomic_add_fetch(&g_fused_adds, 1, __ATOMIC_RELAXED);
+            i++;
+            continue;
+        }
+        if (a && !be->fuse_off && norm_feeds_q(n, a)) {
+            st = run_norm_q(be, n, k); /* notes its own write */
+            continue;
+        }
+        st = exec(be, n, k);
+        xq_note_write(be, n->dst);
     }
-    return MINFER_OK;
+    be->xq.valid = false;
+    return st;
 }
 
 static minfer_status p_graph_replay(struct minfer_backend *be,
@@ -716,6 +912,14 @@ static void x_graph_stats(struct minfer_cuda_graph_stats *out)
     out->captures = __atomic_load_n(&g_stats.captures, __ATOMIC_RELAXED);
     out->replays = __atomic_load_n(&g_stats.replays, __ATOMIC_RELAXED);
     out->aborts = __atomic_load_n(&g_stats.aborts, __ATOMIC_RELAXED);
+
+}
+
+/* "minfer_cuda_fused_adds": uint64_t f(void) — MUL_MAT + ADD pairs
+ * captured as one matvec with an epilogue (process-wide). */
+static uint64_t x_fused_adds(void)
+{
+    return __atomic_load_n(&g_fused_adds, __ATOMIC_RELAXED);
 }
 
 static void *p_get_proc(const char *name)
@@ -726,6 +930,8 @@ static void *p_get_proc(const char *name)
         return (void *)x_fail_next_capture;
     if (!strcmp(name, "minfer_cuda_graph_stats"))
         return (void *)x_graph_stats;
+    if (!strcmp(name, "minfer_cuda_fused_adds"))
+        return (void *)x_fused_adds;
     return NULL;
 }
 
@@ -768,6 +974,8 @@ static minfer_status p_create(const struct minfer_backend_config *cfg, struct mi
     const char *off = getenv("MINFER_CUDA_NO_GRAPHS");
     be->graphs_off = (cfg && (cfg->flags & MINFER_BACKEND_CFG_NO_GRAPHS)) ||
                      (off && *off && strcmp(off, "0"));
+    const char *nf = getenv("MINFER_CUDA_NO_FUSE");
+    be->fuse_off = nf && *nf && strcmp(nf, "0");
     const char *note = cu_ctx_error(be->c);
     if (note[0] && g_host && g_host->log)
         g_host->log(MINFER_LOG_WARN, "%s", note);
@@ -800,7 +1008,10 @@ static minfer_status p_execute_node(struct minfer_backend *be, const struct minf
     cu_ctx_clear_error(be->c);
     if (validate(n, 1, why, sizeof(why)))
         return node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
-    return exec(be, n, cu_ctx_kctx(be->c));
+    be->xq.valid = false; /* direct launches share nothing between nodes */
+    minfer_status st = exec(be, n, cu_ctx_kctx(be->c));
+    be->xq.valid = false;
+    return st;
 }
 
 static minfer_status p_buffer_alloc(struct minfer_backend *be, size_t size, void **base)

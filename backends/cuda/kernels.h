@@ -60,6 +60,32 @@ int k_matvec_q_supported(uint32_t type);
 int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1);
 
+/* Matvec epilogue: besides dst, write dst2[n, m] = dst[n, m] + add[n, m]
+ * (add's columns add_nb1 bytes apart; 0 broadcasts one vector over m,
+ * i.e. a bias). Fuses an ADD that consumes the product; the sum is the
+ * same float addition the ADD kernel does, so results are bit-identical.
+ * dst2 may alias add (in-place ADD); neither may overlap the activations. */
+struct kepi {
+    const float *add;
+    int64_t add_nb1;
+    float *dst2;
+    int64_t dst2_nb1;
+};
+/* k_matvec_q / k_matvec_f with an epilogue (epi NULL: none). */
+int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                   int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1,
+                   const struct kepi *epi);
+int k_matvec_f_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                   int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
+                   int64_t dst_nb1, const struct kepi *epi);
+
+/* nt = 1 FFN: dst[n] = silu(Wg[n] . x) * (Wu[n] . x) in one launch (both
+ * weights of one quantized type, rows w_nb1 bytes apart; xq from
+ * k_quantize_q8_1 with M = 1). Same math as two k_matvec_q + SWIGLU (the
+ * dot products may be summed in another order). */
+int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, const void *Wu, int64_t K,
+                   int64_t N, int64_t w_nb1, const void *xq, float *dst);
+
 /* Benchmark hook: rows per thread of the nt = 1 quantized kernel (1 or 2;
  * the default is the measured winner). */
 void k_tune_matvec_rows(int r);
@@ -84,6 +110,11 @@ int k_get_rows(struct kctx *k, uint32_t type, const void *table, int64_t n, int6
 
 /* RMS norm per row over ne[0]; w (F32 [ne0]) multiplies when non-NULL. */
 int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps);
+
+/* k_rms_norm that also writes its output as q8_1 blocks into xq (what
+ * k_quantize_q8_1 of dst would give, bit for bit). ne0 % 32 == 0, dst 2-D. */
+int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps,
+                    void *xq);
 
 /* NeoX RoPE. x, dst: [hd, n_head, n_tokens]; pos: I32 [n_tokens] on device. */
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,

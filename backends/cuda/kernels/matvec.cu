@@ -386,9 +386,18 @@ static int rows_tpr(int64_t N, int64_t nunits)
  * tpr <= 32: a segmented shuffle inside the warp; 64/128: the warps of the
  * row meet in shared memory. Every thread of the block reaches the
  * barrier (rows past N are computed on row N-1 and not written). */
+/* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written next
+ * to dst, add's columns add_nb1 bytes apart (0: one vector broadcast). */
+struct kepi_d {
+    const float *add;
+    int64_t add_nb1;
+    float *dst2;
+    int64_t dst2_nb1;
+};
+
 template <int NT>
 __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool live, int M,
-                                          int row, float *dst, int64_t dst_nb1)
+                                          int row, float *dst, int64_t dst_nb1, kepi_d e)
 {
     __shared__ float red[NT][MV_THREADS / 32];
     int span = tpr < 32 ? tpr : 32;
@@ -416,15 +425,20 @@ __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool li
     if (lane == 0 && live)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (NT == 1 || t < M)
+            if (NT == 1 || t < M) {
                 *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
+                if (e.dst2)
+                    *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
+                        acc[t] + *(const float *)((const char *)e.add + t * e.add_nb1 +
+                                                  (int64_t)row * 4);
+            }
 }
 
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                int nb, int nunits, int N, int M, float *__restrict__ dst, int64_t dst_nb1,
-                int tpr)
+                int nb, int nunits, int N, int M, float *dst, int64_t dst_nb1,
+                int tpr, kepi_d e)
 {
     int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
     int lane = threadIdx.x % tpr;
@@ -443,7 +457,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
             if (NT == 1 || t < M)
                 acc[t] += w.dot(xq + t * xstride, nb, u);
     }
-    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1);
+    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
 /* nt = 1, two rows per thread: each activation block loaded once serves
@@ -451,7 +465,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                 int nb, int nunits, int N, float *__restrict__ dst, int tpr)
+                 int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
 {
     int rpb = MV_THREADS / tpr;
     int ra = blockIdx.x * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
@@ -493,6 +507,96 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
             dst[ra] = a0;
         if (lb)
             dst[rb] = a1;
+        if (e.dst2 && la)
+            e.dst2[ra] = a0 + e.add[ra];
+        if (e.dst2 && lb)
+            e.dst2[rb] = a1 + e.add[rb];
+    }
+}
+
+/* nt = 1 gate and up products of one row per thread group and SwiGLU in
+ * the epilogue: dst[r] = silu(Wg[r] . x) * (Wu[r] . x), the expression of
+ * the element-wise SWIGLU kernel (the dot products may be summed in
+ * another order than the separate launches'). Structure of mmvq2_kernel
+ * with the second row taken from the up matrix. */
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq_glu_kernel(const uint8_t *__restrict__ Wg, const uint8_t *__restrict__ Wu,
+                    int64_t w_nb1, const uint8_t *__restrict__ xq, int nb, int nunits, int N,
+                    float *dst, int tpr)
+{
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
+    int lane = threadIdx.x % tpr;
+    bool live = row < N;
+    const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
+    const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w0, w1;
+        w0.load(wa, u);
+        w1.load(wb, u);
+        a0 += w0.dot(xq, nb, u);
+        a1 += w1.dot(xq, nb, u);
+    }
+    __shared__ float red[2][MV_THREADS / 32];
+    int span = tpr < 32 ? tpr : 32;
+    for (int o = span / 2; o > 0; o >>= 1) {
+        a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+        a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+    }
+    if (tpr > 32) {
+        if (threadIdx.x % 32 == 0) {
+            red[0][threadIdx.x / 32] = a0;
+            red[1][threadIdx.x / 32] = a1;
+        }
+        __syncthreads();
+        if (lane == 0) {
+            int w0 = threadIdx.x / 32, nw = tpr / 32;
+            a0 = a1 = 0.0f;
+            for (int w = 0; w < nw; w++) {
+                a0 += red[0][w0 + w];
+                a1 += red[1][w0 + w];
+            }
+        }
+    }
+    if (lane == 0 && live)
+        dst[row] = a0 / (1.0f + expf(-a0)) * a1;
+}
+
+template <int T>
+static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64_t K, int64_t N,
+                           int64_t w_nb1, const void *xq, float *dst)
+{
+    constexpr int U = Unit<T>::U;
+    if (K % 256 && U == 64)
+        return k_fail(k, "matvec_q_glu", "K is not a multiple of 256 for a K-quant");
+    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K;
+    if (A16 && (((uintptr_t)Wg % 16) || ((uintptr_t)Wu % 16) || (w_nb1 % 16)))
+        return k_fail(k, "matvec_q_glu", "K-quant weight rows are not 16-byte aligned");
+    int nb = (int)(K / 32), nunits = (int)(K / U);
+    int tpr = rows_tpr(N, nunits);
+    int rpb = MV_THREADS / tpr;
+    auto kf = mmvq_glu_kernel<T>;
+    KLAUNCH(k, "matvec_q_glu", kf, (unsigned)((N + rpb - 1) / rpb), MV_THREADS, 0,
+            (const uint8_t *)Wg, (const uint8_t *)Wu, w_nb1, (const uint8_t *)xq, nb, nunits,
+            (int)N, dst, tpr);
+    return 0;
+}
+
+extern "C" int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, const void *Wu,
+                              int64_t K, int64_t N, int64_t w_nb1, const void *xq, float *dst)
+{
+    switch (type) {
+        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+    default:
+        return k_fail(k, "matvec_q_glu", "weight type has no dp4a kernel");
     }
 }
 
@@ -506,7 +610,7 @@ extern "C" void k_tune_matvec_rows(int r)
 
 template <int T>
 static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-                       const void *xq, int64_t M, float *dst, int64_t dst_nb1)
+                       const void *xq, int64_t M, float *dst, int64_t dst_nb1, kepi_d e)
 {
     constexpr int U = Unit<T>::U;
     if (K % 256 && U == 64)
@@ -525,23 +629,23 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
         int rpb2 = 2 * (MV_THREADS / tpr2);
         auto kf = mmvq2_kernel<T>;
         KLAUNCH(k, "matvec_q<nt=1,2 rows>", kf, (unsigned)((N + rpb2 - 1) / rpb2), MV_THREADS,
-                0, w, w_nb1, x, nb, nunits, (int)N, dst, tpr2);
+                0, w, w_nb1, x, nb, nunits, (int)N, dst, tpr2, e);
     } else if (M == 1) {
         auto kf = mmvq_kernel<T, 1>;
         KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1, tpr);
+                (int)N, (int)M, dst, dst_nb1, tpr, e);
     } else if (M == 2) {
         auto kf = mmvq_kernel<T, 2>;
         KLAUNCH(k, "matvec_q<nt=2>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1, tpr);
+                (int)N, (int)M, dst, dst_nb1, tpr, e);
     } else if (M <= 4) {
         auto kf = mmvq_kernel<T, 4>;
         KLAUNCH(k, "matvec_q<nt=4>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1, tpr);
+                (int)N, (int)M, dst, dst_nb1, tpr, e);
     } else if (M <= 8) {
         auto kf = mmvq_kernel<T, 8>;
         KLAUNCH(k, "matvec_q<nt=8>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,
-                (int)N, (int)M, dst, dst_nb1, tpr);
+                (int)N, (int)M, dst, dst_nb1, tpr, e);
     } else {
         return k_fail(k, "matvec_q", "more than 8 columns");
     }
@@ -560,21 +664,41 @@ extern "C" int k_matvec_q_supported(uint32_t type)
     }
 }
 
-extern "C" int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
-                          int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1)
+static kepi_d epi_of(const struct kepi *epi)
 {
+    kepi_d e = {NULL, 0, NULL, 0};
+    if (epi && epi->dst2 && epi->add) {
+        e.add = epi->add;
+        e.add_nb1 = epi->add_nb1;
+        e.dst2 = epi->dst2;
+        e.dst2_nb1 = epi->dst2_nb1;
+    }
+    return e;
+}
+
+extern "C" int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K,
+                              int64_t N, int64_t w_nb1, const void *xq, int64_t M, float *dst,
+                              int64_t dst_nb1, const struct kepi *epi)
+{
+    kepi_d e = epi_of(epi);
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
     default:
         return k_fail(k, "matvec_q", "weight type has no dp4a kernel");
     }
+}
+
+extern "C" int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                          int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1)
+{
+    return k_matvec_q_epi(k, type, W, K, N, w_nb1, xq, M, dst, dst_nb1, NULL);
 }
 
 /* ---- float weights ---- */
@@ -617,8 +741,8 @@ template <int T> __device__ __forceinline__ void ldw8(const uint8_t *row, int64_
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     mmvf_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int64_t K, const float *__restrict__ x,
-                int64_t x_nb1, int N, int M, float *__restrict__ dst, int64_t dst_nb1, int vec,
-                int tpr)
+                int64_t x_nb1, int N, int M, float *dst, int64_t dst_nb1, int vec,
+                int tpr, kepi_d e)
 {
     int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
     int lane = threadIdx.x % tpr;
@@ -649,12 +773,13 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
             if (NT == 1 || t < M)
                 acc[t] += w * ((const float *)((const char *)x + t * x_nb1))[i];
     }
-    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1);
+    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
 template <int T>
 static int launch_mmvf(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-                       const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1)
+                       const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1,
+                       kepi_d e0)
 {
     int es = T == MINFER_TYPE_F32 ? 4 : 2;
     /* vector loads need every row start 16-byte aligned (weights and x) */
@@ -668,36 +793,50 @@ static int launch_mmvf(struct kctx *k, const void *W, int64_t K, int64_t N, int6
         int64_t mc = M - m0 < 8 ? M - m0 : 8;
         const float *xs = (const float *)((const char *)x + m0 * x_nb1);
         float *ds = (float *)((char *)dst + m0 * dst_nb1);
+        kepi_d e = e0;
+        if (e.dst2) {
+            e.add = (const float *)((const char *)e.add + m0 * e.add_nb1);
+            e.dst2 = (float *)((char *)e.dst2 + m0 * e.dst2_nb1);
+        }
         if (mc == 1) {
             auto kf = mmvf_kernel<T, 1>;
             KLAUNCH(k, "matvec_f<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr, e);
         } else if (mc == 2) {
             auto kf = mmvf_kernel<T, 2>;
             KLAUNCH(k, "matvec_f<nt=2>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr, e);
         } else if (mc <= 4) {
             auto kf = mmvf_kernel<T, 4>;
             KLAUNCH(k, "matvec_f<nt=4>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr, e);
         } else {
             auto kf = mmvf_kernel<T, 8>;
             KLAUNCH(k, "matvec_f<nt=8>", kf, grid, MV_THREADS, 0, w, w_nb1, K, xs, x_nb1,
-                    (int)N, (int)mc, ds, dst_nb1, vec, tpr);
+                    (int)N, (int)mc, ds, dst_nb1, vec, tpr, e);
         }
     }
     return 0;
+}
+
+extern "C" int k_matvec_f_epi(struct kctx *k, uint32_t type, const void *W, int64_t K,
+                              int64_t N, int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M,
+                              float *dst, int64_t dst_nb1, const struct kepi *epi)
+{
+    kepi_d e = epi_of(epi);
+    switch (type) {
+        K_TYPE_CASE(MINFER_TYPE_F32, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_F16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, e)
+        K_TYPE_CASE(MINFER_TYPE_BF16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1,
+                    e)
+    default:
+        return k_fail(k, "matvec_f", "weight type is not f32/f16/bf16");
+    }
 }
 
 extern "C" int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                           int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
                           int64_t dst_nb1)
 {
-    switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_F32, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_F16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_BF16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
-    default:
-        return k_fail(k, "matvec_f", "weight type is not f32/f16/bf16");
-    }
+    return k_matvec_f_epi(k, type, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, NULL);
 }

@@ -175,6 +175,62 @@ extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct
     return 0;
 }
 
+/* RMS norm whose output also goes out as q8_1 blocks (the layout of
+ * k_quantize_q8_1, row r at r * ne0/32 * 40 bytes): one warp per block of
+ * 32 values, the same value and the same quantization arithmetic as the
+ * two separate kernels, so both outputs are bit-identical to them. */
+__global__ void rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps,
+                                     uint8_t *xq)
+{
+    int64_t r = blockIdx.x;
+    const float *xr = (const float *)view_row(x, r);
+    float *o = (float *)view_row(dst, r);
+    int64_t n = x.ne[0];
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += xr[i] * xr[i];
+    __shared__ float red[32];
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            red[0] = v;
+    }
+    __syncthreads();
+    float scale = rsqrtf(red[0] / (float)n + eps);
+    int nb = (int)(n / 32), lane = threadIdx.x % 32;
+    uint8_t *row = xq + (size_t)r * (size_t)nb * 40;
+    for (int b = threadIdx.x / 32; b < nb; b += blockDim.x / 32) {
+        int64_t i = (int64_t)b * 32 + lane;
+        float v = w ? xr[i] * scale * w[i] : xr[i] * scale;
+        o[i] = v;
+        float amax = warp_max(fabsf(v));
+        float d = amax / 127.0f;
+        int q = d != 0.0f ? __float2int_rn(v / d) : 0;
+        float qs = warp_sum((float)q);
+        ((int8_t *)row)[b * 32 + lane] = (int8_t)q;
+        if (lane == 0)
+            ((float2 *)(row + 32 * (size_t)nb))[b] = make_float2(d, d * qs);
+    }
+}
+
+extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview dst,
+                               float eps, void *xq)
+{
+    int64_t rows = nrows(x);
+    if (x.ne[0] % 32 || dst.ne[2] != 1 || dst.ne[3] != 1)
+        return k_fail(k, "rms_norm_q8_1", "rows not a multiple of 32 or dst not 2-D");
+    if (grid_ok(k, "rms_norm_q8_1", rows))
+        return -1;
+    KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, 256, 0, x, w, dst, eps,
+            (uint8_t *)xq);
+    return 0;
+}
+
 /* ---- RoPE (NeoX) ---- */
 
 __global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, float base,
