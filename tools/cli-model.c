@@ -174,6 +174,8 @@ int cli_parse(int argc, char **argv, unsigned takes, struct cli_opts *o)
                 o->all = true;
             else if (IS("--no-graphs"))
                 o->no_graphs = true;
+            else if (IS("--no-think"))
+                o->no_think = true;
             else if (a[0] != '-' && (takes & CLI_TAKES_PROMPT) && !o->prompt)
                 o->prompt = a;
             else {
@@ -364,6 +366,33 @@ static int parse_ids(const char *cmd, const char *s, int32_t **ids, size_t *n)
     return 0;
 }
 
+int cli_chat_render(const char *cmd, const struct cli_opts *o, const struct cli_session *s,
+                    const struct minfer_chat_msg *msgs, size_t n, char **text, size_t *len)
+{
+    struct minfer_chat_opts co = {
+        .struct_size = sizeof co, .add_generation_prompt = true,
+        .enable_thinking = o->no_think ? -1 : 0,
+    };
+    char err[256] = "";
+    size_t need = 0;
+    *text = NULL;
+    minfer_status st = minfer_chat_render_opts(s->tok, MINFER_CHAT_UNKNOWN, msgs, n, &co, NULL,
+                                               0, &need, err, sizeof err);
+    char *r = (st == MINFER_OK || st == MINFER_ERR_RANGE) ? malloc(need + 1) : NULL;
+    if (r)
+        st = minfer_chat_render_opts(s->tok, MINFER_CHAT_UNKNOWN, msgs, n, &co, r, need + 1,
+                                     &need, err, sizeof err);
+    if (!r || st != MINFER_OK) {
+        fprintf(stderr, "minfer %s: chat template: %s\n", cmd,
+                err[0] ? err : minfer_status_str(st));
+        free(r);
+        return 1;
+    }
+    *text = r;
+    *len = need;
+    return 0;
+}
+
 int cli_prompt_ids(const char *cmd, const struct cli_opts *o, const struct cli_session *s,
                    int32_t **ids, size_t *n)
 {
@@ -387,24 +416,14 @@ int cli_prompt_ids(const char *cmd, const struct cli_opts *o, const struct cli_s
         if (o->system)
             msgs[nm++] = (struct minfer_chat_msg){"system", o->system};
         msgs[nm++] = (struct minfer_chat_msg){"user", text};
-        size_t need = 0;
-        char err[256] = "";
-        minfer_status st = minfer_chat_render(s->tok, MINFER_CHAT_UNKNOWN, msgs, nm, true, NULL,
-                                              0, &need, err, sizeof err);
-        char *r = (st == MINFER_OK || st == MINFER_ERR_RANGE) ? malloc(need + 1) : NULL;
-        if (r)
-            st = minfer_chat_render(s->tok, MINFER_CHAT_UNKNOWN, msgs, nm, true, r, need + 1,
-                                    &need, err, sizeof err);
-        if (!r || st != MINFER_OK) {
-            fprintf(stderr, "minfer %s: chat template: %s\n", cmd,
-                    err[0] ? err : minfer_status_str(st));
-            free(r);
-            free(text);
-            return 1;
-        }
+        char *r = NULL;
+        size_t rlen = 0;
+        int rc = cli_chat_render(cmd, o, s, msgs, nm, &r, &rlen);
         free(text);
+        if (rc)
+            return rc;
         text = r;
-        len = need;
+        len = rlen;
     }
     int rc = cli_tokenize(cmd, s, text, len, o->chat || !o->no_special, ids, n);
     free(text);

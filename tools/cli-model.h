@@ -35,6 +35,7 @@ struct cli_opts {
     uint32_t type_k, type_v;    /* -ctk / -ctv / --cache-type */
     struct minfer_sampler_params sp;
     bool chat, no_special, json, all, no_graphs;
+    bool no_think;              /* --no-think: Qwen3's empty <think></think> */
 };
 
 /* Which flags a command takes beyond the model/context/sampling ones. */
@@ -71,6 +72,11 @@ int cli_prompt_ids(const char *cmd, const struct cli_opts *o, const struct cli_s
 /* Token ids of text (special tokens matched unless no_special). */
 int cli_tokenize(const char *cmd, const struct cli_session *s, const char *text, size_t len,
                  bool special, int32_t **ids, size_t *n);
+
+/* Renders msgs[n] with the model's chat template (plus the assistant
+ * header); *text is malloc'd. Prints errors. */
+int cli_chat_render(const char *cmd, const struct cli_opts *o, const struct cli_session *s,
+                    const struct minfer_chat_msg *msgs, size_t n, char **text, size_t *len);
 
 /* minfer_progress_cb drawing "label [####....] 42%" on a terminal. */
 bool cli_progress_bar(uint64_t done, uint64_t total, void *label);

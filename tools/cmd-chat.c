@@ -19,6 +19,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: minfer chat -m MODEL [--system TEXT] [options]\n"
                "  -n N               most tokens per reply (default 128)\n"
                "  --system TEXT      system message\n"
+               "  --no-think         Qwen3: answer without a thinking block\n"
                "  type a message and Enter; an empty line or end of input quits\n");
     cli_common_usage(f);
     cli_sampling_usage(f);
@@ -46,32 +47,16 @@ static int conv_add(struct conv *c, const char *role, const char *text)
     return 0;
 }
 
-static char *render(const struct cli_session *s, const struct conv *c, size_t *len)
-{
-    char err[256] = "";
-    size_t need = 0;
-    minfer_status st = minfer_chat_render(s->tok, MINFER_CHAT_UNKNOWN, c->msgs, c->n, true, NULL,
-                                          0, &need, err, sizeof err);
-    char *r = (st == MINFER_OK || st == MINFER_ERR_RANGE) ? malloc(need + 1) : NULL;
-    if (r && minfer_chat_render(s->tok, MINFER_CHAT_UNKNOWN, c->msgs, c->n, true, r, need + 1,
-                                &need, err, sizeof err) == MINFER_OK) {
-        *len = need;
-        return r;
-    }
-    fprintf(stderr, "minfer chat: chat template: %s\n", err[0] ? err : minfer_status_str(st));
-    free(r);
-    return NULL;
-}
-
 /* One assistant turn: prefill what the cache lacks, then generate. The
  * cache's token ids are tracked in *cached / *n_cached. */
 static int turn(const struct cli_opts *o, struct cli_session *s, struct minfer_sampler *smp,
                 struct conv *c, int32_t **cached, size_t *n_cached, size_t *cap_cached)
 {
     size_t len = 0, n_ids = 0;
-    char *text = render(s, c, &len);
+    char *text = NULL;
     int32_t *ids = NULL;
-    if (!text || cli_tokenize("chat", s, text, len, true, &ids, &n_ids)) {
+    if (cli_chat_render("chat", o, s, c->msgs, c->n, &text, &len) ||
+        cli_tokenize("chat", s, text, len, true, &ids, &n_ids)) {
         free(text);
         return 1;
     }

@@ -17,6 +17,7 @@ static void usage(FILE *f)
                "                     generation or a full context); prints only new text\n"
                "  --chat             wrap the prompt in the model's chat template\n"
                "  --system TEXT      system message with --chat\n"
+               "  --no-think         Qwen3 with --chat: answer without a thinking block\n"
                "  --no-special       do not match special tokens written in the text\n"
                "  --json             print one JSON object (prompt_ids, generated_ids, text,\n"
                "                     timings) instead of streaming\n");
