@@ -104,12 +104,12 @@ void graph_alloc(struct graph *g, size_t align)
             t->offs = plan_take(&p, align_up(t->size, align));
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
-        struct gtensor *d = owner_of(gt_of(g->nodes[i].dst));
+        struct gtensor *d = gt_owner(gt_of(g->nodes[i].dst));
         if (d->in_arena && d->producer == (int32_t)i && !(d->t.flags & MINFER_TENSOR_INPUT))
             d->offs = plan_take(&p, align_up(d->size, align));
         /* Free what this node read last (and its own result if unread). */
         for (uint32_t s = 0; s < g->nodes[i].n_src + 1; s++) {
-            struct gtensor *o = owner_of(gt_of(s < g->nodes[i].n_src ? g->nodes[i].src[s]
+            struct gtensor *o = gt_owner(gt_of(s < g->nodes[i].n_src ? g->nodes[i].src[s]
                                                                        : g->nodes[i].dst));
             if (!o->in_arena || (o->t.flags & (MINFER_TENSOR_INPUT | MINFER_TENSOR_OUTPUT)))
                 continue;

@@ -165,7 +165,7 @@ struct gtensor *graph_fixed(struct graph *g, uint32_t type, const int64_t ne[4],
     return t;
 }
 
-struct gtensor *owner_of(struct gtensor *t)
+struct gtensor *gt_owner(struct gtensor *t)
 {
     return t->view_src ? t->view_src : t;
 }
@@ -192,7 +192,7 @@ struct gtensor *graph_view(struct graph *g, struct gtensor *src, const int64_t n
         return NULL;
     }
     t->size = span;
-    t->view_src = owner_of(src);
+    t->view_src = gt_owner(src);
     t->view_offs = (src->view_src ? src->view_offs : 0) + offs;
     if (!t->view_src->in_arena)
         t->t.data = (char *)t->view_src->t.data + t->view_offs;
@@ -426,7 +426,7 @@ struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtens
 void graph_set_output(struct graph *g, struct gtensor *t)
 {
     if (t)
-        owner_of(t)->t.flags |= MINFER_TENSOR_OUTPUT;
+        gt_owner(t)->t.flags |= MINFER_TENSOR_OUTPUT;
     if (t && t->view_src)
         t->t.flags |= MINFER_TENSOR_OUTPUT;
 }
@@ -445,11 +445,11 @@ void graph_index(struct graph *g)
         struct minfer_node *n = &g->nodes[i];
         n->index = (uint32_t)i;
         for (uint32_t s = 0; s < n->n_src; s++) {
-            struct gtensor *o = owner_of(gt_of(n->src[s]));
+            struct gtensor *o = gt_owner(gt_of(n->src[s]));
             o->n_readers++;
             o->last_use = (int32_t)i;
         }
-        struct gtensor *d = owner_of(gt_of(n->dst));
+        struct gtensor *d = gt_owner(gt_of(n->dst));
         if (d->in_arena)
             d->producer = (int32_t)i;
     }

@@ -108,7 +108,7 @@ void graph_set_output(struct graph *g, struct gtensor *t);
 /* ---- passes ---- */
 
 /* The tensor owning t's storage (t itself unless a view). */
-struct gtensor *owner_of(struct gtensor *t);
+struct gtensor *gt_owner(struct gtensor *t);
 /* Recomputes node indices, producers, reader counts and last uses. */
 void graph_index(struct graph *g);
 
