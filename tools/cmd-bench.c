@@ -16,8 +16,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: minfer bench [-m MODEL] [-p 512] [-n 128] [-r 5] [options]\n"
-               "  -p N               prompt tokens per pp test (0 = skip)\n"
-               "  -n N               generated tokens per tg test (0 = skip)\n"
+               "  -p N[,N...]        prompt tokens per pp test (0 = skip)\n"
+               "  -n N[,N...]        generated tokens per tg test (0 = skip)\n"
                "  -r N               repetitions (default 5)\n"
                "  --arch A --shape S --type T   synthetic model without -m\n"
                "                     (default qwen2 qwen2.5-0.5b Q4_K_M)\n");
@@ -97,10 +97,33 @@ static struct minfer_gguf *synth_model(const char *arch, const char *shape, cons
     return g;
 }
 
+#define BENCH_MAX_TESTS 8
+
+/* "512" or "512,2048" into v; the count, or -1 when malformed. */
+static int parse_list(const char *s, int32_t *v)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > (1 << 20) || n == BENCH_MAX_TESTS)
+            return -1;
+        v[n++] = (int32_t)x;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return n;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    /* Synthetic-model options are bench's own; peel them off first. */
+    /* Synthetic-model options and the -p/-n lists are bench's own; peel
+     * them off first. */
     const char *arch = "qwen2", *shape = "qwen2.5-0.5b", *type = "Q4_K_M";
+    const char *pp_list = "512", *tg_list = "128";
     char **rest = malloc(sizeof *rest * (size_t)(argc + 1));
     int nrest = 0;
     if (!rest)
@@ -112,17 +135,32 @@ int cmd_bench(int argc, char **argv)
             shape = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--type"))
             type = argv[++i];
+        else if (i + 1 < argc && (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--n-prompt")))
+            pp_list = argv[++i];
+        else if (i + 1 < argc && (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-gen")))
+            tg_list = argv[++i];
         else
             rest[nrest++] = argv[i];
     }
     struct cli_opts o;
     int rc = cli_parse(nrest, rest, CLI_BENCH, &o);
     free(rest);
+    int32_t pps[BENCH_MAX_TESTS], tgs[BENCH_MAX_TESTS];
+    int n_pps = rc ? 0 : parse_list(pp_list, pps), n_tgs = rc ? 0 : parse_list(tg_list, tgs);
+    if (!rc && (n_pps < 0 || n_tgs < 0)) {
+        fprintf(stderr, "minfer bench: -p and -n take counts like 512 or 512,2048 (at most %d)\n",
+                BENCH_MAX_TESTS);
+        rc = 2;
+    }
     if (rc) {
         usage(rc == 1 ? stdout : stderr);
         return rc == 1 ? 0 : 2;
     }
-    int32_t n_pp = o.n_prompt, n_tg = o.n_predict;
+    int32_t n_pp = 0, n_tg = 0;
+    for (int i = 0; i < n_pps; i++)
+        n_pp = pps[i] > n_pp ? pps[i] : n_pp;
+    for (int i = 0; i < n_tgs; i++)
+        n_tg = tgs[i] > n_tg ? tgs[i] : n_tg;
     if (!o.n_ctx)
         o.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;
     if (!o.n_batch)
@@ -178,9 +216,9 @@ int cmd_bench(int argc, char **argv)
     printf("| model | size | params | backend | threads | test | t/s |\n");
     printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
     fflush(stdout);
-    for (int test = 0; test < 2; test++) {
-        bool gen = test == 1;
-        int32_t n = gen ? n_tg : n_pp;
+    for (int test = 0; test < n_pps + n_tgs; test++) {
+        bool gen = test >= n_pps;
+        int32_t n = gen ? tgs[test - n_pps] : pps[test];
         if (n <= 0)
             continue;
         /* warm-up */
