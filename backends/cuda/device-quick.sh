@@ -65,6 +65,12 @@ wait_file $M7 && {
   bench "7b fused" "" -m $M7 -p 0 -n 64 -r 2
   bench "7b NO_FUSE" "MINFER_CUDA_NO_FUSE=1" -m $M7 -p 0 -n 64 -r 2
 }
+# per-op time with every node synchronised (no graphs): where a pass goes
+if [ -f $M15 ] && [ "$(left)" -gt 20 ]; then
+  MINFER_PROFILE=1 timeout $(( $(left) - 5 )) ./bin/minfer bench --backend cuda -m $M15 -p 0 \
+    -n 16 -r 1 > "$OUT/profile.log" 2>&1
+  grep -A14 "profile" "$OUT/profile.log" | cut -c1-160 | head -40
+fi
 cat "$OUT/synth.log"
 kill $SYN 2>/dev/null
 echo "all done at $(( $(date +%s) - T0 )) s"
