@@ -47,15 +47,14 @@ static void mm512_q4_k_2(int, const void *, size_t, const void *, size_t, int, f
 static void mm512_q5_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 #define KSET_MM2                                                                            \
-    .nc2 = {[MINFER_TYPE_Q4_0] = 8, [MINFER_TYPE_Q4_1] = 8, [MINFER_TYPE_Q5_0] = 8,             \
-            [MINFER_TYPE_Q5_1] = 8, [MINFER_TYPE_Q8_0] = 8, [MINFER_TYPE_Q4_K] = 4,             \
-            [MINFER_TYPE_Q5_K] = 4, [MINFER_TYPE_Q6_K] = 4},                                    \
-    .mm2 = {                                                                                \
-        [MINFER_TYPE_Q4_0] = mm512_q4_0_2, [MINFER_TYPE_Q4_1] = mm512_q4_1_2,               \
-        [MINFER_TYPE_Q5_0] = mm512_q5_0_2, [MINFER_TYPE_Q5_1] = mm512_q5_1_2,               \
-        [MINFER_TYPE_Q8_0] = mm512_q8_0_2, [MINFER_TYPE_Q4_K] = mm512_q4_k_2,               \
-        [MINFER_TYPE_Q5_K] = mm512_q5_k_2, [MINFER_TYPE_Q6_K] = mm512_q6_k_2,               \
-    },
+    [MINFER_TYPE_Q4_0] = mm512_q4_0_2, [MINFER_TYPE_Q4_1] = mm512_q4_1_2,                   \
+    [MINFER_TYPE_Q5_0] = mm512_q5_0_2, [MINFER_TYPE_Q5_1] = mm512_q5_1_2,                   \
+    [MINFER_TYPE_Q8_0] = mm512_q8_0_2, [MINFER_TYPE_Q4_K] = mm512_q4_k_2,                   \
+    [MINFER_TYPE_Q5_K] = mm512_q5_k_2, [MINFER_TYPE_Q6_K] = mm512_q6_k_2
+#define KSET_NC2                                                                            \
+    [MINFER_TYPE_Q4_0] = 8, [MINFER_TYPE_Q4_1] = 8, [MINFER_TYPE_Q5_0] = 8,                 \
+    [MINFER_TYPE_Q5_1] = 8, [MINFER_TYPE_Q8_0] = 8, [MINFER_TYPE_Q4_K] = 4,                 \
+    [MINFER_TYPE_Q5_K] = 4, [MINFER_TYPE_Q6_K] = 4
 
 #include "kernels-x86.inc"
 

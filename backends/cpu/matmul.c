@@ -14,7 +14,9 @@
 
 #include "cpu-internal.h"
 
-#define COL_BLOCK 64 /* activation columns kept hot in L2 per weight chunk */
+/* Activation columns walked per weight chunk: as many as fit in about
+ * 512 KiB (half of a Zen 4/5 L2), at least 8 and at most 64. */
+#define COL_BYTES (512u << 10)
 
 enum act_kind { ACT_F32, ACT_Q8, ACT_Q8K };
 
@@ -75,6 +77,7 @@ struct mm_task {
     size_t act_stride;
     const struct minfer_tensor *dst;
     int chunk;               /* weight rows per chunk */
+    int col_block;           /* activation columns per walk */
     atomic_int next;
 };
 
@@ -95,8 +98,8 @@ static void mm_worker(void *arg, int ith, int nth)
         if (ch >= n_chunks)
             break;
         int r0 = ch * t->chunk, r1 = r0 + t->chunk < t->N ? r0 + t->chunk : t->N;
-        for (int c0 = 0; c0 < t->M; c0 += COL_BLOCK) {
-            int c1 = c0 + COL_BLOCK < t->M ? c0 + COL_BLOCK : t->M;
+        for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
+            int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
             for (int r = r0; r < r1;) {
                 /* two weight rows per pass where the kernel set has it */
                 int R = t->fn2 && r + 1 < r1 ? 2 : 1;
@@ -176,6 +179,8 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     memset(&t, 0, sizeof t);
     t.fn = fn;
     t.nc = kind == ACT_F32 ? 4 : be->k->nc;
+    size_t cb = COL_BYTES / stride;
+    t.col_block = cb < 8 ? 8 : cb > 64 ? 64 : (int)cb;
     t.fn2 = M > 1 ? be->k->mm2[w->type] : NULL; /* decode streams one row at a time */
     t.nc2 = be->k->nc2[w->type];
     t.w0 = w->data;
