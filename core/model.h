@@ -180,5 +180,10 @@ struct gtensor *build_ffn(struct build *b, int il, struct gtensor *x);
 /* Final norm, the rows that need logits, and the output projection (tied
  * to token_embd when output.weight is absent). */
 void build_output(struct build *b, struct gtensor *x);
+/* The pre-norm decoder stack: embeddings, per layer x += attn(norm(x)) and
+ * x += ffn(norm(x)), then the output head. What differs between
+ * architectures that share it (biases, Q/K norms) is in their tensor
+ * tables, which the blocks read. */
+void build_prenorm_decoder(struct build *b);
 
 #endif /* MINFER_CORE_MODEL_H */

@@ -165,3 +165,22 @@ void build_output(struct build *b, struct gtensor *x)
     b->out_logits = graph_mul_mat(b->g, w, x, "output");
     graph_set_output(b->g, b->out_logits);
 }
+
+/* ---- whole decoder ---- */
+
+void build_prenorm_decoder(struct build *b)
+{
+    char lab[64];
+    struct gtensor *x = build_inputs_embed(b);
+    for (int il = 0; il < (int)b->hp->n_layer; il++) {
+        snprintf(lab, sizeof lab, "blk.%d.attn_norm", il);
+        struct gtensor *h = build_norm(b, x, il, W_ATTN_NORM, lab);
+        snprintf(lab, sizeof lab, "blk.%d.attn_residual", il);
+        x = graph_add(b->g, x, build_attn(b, il, h), lab);
+        snprintf(lab, sizeof lab, "blk.%d.ffn_norm", il);
+        h = build_norm(b, x, il, W_FFN_NORM, lab);
+        snprintf(lab, sizeof lab, "blk.%d.ffn_residual", il);
+        x = graph_add(b->g, x, build_ffn(b, il, h), lab);
+    }
+    build_output(b, x);
+}

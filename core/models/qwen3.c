@@ -5,7 +5,6 @@
  * n_embd / n_head.
  */
 #include <stddef.h>
-#include <stdio.h>
 
 #include "model.h"
 
@@ -47,26 +46,9 @@ static const struct tensor_spec qwen3_tensors[] = {
     {NULL, false, 0, WK_MATRIX, false, {DIM_1, DIM_1}},
 };
 
-static void qwen3_build(struct build *b)
-{
-    char lab[64];
-    struct gtensor *x = build_inputs_embed(b);
-    for (int il = 0; il < (int)b->hp->n_layer; il++) {
-        snprintf(lab, sizeof lab, "blk.%d.attn_norm", il);
-        struct gtensor *h = build_norm(b, x, il, W_ATTN_NORM, lab);
-        snprintf(lab, sizeof lab, "blk.%d.attn_residual", il);
-        x = graph_add(b->g, x, build_attn(b, il, h), lab);
-        snprintf(lab, sizeof lab, "blk.%d.ffn_norm", il);
-        h = build_norm(b, x, il, W_FFN_NORM, lab);
-        snprintf(lab, sizeof lab, "blk.%d.ffn_residual", il);
-        x = graph_add(b->g, x, build_ffn(b, il, h), lab);
-    }
-    build_output(b, x);
-}
-
 const struct model_arch model_arch_qwen3 = {
     .name = "qwen3",
     .hparams = qwen3_hparams,
     .tensors = qwen3_tensors,
-    .build = qwen3_build,
+    .build = build_prenorm_decoder,
 };
