@@ -499,6 +499,34 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
     return MINFER_OK;
 }
 
+/* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
+ * as quantized activations: the combine pass then writes the q8_1 blocks
+ * into SLOT_XQ too and be->xq records them. */
+static minfer_status run_attention(struct minfer_backend *be, const struct minfer_node *n,
+                                   struct kctx *k, const struct minfer_node *xq_next)
+{
+    const struct minfer_tensor *s0 = n->src[0], *d = n->dst;
+    const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
+    size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+    void *part = NULL, *xq = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    if (st != MINFER_OK)
+        return node_fail(be, n, st, cu_ctx_error(be->c));
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
+    if (x) {
+        be->xq.valid = false;
+        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
+        if (st != MINFER_OK)
+            return node_fail(be, n, st, cu_ctx_error(be->c));
+    }
+    LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                         (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                         n->src[4]->data, n->fparams[0], view_of(d), part, xq));
+    if (x)
+        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
+    return MINFER_OK;
+}
+
 static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n,
                           struct kctx *k)
 {
@@ -570,18 +598,8 @@ static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n
         LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
                           d->ne[1]));
         return MINFER_OK;
-    case MINFER_OP_ATTENTION: {
-        const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
-        size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
-        void *part = NULL;
-        minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
-        if (st != MINFER_OK)
-            return node_fail(be, n, st, cu_ctx_error(be->c));
-        LAUNCH(k_attention(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
-                           (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
-                           n->src[4]->data, n->fparams[0], view_of(d), part));
-        return MINFER_OK;
-    }
+    case MINFER_OP_ATTENTION:
+        return run_attention(be, n, k, NULL);
     default:
         return node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
     }
@@ -731,6 +749,54 @@ static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a
            x->ne[1] <= MMV_MAX_NT && w->ne[0] == d->ne[0];
 }
 
+/* Two nodes that may run in one launch: neither writes what the other
+ * reads or writes. */
+static int independent(const struct minfer_node *n, const struct minfer_node *a)
+{
+    return !overlaps(n->dst, a->src[0]) && !overlaps(a->dst, n->src[0]) &&
+           !overlaps(n->dst, a->dst) && !overlaps(n->dst, a->src[1]) &&
+           !overlaps(a->dst, n->src[1]);
+}
+
+/* ROPE, ROPE with the same positions and parameters (q and k). */
+static int rope_pair(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2)
+        return 0;
+    return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
+           n->iparams[0] == a->iparams[0] && n->fparams[0] == a->fparams[0] &&
+           n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2] &&
+           independent(n, a);
+}
+
+/* KV_STORE, KV_STORE with the same cells (k and v). */
+static int kv_pair(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_KV_STORE || a->op != MINFER_OP_KV_STORE || n->n_src < 2 ||
+        a->n_src < 2)
+        return 0;
+    return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
+           n->src[0]->ne[1] == a->src[0]->ne[1] && independent(n, a);
+}
+
+/* ATTENTION whose output a (the next node) reads, reshaped to
+ * [hd * n_head, T], as the activations of a quantized matvec. */
+static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ATTENTION || a->op != MINFER_OP_MUL_MAT || a->n_src < 2)
+        return 0;
+    const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];
+    int64_t hd = d->ne[0], nh = d->ne[1], T = d->ne[2];
+    if (!w || !x || !k_matvec_q_supported(w->type) || hd % 32 || d->type != MINFER_TYPE_F32 ||
+        x->type != MINFER_TYPE_F32 || d->ne[3] != 1)
+        return 0;
+    if (d->nb[0] != 4 || d->nb[1] != (size_t)hd * 4 || d->nb[2] != (size_t)(hd * nh) * 4)
+        return 0;
+    return x->data == d->data && x->ne[0] == hd * nh && x->ne[1] == T && x->ne[2] == 1 &&
+           x->ne[3] == 1 && x->nb[0] == 4 && x->nb[1] == d->nb[2] && T <= MMV_MAX_NT &&
+           w->ne[0] == x->ne[0];
+}
+
 /* The norm node n with its q8_1 output left in SLOT_XQ for the next node. */
 static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_node *n,
                                 struct kctx *k)
@@ -782,6 +848,29 @@ static minfer_status capture_window(struct minfer_backend *be,
             xq_note_write(be, a->dst);
             __atomic_add_fetch(&g_fused_adds, 1, __ATOMIC_RELAXED);
             i++;
+            continue;
+        }
+        if (a && !be->fuse_off && (rope_pair(n, a) || kv_pair(n, a)) &&
+            !validate(a, 1, why, sizeof(why))) {
+            if (n->op == MINFER_OP_ROPE) {
+                if (k_rope2(k, view_of(n->src[0]), view_of(n->dst), view_of(a->src[0]),
+                            view_of(a->dst), n->src[1]->data, n->iparams[0], n->fparams[0],
+                            n->fparams[1]))
+                    st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+            } else {
+                const struct minfer_tensor *d0 = n->dst, *d1 = a->dst;
+                if (k_kv_store2(k, view_of(n->src[0]), d0->type, d0->data, (int64_t)d0->nb[1],
+                                d0->ne[1], view_of(a->src[0]), d1->type, d1->data,
+                                (int64_t)d1->nb[1], d1->ne[1], n->src[1]->data))
+                    st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+            }
+            xq_note_write(be, n->dst);
+            xq_note_write(be, a->dst);
+            i++;
+            continue;
+        }
+        if (a && !be->fuse_off && attn_feeds_q(n, a)) {
+            st = run_attention(be, n, k, a); /* notes its own write */
             continue;
         }
         if (a && !be->fuse_off && norm_feeds_q(n, a)) {

@@ -27,16 +27,18 @@ cmake -S . -B $B -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
   -DMINFER_FIXTURES_DIR="$SRC/.fixtures" \
   -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu > "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $B -j16 minfer-cuda minfer-cpu minfer-cli test-cuda-e2e test-cuda-plugin test-cuda-ops \
+ninja -C $B -j16 minfer-cuda minfer-cpu minfer-cli test-fixture test-cuda-e2e test-cuda-plugin test-cuda-ops \
   >> "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 echo "build done at $(( $(date +%s) - T0 )) s"
 cd $B
-M15=/tmp/q25-1.5b-q4km.gguf M7=/tmp/q25-7b-q4km.gguf
+M15=/tmp/q25-1.5b-q4km.gguf M7=/tmp/q25-7b-q4km.gguf M8=/tmp/q3-8b-q4km.gguf
 # models on the CPU (12 threads) while the GPU runs the suites
 ( ./bin/minfer synth --arch qwen2 --shape qwen2.5-1.5b --type Q4_K_M --threads 12 -o $M15 &&
   echo "synth 1.5b done at $(( $(date +%s) - T0 )) s" &&
   ./bin/minfer synth --arch qwen2 --shape qwen2.5-7b --type Q4_K_M --threads 12 -o $M7 &&
-  echo "synth 7b done at $(( $(date +%s) - T0 )) s" ) > "$OUT/synth.log" 2>&1 &
+  echo "synth 7b done at $(( $(date +%s) - T0 )) s" &&
+  ./bin/minfer synth --arch qwen3 --shape qwen3-8b --type Q4_K_M --threads 12 -o $M8 &&
+  echo "synth qwen3-8b done at $(( $(date +%s) - T0 )) s" ) > "$OUT/synth.log" 2>&1 &
 SYN=$!
 {
   echo "== cuda-plugin"; timeout 40 ./bin/test-cuda-plugin 2>&1
@@ -65,6 +67,11 @@ wait_file $M7 && {
   bench "7b fused" "" -m $M7 -p 0 -n 64 -r 2
   bench "7b NO_FUSE" "MINFER_CUDA_NO_FUSE=1" -m $M7 -p 0 -n 64 -r 2
 }
+wait_file $M8 && {
+  bench "qwen3-8b fused" "" -m $M8 -p 0 -n 64 -r 2
+  bench "qwen3-8b NO_FUSE" "MINFER_CUDA_NO_FUSE=1" -m $M8 -p 0 -n 64 -r 2
+}
+[ -f $M7 ] && bench "7b fused pp512+tg128" "" -m $M7 -p 512 -n 128 -r 3
 # per-op time with every node synchronised (no graphs): where a pass goes
 if [ -f $M15 ] && [ "$(left)" -gt 20 ]; then
   MINFER_PROFILE=1 timeout $(( $(left) - 5 )) ./bin/minfer bench --backend cuda -m $M15 -p 0 \

@@ -120,6 +120,11 @@ int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
            float freq_base, float freq_scale);
 
+/* Two k_rope calls with the same positions and parameters in one launch
+ * (x0/x1 with equal token counts; the pairs must not overlap). */
+int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
+            const int32_t *pos, int n_rot, float freq_base, float freq_scale);
+
 enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by
  * modulo for ADD/MUL); SWIGLU needs equal shapes. F32. */
@@ -136,6 +141,11 @@ int k_copy(struct kctx *k, uint32_t src_type, struct kview src, uint32_t dst_typ
 int k_kv_store(struct kctx *k, struct kview src, const int32_t *cells, uint32_t dst_type,
                void *dst, int64_t dst_nb1, int64_t n_cells);
 
+/* Two k_kv_store calls with the same cells in one launch. */
+int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d0, int64_t nb0, int64_t nc0,
+                struct kview s1, uint32_t t1, void *d1, int64_t nb1, int64_t nc1,
+                const int32_t *cells);
+
 /* Number of KV splits the attention launch uses for these shapes (a
  * function of shapes only, so a captured launch replays for any kv_len). */
 int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells);
@@ -148,6 +158,14 @@ int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc
                 const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                 int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
                 struct kview dst, void *scratch);
+
+/* k_attention that also writes dst as q8_1 blocks into xq (rows of
+ * hd * n_head values per token, what k_quantize_q8_1 of dst would give,
+ * bit for bit); head_dim % 32 == 0. xq NULL: k_attention. */
+int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                  const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+                  int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+                  struct kview dst, void *scratch, void *xq);
 
 #ifdef __cplusplus
 }

@@ -149,8 +149,11 @@ __global__ void __launch_bounds__(A_THREADS)
     }
 }
 
+/* xq (NULL: none): also the output as q8_1 blocks, rows of hd * n_head
+ * values per token (needs hd % 32 == 0: every warp then holds whole
+ * blocks), with k_quantize_q8_1's arithmetic, bit for bit. */
 __global__ void attn_combine(const float *__restrict__ part, int hd, int n_head, int n_splits,
-                             kview dst)
+                             kview dst, uint8_t *xq)
 {
     const int h = blockIdx.x, t = blockIdx.y;
     const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
@@ -171,7 +174,19 @@ __global__ void attn_combine(const float *__restrict__ part, int hd, int n_head,
             if (ps[hd] != -INFINITY)
                 a += ps[d] * expf(ps[hd] - M);
         }
-        o[d] = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
+        float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
+        o[d] = v;
+        if (xq) {
+            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
+            float amax = warp_max(fabsf(v));
+            float qd = amax / 127.0f;
+            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+            float qs = warp_sum((float)q);
+            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+            ((int8_t *)row)[col] = (int8_t)q;
+            if (lane == 0)
+                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+        }
     }
 }
 
@@ -210,6 +225,15 @@ extern "C" int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, con
                            int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
                            float scale, struct kview dst, void *scratch)
 {
+    return k_attention_q(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
+                         scale, dst, scratch, NULL);
+}
+
+extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                             const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
+                             int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
+                             float scale, struct kview dst, void *scratch, void *xq)
+{
     int64_t hd = q.ne[0], n_head = q.ne[1], nt = q.ne[2];
     if (hd <= 0 || hd > A_MAX_HD || hd % 4)
         return k_fail(k, "attention", "head_dim must be a multiple of 4 in 4..256");
@@ -247,8 +271,10 @@ extern "C" int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, con
     default:
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     }
+    if (xq && hd % 32)
+        return k_fail(k, "attention", "q8_1 output needs head_dim % 32 == 0");
     dim3 g2((unsigned)n_head, (unsigned)nt);
     KLAUNCH(k, "attention.combine", attn_combine, g2, 128, 0, (const float *)part, (int)hd,
-            (int)n_head, splits, dst);
+            (int)n_head, splits, dst, (uint8_t *)xq);
     return 0;
 }

@@ -233,10 +233,10 @@ extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, s
 
 /* ---- RoPE (NeoX) ---- */
 
-__global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, float base,
-                            float fscale)
+static __device__ __forceinline__ void rope_row(const kview &x, const int32_t *pos,
+                                                const kview &dst, int n_rot, float base,
+                                                float fscale, int64_t h, int64_t t)
 {
-    int64_t h = blockIdx.x, t = blockIdx.y;
     const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
     float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
     int half = n_rot / 2;
@@ -256,6 +256,24 @@ __global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, f
     }
 }
 
+__global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, float base,
+                            float fscale)
+{
+    rope_row(x, pos, dst, n_rot, base, fscale, blockIdx.x, blockIdx.y);
+}
+
+/* Two RoPE nodes with the same positions and parameters in one launch:
+ * heads [0, x0.ne[1]) of the first, then the second's. */
+__global__ void rope2_kernel(kview x0, kview d0, kview x1, kview d1, const int32_t *pos,
+                             int n_rot, float base, float fscale)
+{
+    int64_t h = blockIdx.x;
+    if (h < x0.ne[1])
+        rope_row(x0, pos, d0, n_rot, base, fscale, h, blockIdx.y);
+    else
+        rope_row(x1, pos, d1, n_rot, base, fscale, h - x0.ne[1], blockIdx.y);
+}
+
 extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
                       int n_rot, float freq_base, float freq_scale)
 {
@@ -263,6 +281,20 @@ extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct
         return k_fail(k, "rope", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
     dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
     KLAUNCH(k, "rope", rope_kernel, grid, 64, 0, x, pos, dst, n_rot, freq_base, freq_scale);
+    return 0;
+}
+
+extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1,
+                       struct kview d1, const int32_t *pos, int n_rot, float freq_base,
+                       float freq_scale)
+{
+    if (x0.ne[1] <= 0 || x1.ne[1] <= 0 || x0.ne[1] + x1.ne[1] > 0x7fffffff ||
+        x0.ne[2] != x1.ne[2] || x0.ne[2] <= 0 || x0.ne[2] > 65535 || x0.ne[3] != 1 ||
+        x1.ne[3] != 1)
+        return k_fail(k, "rope2", "shapes outside [hd, heads, 1..65535 (equal), 1]");
+    dim3 grid((unsigned)(x0.ne[1] + x1.ne[1]), (unsigned)x0.ne[2]);
+    KLAUNCH(k, "rope2", rope2_kernel, grid, 64, 0, x0, d0, x1, d1, pos, n_rot, freq_base,
+            freq_scale);
     return 0;
 }
 
@@ -354,10 +386,10 @@ extern "C" int k_copy(struct kctx *k, uint32_t src_type, struct kview src, uint3
 /* One block per token; for Q8_0 one warp per 32-element block, with the
  * reference quantizer's arithmetic (amax/127, 1/d, roundf), so the cache
  * bytes equal the CPU's. */
-__global__ void kv_store_kernel(kview src, const int32_t *cells, uint32_t dt, uint8_t *dst,
-                                int64_t dst_nb1, int64_t n_cells, unsigned *flags)
+static __device__ __forceinline__ void kv_store_row(const kview &src, const int32_t *cells,
+                                                    uint32_t dt, uint8_t *dst, int64_t dst_nb1,
+                                                    int64_t n_cells, unsigned *flags, int64_t t)
 {
-    int64_t t = blockIdx.x;
     int32_t c = cells[t];
     if (c < 0 || c >= n_cells) {
         if (threadIdx.x == 0)
@@ -388,6 +420,23 @@ __global__ void kv_store_kernel(kview src, const int32_t *cells, uint32_t dt, ui
     }
 }
 
+__global__ void kv_store_kernel(kview src, const int32_t *cells, uint32_t dt, uint8_t *dst,
+                                int64_t dst_nb1, int64_t n_cells, unsigned *flags)
+{
+    kv_store_row(src, cells, dt, dst, dst_nb1, n_cells, flags, blockIdx.x);
+}
+
+/* Two KV_STORE nodes with the same cells in one launch (blockIdx.y). */
+__global__ void kv_store2_kernel(kview s0, uint32_t t0, uint8_t *d0, int64_t nb0, int64_t nc0,
+                                 kview s1, uint32_t t1, uint8_t *d1, int64_t nb1, int64_t nc1,
+                                 const int32_t *cells, unsigned *flags)
+{
+    if (blockIdx.y == 0)
+        kv_store_row(s0, cells, t0, d0, nb0, nc0, flags, blockIdx.x);
+    else
+        kv_store_row(s1, cells, t1, d1, nb1, nc1, flags, blockIdx.x);
+}
+
 extern "C" int k_kv_store(struct kctx *k, struct kview src, const int32_t *cells,
                           uint32_t dst_type, void *dst, int64_t dst_nb1, int64_t n_cells)
 {
@@ -398,5 +447,22 @@ extern "C" int k_kv_store(struct kctx *k, struct kview src, const int32_t *cells
         return k_fail(k, "kv_store", "Q8_0 cache row length is not a multiple of 32");
     KLAUNCH(k, "kv_store", kv_store_kernel, (unsigned)nt, 128, 0, src, cells, dst_type,
             (uint8_t *)dst, dst_nb1, n_cells, k->flags);
+    return 0;
+}
+
+extern "C" int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d0, int64_t nb0,
+                           int64_t nc0, struct kview s1, uint32_t t1, void *d1, int64_t nb1,
+                           int64_t nc1, const int32_t *cells)
+{
+    int64_t nt = s0.ne[1];
+    if (s1.ne[1] != nt)
+        return k_fail(k, "kv_store2", "the two sources differ in token count");
+    if (grid_ok(k, "kv_store2", nt))
+        return -1;
+    if ((t0 == MINFER_TYPE_Q8_0 && s0.ne[0] % 32) || (t1 == MINFER_TYPE_Q8_0 && s1.ne[0] % 32))
+        return k_fail(k, "kv_store2", "Q8_0 cache row length is not a multiple of 32");
+    dim3 grid((unsigned)nt, 2);
+    KLAUNCH(k, "kv_store2", kv_store2_kernel, grid, 128, 0, s0, t0, (uint8_t *)d0, nb0, nc0, s1,
+            t1, (uint8_t *)d1, nb1, nc1, cells, k->flags);
     return 0;
 }
