@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "tokenizer.h"
 
 /* ---- recognising templates ---- */
@@ -204,19 +205,6 @@ static void assistant_think(struct out *o, const char *c, bool keep_think, bool 
     put(o, content, cn);
 }
 
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 minfer_status minfer_chat_render(const struct minfer_tokenizer *tok, enum minfer_chat_format fmt,
                                  const struct minfer_chat_msg *msgs, size_t n,
                                  bool add_generation_prompt, char *out, size_t cap,
@@ -237,7 +225,7 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
     if (opts) {
         size_t sz = opts->struct_size < sizeof opt ? opts->struct_size : sizeof opt;
         if (sz < offsetof(struct minfer_chat_opts, add_generation_prompt) + sizeof(bool))
-            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+            return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "chat options: struct_size %u is too small", opts->struct_size);
         memcpy(&opt, opts, sz);
     }
@@ -245,16 +233,16 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
     if (n_out)
         *n_out = 0;
     if (!n_out || (!msgs && n) || (!out && cap))
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "chat render: NULL argument");
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "chat render: NULL argument");
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+            return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "chat message %zu has a NULL role or content", i);
     bool forced = fmt != MINFER_CHAT_UNKNOWN;
     if (!forced) {
         fmt = tok ? (enum minfer_chat_format)tok->chat_format : MINFER_CHAT_UNKNOWN;
         if (fmt == MINFER_CHAT_UNKNOWN)
-            return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+            return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                         "%s; force a format (e.g. chatml) to render anyway",
                         !tok || !tok->chat_template
                             ? "the model has no chat template (tokenizer.chat_template)"
@@ -262,7 +250,7 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
                               "(known: chatml)");
     }
     if (fmt != MINFER_CHAT_CHATML)
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED, "chat format %d is not supported",
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED, "chat format %d is not supported",
                     (int)fmt);
     /* variant details come from the model's template only when it is ChatML */
     bool own = tok && tok->chat_format == MINFER_CHAT_CHATML;
@@ -316,7 +304,7 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
     }
     *n_out = o.n;
     if (o.n > cap)
-        return fail(err, err_len, MINFER_ERR_RANGE, "chat render needs %zu bytes, got %zu", o.n,
+        return errf(err, err_len, MINFER_ERR_RANGE, "chat render needs %zu bytes, got %zu", o.n,
                     cap);
     if (o.n < cap)
         out[o.n] = 0;

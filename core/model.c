@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "minfer/quant.h"
 #include "model.h"
 #include "scheduler.h"
@@ -42,23 +43,6 @@ static void registry_names(char *buf, size_t len)
                                  registry[i]->name);
 }
 
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* ---- hyperparameters ---- */
 
 static minfer_status read_hparams(const struct minfer_gguf *g, const struct model_arch *a,
@@ -73,7 +57,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
             int64_t v = 0;
             st = minfer_gguf_get_i64(g, key, &v);
             if (st == MINFER_OK && v <= 0)
-                return fail(err, err_len, MINFER_ERR_FORMAT,
+                return errf(err, err_len, MINFER_ERR_FORMAT,
                             "hyperparameter %s is %" PRId64 ", expected a positive integer",
                             key, v);
             if (st == MINFER_OK)
@@ -82,7 +66,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
             double v = 0;
             st = minfer_gguf_get_f64(g, key, &v);
             if (st == MINFER_OK && !(v > 0 && v < 1e12))
-                return fail(err, err_len, MINFER_ERR_FORMAT,
+                return errf(err, err_len, MINFER_ERR_FORMAT,
                             "hyperparameter %s is %g, expected a positive number", key, v);
             if (st == MINFER_OK)
                 memcpy((char *)hp + s->offset, &v, sizeof v);
@@ -90,11 +74,11 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
         if (st == MINFER_ERR_NOT_FOUND && !s->required)
             continue;
         if (st == MINFER_ERR_NOT_FOUND)
-            return fail(err, err_len, MINFER_ERR_FORMAT,
+            return errf(err, err_len, MINFER_ERR_FORMAT,
                         "missing hyperparameter %s (required by architecture %s)", key,
                         a->name);
         if (st != MINFER_OK)
-            return fail(err, err_len, MINFER_ERR_FORMAT,
+            return errf(err, err_len, MINFER_ERR_FORMAT,
                         "hyperparameter %s is malformed: stored type does not fit %s (%s)",
                         key, s->kind == HP_INT ? "an integer" : "a number",
                         minfer_status_str(st));
@@ -110,7 +94,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
         snprintf(key, sizeof key, "%s.rope.scaling.type", a->name);
         if (minfer_gguf_get_str(g, key, &type, &tlen) == MINFER_OK &&
             !(tlen == 6 && !memcmp(type, "linear", 6)) && !(tlen == 4 && !memcmp(type, "none", 4)))
-            return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+            return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                         "%s is '%.*s'; this build supports linear RoPE scaling only", key,
                         (int)tlen, type);
         hp->rope_scale = 1.0 / factor;
@@ -121,7 +105,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
         hp->n_head_kv = hp->n_head;
     if (!hp->head_dim) {
         if (hp->n_embd % hp->n_head)
-            return fail(err, err_len, MINFER_ERR_FORMAT,
+            return errf(err, err_len, MINFER_ERR_FORMAT,
                         "%s.embedding_length %" PRId64 " is not a multiple of head_count %"
                         PRId64 " and attention.key_length is absent",
                         a->name, hp->n_embd, hp->n_head);
@@ -133,21 +117,21 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
         hp->n_rot = hp->head_dim;
     if (hp->n_layer > MODEL_MAX_LAYERS || hp->n_embd > (1 << 20) || hp->n_ff > (1 << 24) ||
         hp->n_head > 4096 || hp->head_dim > 4096)
-        return fail(err, err_len, MINFER_ERR_FORMAT,
+        return errf(err, err_len, MINFER_ERR_FORMAT,
                     "hyperparameters out of range: %" PRId64 " layers (max %d), embedding %"
                     PRId64 ", ffn %" PRId64 ", %" PRId64 " heads of %" PRId64,
                     hp->n_layer, MODEL_MAX_LAYERS, hp->n_embd, hp->n_ff, hp->n_head,
                     hp->head_dim);
     if (hp->n_head % hp->n_head_kv)
-        return fail(err, err_len, MINFER_ERR_FORMAT,
+        return errf(err, err_len, MINFER_ERR_FORMAT,
                     "%s.attention.head_count %" PRId64 " is not a multiple of head_count_kv %"
                     PRId64, a->name, hp->n_head, hp->n_head_kv);
     if (hp->head_dim_v != hp->head_dim)
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "attention.value_length %" PRId64 " differs from key_length %" PRId64
                     "; this build needs them equal", hp->head_dim_v, hp->head_dim);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return fail(err, err_len, MINFER_ERR_FORMAT,
+        return errf(err, err_len, MINFER_ERR_FORMAT,
                     "%s.rope.dimension_count %" PRId64 " must be even and at most head_dim %"
                     PRId64, a->name, hp->n_rot, hp->head_dim);
     return MINFER_OK;
@@ -180,17 +164,17 @@ static minfer_status check_tensor(const struct minfer_gguf_tensor *t, const stru
     bool shape_ok = (int)t->n_dims == want_dims && t->ne[0] == e0 && t->ne[1] == e1 &&
                     t->ne[2] == 1 && t->ne[3] == 1;
     if (!shape_ok)
-        return fail(err, err_len, MINFER_ERR_FORMAT,
+        return errf(err, err_len, MINFER_ERR_FORMAT,
                     "tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                     "] (%u dims), expected [%" PRId64 ", %" PRId64 "]",
                     name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->n_dims, e0, e1);
     const struct minfer_type_traits *tr = minfer_type_traits_of(t->type);
     if (s->kind == WK_VECTOR && t->type != MINFER_TYPE_F32)
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "tensor %s is %s; norms and biases must be f32", name,
                     minfer_type_name(t->type));
     if (!tr || !tr->supported || t->type == MINFER_TYPE_Q8_K || t->type == MINFER_TYPE_Q8_1)
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "tensor %s has type %s, which this build cannot compute with", name,
                     minfer_type_name(t->type));
     return MINFER_OK;
@@ -225,7 +209,7 @@ static minfer_status match_tensors(struct minfer_model *m, char *err, size_t err
             const struct minfer_gguf_tensor *t = minfer_gguf_find_tensor(m->gguf, name);
             if (!t) {
                 if (s->required)
-                    return fail(err, err_len, MINFER_ERR_FORMAT,
+                    return errf(err, err_len, MINFER_ERR_FORMAT,
                                 "model is missing tensor %s (required by architecture %s)",
                                 name, a->name);
                 continue;
@@ -234,7 +218,7 @@ static minfer_status match_tensors(struct minfer_model *m, char *err, size_t err
             if (st != MINFER_OK)
                 return st;
             if (add_weight(m, t) != MINFER_OK)
-                return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
+                return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
             if (s->per_layer)
                 m->layer[l][s->slot] = m->n_weights;
             else
@@ -325,11 +309,11 @@ static minfer_status pick_backend(const struct minfer_model *m, struct minfer_ru
 {
     *out = NULL;
     if (!rt)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "no runtime given");
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "no runtime given");
     if (want && *want && strcmp(want, "auto")) {
         *out = runtime_find_backend(rt, want);
         if (!*out)
-            return fail(err, err_len, MINFER_ERR_NOT_FOUND,
+            return errf(err, err_len, MINFER_ERR_NOT_FOUND,
                         "backend '%s' is not loaded (run `minfer backends` to see why)", want);
         return MINFER_OK;
     }
@@ -354,7 +338,7 @@ static minfer_status pick_backend(const struct minfer_model *m, struct minfer_ru
     if (!*out)
         *out = best;
     if (!*out)
-        return fail(err, err_len, MINFER_ERR_NOT_FOUND,
+        return errf(err, err_len, MINFER_ERR_NOT_FOUND,
                     "no backend plugin is loaded (run `minfer backends` to see why)");
     return MINFER_OK;
 }
@@ -383,7 +367,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
     size_t arch_len = 0;
     minfer_status st = minfer_gguf_get_str(g, "general.architecture", &arch_s, &arch_len);
     if (st != MINFER_OK)
-        return fail(err, err_len, MINFER_ERR_FORMAT,
+        return errf(err, err_len, MINFER_ERR_FORMAT,
                     "general.architecture is %s; a model file must name its architecture",
                     st == MINFER_ERR_NOT_FOUND ? "missing" : "not a string");
     char arch[64];
@@ -392,12 +376,12 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
     if (!a) {
         char names[128];
         registry_names(names, sizeof names);
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "unknown architecture '%s' (this build supports: %s)", arch, names);
     }
     struct minfer_model *m = calloc(1, sizeof *m);
     if (!m)
-        return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
     m->gguf = g;
     m->arch = a;
     minfer_model_params_default(&m->params);
@@ -410,7 +394,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
         goto out_free;
     const struct minfer_gguf_tensor *embd = minfer_gguf_find_tensor(g, "token_embd.weight");
     if (!embd) {
-        st = fail(err, err_len, MINFER_ERR_FORMAT,
+        st = errf(err, err_len, MINFER_ERR_FORMAT,
                   "model is missing tensor token_embd.weight (required by architecture %s)",
                   a->name);
         goto out_free;
@@ -418,7 +402,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
     m->hp.n_vocab = embd->ne[1];
     m->layer = calloc((size_t)m->hp.n_layer, sizeof *m->layer);
     if (!m->layer) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
         goto out_free;
     }
     st = match_tensors(m, err, err_len);
@@ -460,7 +444,7 @@ struct minfer_model *minfer_model_load_gguf(struct minfer_runtime *rt, struct mi
 {
     struct minfer_model *m = NULL;
     minfer_status s = g ? model_load_internal(rt, NULL, g, p, &m, err, err_len)
-                        : fail(err, err_len, MINFER_ERR_INVALID_ARG, "no GGUF given");
+                        : errf(err, err_len, MINFER_ERR_INVALID_ARG, "no GGUF given");
     if (s != MINFER_OK)
         minfer_gguf_close(g);
     if (st)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "error.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
@@ -221,20 +222,6 @@ static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst,
     return MINFER_OK;
 }
 
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* Counts what the mix rule needs to know about the whole file. */
 static void mix_facts(const struct minfer_gguf *g, struct minfer_mix *m)
 {
@@ -275,22 +262,22 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
     if (err && err_len)
         err[0] = 0;
     if (!in_path || !out_path || !o || o->struct_size < sizeof *o)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "minfer_quantize: missing path or options (struct_size %u, expected %zu)",
                     o ? o->struct_size : 0, sizeof *o);
     if (minfer_ftype_base_type(o->ftype) == MINFER_TYPE_COUNT)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "file type %u is not one quantize writes", o->ftype);
 
     g = minfer_gguf_open(in_path, &st, msg, sizeof msg);
     if (!g)
-        return fail(err, err_len, st, "%s", msg);
+        return errf(err, err_len, st, "%s", msg);
     struct minfer_mix mix = {.ftype = o->ftype, .pure = o->pure};
     mix_facts(g, &mix);
 
     w = minfer_gguf_writer_new(3);
     if (!w) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for the GGUF writer");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for the GGUF writer");
         goto out;
     }
     int64_t nkv = minfer_gguf_kv_count(g);
@@ -299,7 +286,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
         if (!strcmp(key, "general.file_type") || !strcmp(key, "general.quantization_version"))
             continue;
         if ((st = minfer_gguf_writer_copy_kv(w, g, i)) != MINFER_OK) {
-            st = fail(err, err_len, st, "copying metadata key %s: %s", key,
+            st = errf(err, err_len, st, "copying metadata key %s: %s", key,
                       minfer_status_str(st));
             goto out;
         }
@@ -308,14 +295,14 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
     if ((st = minfer_gguf_writer_set(w, "general.file_type", MINFER_GGUF_UINT32, &ft)) ||
         (st = minfer_gguf_writer_set(w, "general.quantization_version", MINFER_GGUF_UINT32,
                                      &qv))) {
-        st = fail(err, err_len, st, "setting general.file_type: %s", minfer_status_str(st));
+        st = errf(err, err_len, st, "setting general.file_type: %s", minfer_status_str(st));
         goto out;
     }
 
     int64_t nt = minfer_gguf_tensor_count(g);
     qt = calloc(nt > 0 ? (size_t)nt : 1, sizeof *qt);
     if (!qt) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %lld tensors",
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %lld tensors",
                   (long long)nt);
         goto out;
     }
@@ -330,7 +317,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
             continue; /* copied as is */
         const struct minfer_type_traits *tr = minfer_type_traits_of(t->type);
         if (!tr || !tr->supported) {
-            st = fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+            st = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                       "tensor %s has type %s, which this build cannot read to convert to %s",
                       t->name, minfer_type_name(t->type), minfer_type_name(q->out_type));
             goto out;
@@ -339,7 +326,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
         q->st.row_bytes = minfer_row_size(q->out_type, t->ne[0]);
         q->st.n_rows = t->ne[1] * t->ne[2] * t->ne[3];
         if (!q->in_row || !q->st.row_bytes) {
-            st = fail(err, err_len, MINFER_ERR_FORMAT,
+            st = errf(err, err_len, MINFER_ERR_FORMAT,
                       "tensor %s: row length %lld does not fit type %s or %s", t->name,
                       (long long)t->ne[0], minfer_type_name(t->type),
                       minfer_type_name(q->out_type));
@@ -351,7 +338,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
     }
     ts = tstream_new(o->n_threads, scratch, total, o->progress, o->progress_user);
     if (!ts) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
         goto out;
     }
     tstream_set_cancel(ts, o->cancel);
@@ -370,7 +357,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
                                                tstream_fill, &q->st);
         }
         if (st != MINFER_OK) {
-            st = fail(err, err_len, st, "adding tensor %s to the output: %s", t->name,
+            st = errf(err, err_len, st, "adding tensor %s to the output: %s", t->name,
                       minfer_status_str(st));
             goto out;
         }
@@ -378,7 +365,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
     st = minfer_gguf_writer_write(w, out_path, msg, sizeof msg);
     if (st != MINFER_OK) {
         const char *why = tstream_error(ts);
-        st = fail(err, err_len, st, "writing %s: %s%s%s", out_path, msg, why[0] ? ": " : "",
+        st = errf(err, err_len, st, "writing %s: %s%s%s", out_path, msg, why[0] ? ": " : "",
                   why);
     }
 out:

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "minfer/minfer.h"
 #include "sampler.h"
 
@@ -69,19 +70,6 @@ struct minfer_sampler_params minfer_sampler_default_params(void)
     };
 }
 
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 void minfer_sampler_reset(struct minfer_sampler *s, uint64_t seed)
 {
     uint64_t x = seed;
@@ -98,16 +86,16 @@ struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
     minfer_status s_ = MINFER_ERR_INVALID_ARG;
     struct minfer_sampler *s = NULL;
     if (!p) {
-        s_ = fail(err, err_len, s_, "sampler: no parameters given");
+        s_ = errf(err, err_len, s_, "sampler: no parameters given");
         goto out;
     }
     if (n_vocab <= 0) {
-        s_ = fail(err, err_len, s_, "sampler: n_vocab %d, expected > 0", n_vocab);
+        s_ = errf(err, err_len, s_, "sampler: n_vocab %d, expected > 0", n_vocab);
         goto out;
     }
     if (!isfinite(p->temperature) || !(p->top_p >= 0.0f) || !(p->min_p <= 1.0f) ||
         isnan(p->min_p)) {
-        s_ = fail(err, err_len, s_,
+        s_ = errf(err, err_len, s_,
                   "sampler: temperature %g, top_p %g, min_p %g; expected a finite temperature, "
                   "top_p >= 0 and min_p <= 1",
                   (double)p->temperature, (double)p->top_p, (double)p->min_p);
@@ -116,7 +104,7 @@ struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
     if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty) ||
         !isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty) ||
         p->penalty_last_n < 0) {
-        s_ = fail(err, err_len, s_,
+        s_ = errf(err, err_len, s_,
                   "sampler: repeat_penalty %g (expected > 0), frequency %g, presence %g "
                   "(finite), penalty_last_n %d (expected >= 0)",
                   (double)p->repeat_penalty, (double)p->frequency_penalty,
@@ -140,7 +128,7 @@ struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
     *st = MINFER_OK;
     return s;
 oom:
-    s_ = fail(err, err_len, MINFER_ERR_NO_MEMORY, "sampler: out of memory for %d-token vocabulary",
+    s_ = errf(err, err_len, MINFER_ERR_NO_MEMORY, "sampler: out of memory for %d-token vocabulary",
               n_vocab);
 out:
     minfer_sampler_free(s);

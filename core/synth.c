@@ -19,25 +19,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
 #include "tensor-stream.h"
 
 #define QUANT_VERSION 2
-
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 /* ---- shapes ---- */
 
@@ -76,7 +64,7 @@ static bool shape_valid(const struct minfer_synth_shape *s, char *err, size_t er
     else if (s->n_ctx < 1)
         bad = "n_ctx";
     if (bad) {
-        fail(err, err_len, 0, "synthetic shape %s: bad %s", s->name, bad);
+        errf(err, err_len, 0, "synthetic shape %s: bad %s", s->name, bad);
         return false;
     }
     return true;
@@ -87,15 +75,15 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
                                                   char *err, size_t err_len)
 {
     if (!arch || !spec || !shape)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "shape: missing argument");
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "shape: missing argument");
     if (strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "architecture '%s' is not one of qwen2, qwen3", arch);
     if (strncmp(spec, "custom", 6)) {
         for (int i = 0; i < N_SHAPES; i++)
             if (!strcasecmp(spec, known_shapes[i].name)) {
                 if (strcmp(known_shapes[i].arch, arch))
-                    return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+                    return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                                 "shape %s is a %s model, not %s", spec,
                                 known_shapes[i].arch, arch);
                 *shape = known_shapes[i];
@@ -107,7 +95,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
                 strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
                 strncat(list, known_shapes[i].name, sizeof list - strlen(list) - 1);
             }
-        return fail(err, err_len, MINFER_ERR_NOT_FOUND,
+        return errf(err, err_len, MINFER_ERR_NOT_FOUND,
                     "unknown shape '%s' for %s; known: %s, or custom:key=value,...",
                     spec, arch, list);
     }
@@ -118,14 +106,14 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
     if (*p == ':')
         p++;
     else if (*p)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "custom shape must be custom:key=value,... (got '%s')", spec);
     while (*p) {
         const char *eq = strchr(p, '='), *end = strchr(p, ',');
         if (!end)
             end = p + strlen(p);
         if (!eq || eq > end)
-            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+            return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "custom shape item '%.*s' is not key=value", (int)(end - p), p);
         char key[32];
         snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
@@ -133,7 +121,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         errno = 0;
         double v = strtod(eq + 1, &vend);
         if (vend != end || errno)
-            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+            return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "custom shape value of %s ('%.*s') is not a number", key,
                         (int)(end - eq - 1), eq + 1);
         int32_t iv = v >= -2e9 && v <= 2e9 ? (int32_t)v : -1;
@@ -149,7 +137,7 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         else if (!strcmp(key, "rms_eps")) shape->rms_eps = (float)v;
         else if (!strcmp(key, "tied")) shape->tied = v != 0;
         else
-            return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+            return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "unknown custom shape key '%s' (n_embd, n_layer, n_head, "
                         "n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps, tied)",
                         key);
@@ -645,18 +633,18 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
         char msg[512];
         struct minfer_gguf *g = minfer_gguf_open(o->tokenizer_gguf, &st, msg, sizeof msg);
         if (!g)
-            return fail(err, err_len, st, "tokenizer %s: %s", o->tokenizer_gguf, msg);
+            return errf(err, err_len, st, "tokenizer %s: %s", o->tokenizer_gguf, msg);
         *tok_g = g; /* kept open: copied values may be written later */
         enum minfer_gguf_type et;
         uint64_t n;
         const void *data;
         if (minfer_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &data) != MINFER_OK ||
             et != MINFER_GGUF_STRING)
-            return fail(err, err_len, MINFER_ERR_FORMAT,
+            return errf(err, err_len, MINFER_ERR_FORMAT,
                         "tokenizer %s has no tokenizer.ggml.tokens string array",
                         o->tokenizer_gguf);
         if (n > n_vocab)
-            return fail(err, err_len, MINFER_ERR_RANGE,
+            return errf(err, err_len, MINFER_ERR_RANGE,
                         "tokenizer %s has %llu tokens but the model's vocabulary is %llu; "
                         "use a custom shape with n_vocab >= %llu",
                         o->tokenizer_gguf, (unsigned long long)n, (unsigned long long)n_vocab,
@@ -690,7 +678,7 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
     } else if (o->vocab) {
         const struct minfer_synth_vocab *sv = o->vocab;
         if (sv->n_tokens > n_vocab)
-            return fail(err, err_len, MINFER_ERR_RANGE,
+            return errf(err, err_len, MINFER_ERR_RANGE,
                         "the tokenizer has %llu tokens but the model's vocabulary is %llu",
                         (unsigned long long)sv->n_tokens, (unsigned long long)n_vocab);
         if (!vocab_alloc(&v, n_vocab, 0))
@@ -742,12 +730,12 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
     st = MINFER_OK;
 out:
     if (st != MINFER_OK)
-        fail(err, err_len, st, "writing the tokenizer: %s", minfer_status_str(st));
+        errf(err, err_len, st, "writing the tokenizer: %s", minfer_status_str(st));
     vocab_free(&v); /* borrowed tokens have tok[i] == NULL and are not freed */
     return st;
 nomem:
     vocab_free(&v);
-    return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory building the tokenizer");
+    return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory building the tokenizer");
 }
 
 /* ---- the file ---- */
@@ -764,18 +752,18 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
     int nt = tensors_per_model(s);
     struct stensor *t = calloc((size_t)nt, sizeof *t);
     if (!t)
-        return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %d tensors", nt);
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %d tensors", nt);
     if (build_tensors(s, t) != nt) {
-        st = fail(err, err_len, MINFER_ERR_STATE, "tensor count mismatch");
+        st = errf(err, err_len, MINFER_ERR_STATE, "tensor count mismatch");
         goto out;
     }
     w = minfer_gguf_writer_new(3);
     if (!w) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for the GGUF writer");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for the GGUF writer");
         goto out;
     }
     if ((st = write_hparams(w, o)) != MINFER_OK) {
-        st = fail(err, err_len, st, "writing metadata: %s", minfer_status_str(st));
+        st = errf(err, err_len, st, "writing metadata: %s", minfer_status_str(st));
         goto out;
     }
     if ((st = write_tokenizer(w, o, &tok_g, err, err_len)) != MINFER_OK)
@@ -792,7 +780,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         t[i].st.row_bytes = minfer_row_size(t[i].type, t[i].ne[0]);
         t[i].st.n_rows = t[i].ne[1];
         if (!t[i].st.row_bytes) {
-            st = fail(err, err_len, MINFER_ERR_STATE, "tensor %s: no row size for %s x %lld",
+            st = errf(err, err_len, MINFER_ERR_STATE, "tensor %s: no row size for %s x %lld",
                       t[i].name, minfer_type_name(t[i].type), (long long)t[i].ne[0]);
             goto out;
         }
@@ -802,7 +790,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
     }
     ts = tstream_new(o->n_threads, 0, total, o->progress, o->progress_user);
     if (!ts) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for worker buffers");
         goto out;
     }
     tstream_set_cancel(ts, o->cancel);
@@ -814,7 +802,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         st = minfer_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL,
                                            tstream_fill, &t[i].st);
         if (st != MINFER_OK) {
-            st = fail(err, err_len, st, "adding tensor %s: %s", t[i].name,
+            st = errf(err, err_len, st, "adding tensor %s: %s", t[i].name,
                       minfer_status_str(st));
             goto out;
         }
@@ -822,7 +810,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
     st = minfer_gguf_writer_write(w, path, msg, sizeof msg);
     if (st != MINFER_OK) {
         const char *why = tstream_error(ts);
-        st = fail(err, err_len, st, "writing %s: %s%s%s", path, msg, why[0] ? ": " : "", why);
+        st = errf(err, err_len, st, "writing %s: %s%s%s", path, msg, why[0] ? ": " : "", why);
     }
 out:
     tstream_free(ts);
@@ -837,24 +825,24 @@ static minfer_status slurp(const char *path, void **mem, size_t *size, char *err
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, err_len, MINFER_ERR_IO, "reading back %s: %s", path, strerror(errno));
+        return errf(err, err_len, MINFER_ERR_IO, "reading back %s: %s", path, strerror(errno));
     struct stat sb;
     minfer_status st = MINFER_OK;
     void *p = NULL;
     if (fstat(fileno(f), &sb) || sb.st_size <= 0) {
-        st = fail(err, err_len, MINFER_ERR_IO, "reading back %s: cannot stat", path);
+        st = errf(err, err_len, MINFER_ERR_IO, "reading back %s: cannot stat", path);
         goto out;
     }
     p = malloc((size_t)sb.st_size);
     if (!p) {
-        st = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for a %lld-byte model",
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for a %lld-byte model",
                   (long long)sb.st_size);
         goto out;
     }
     if (fread(p, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
         free(p);
         p = NULL;
-        st = fail(err, err_len, MINFER_ERR_IO, "reading back %s: short read", path);
+        st = errf(err, err_len, MINFER_ERR_IO, "reading back %s: short read", path);
         goto out;
     }
     *mem = p;
@@ -874,19 +862,19 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
     if (mem_size)
         *mem_size = 0;
     if (!o || o->struct_size < sizeof *o)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "minfer_synth: options missing or too old (struct_size %u, expected %zu)",
                     o ? o->struct_size : 0, sizeof *o);
     if (!path && (!mem || !mem_size))
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG,
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "minfer_synth: give a path or mem and mem_size");
     if (strcmp(o->shape.arch, "qwen2") && strcmp(o->shape.arch, "qwen3"))
-        return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                     "architecture '%.16s' is not one of qwen2, qwen3", o->shape.arch);
     if (!shape_valid(&o->shape, err, err_len))
         return MINFER_ERR_RANGE;
     if (minfer_ftype_base_type(o->ftype) == MINFER_TYPE_COUNT)
-        return fail(err, err_len, MINFER_ERR_INVALID_ARG, "file type %u is unknown",
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "file type %u is unknown",
                     o->ftype);
     if (path)
         return synth_file(o, path, err, err_len);
@@ -896,7 +884,7 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
     char dir[512], file[600];
     snprintf(dir, sizeof dir, "%s/minfer-synth-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir))
-        return fail(err, err_len, MINFER_ERR_IO, "cannot make a temporary directory %s: %s",
+        return errf(err, err_len, MINFER_ERR_IO, "cannot make a temporary directory %s: %s",
                     dir, strerror(errno));
     snprintf(file, sizeof file, "%s/model.gguf", dir);
     minfer_status st = synth_file(o, file, err, err_len);

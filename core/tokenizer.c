@@ -14,6 +14,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "error.h"
 #include "minfer/gguf.h"
 #include "tokenizer.h"
 
@@ -29,19 +30,6 @@ static const struct tok_pretok *const pretoks[] = {
 };
 
 /* ---- helpers ---- */
-
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static minfer_status fail(char *err, size_t err_len, minfer_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 minfer_status tok_ids_push(struct tok_ids *ids, int32_t id)
 {
@@ -227,7 +215,7 @@ static minfer_status compile_pretok(struct minfer_tokenizer *tok, char *err, siz
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(ec, msg, sizeof msg);
-            return fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+            return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                         "pre-tokenizer '%s' regex %d does not compile at offset %zu: %s",
                         tok->pretok->name, i, (size_t)eo, (const char *)msg);
         }
@@ -341,7 +329,7 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
             !memcmp(vocab_kinds[i]->model, src->model, src->model_len))
             ops = vocab_kinds[i];
     if (!ops) {
-        s = fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        s = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                  "tokenizer model '%.*s' is not supported by this build (supported: gpt2)",
                  src->model ? (int)src->model_len : 6, src->model ? src->model : "(none)");
         goto out;
@@ -353,14 +341,14 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
         if (strlen(pretoks[i]->name) == plen && !memcmp(pretoks[i]->name, pname, plen))
             pre = pretoks[i];
     if (!pre) {
-        s = fail(err, err_len, MINFER_ERR_UNSUPPORTED,
+        s = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                  "pre-tokenizer '%.*s' (tokenizer.ggml.pre) is not supported by this build "
                  "(supported: qwen2, llama-bpe)",
                  (int)plen, pname);
         goto out;
     }
     if (src->n_tokens == 0 || src->n_tokens > INT32_MAX - 1) {
-        s = fail(err, err_len, MINFER_ERR_FORMAT, "tokenizer has %u tokens, expected 1..%d",
+        s = errf(err, err_len, MINFER_ERR_FORMAT, "tokenizer has %u tokens, expected 1..%d",
                  src->n_tokens, INT32_MAX - 1);
         goto out;
     }
@@ -380,13 +368,13 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
     size_t total = 0;
     for (size_t i = 0; i < nv; i++) {
         if (src->token_lens[i] > UINT32_MAX - 1 - total) {
-            s = fail(err, err_len, MINFER_ERR_FORMAT, "tokenizer tokens exceed 4 GiB in total");
+            s = errf(err, err_len, MINFER_ERR_FORMAT, "tokenizer tokens exceed 4 GiB in total");
             goto out;
         }
         total += src->token_lens[i] + 1;
         int32_t t = src->types ? src->types[i] : MINFER_TOKEN_NORMAL;
         if (t < MINFER_TOKEN_UNDEFINED || t > MINFER_TOKEN_BYTE) {
-            s = fail(err, err_len, MINFER_ERR_FORMAT,
+            s = errf(err, err_len, MINFER_ERR_FORMAT,
                      "token %zu has type %d, expected 0..6 (tokenizer.ggml.token_type)", i, t);
             goto out;
         }
@@ -410,7 +398,7 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
     if (s != MINFER_OK)
         goto out;
     if (tok->n_bytes_set != tok->n_vocab) {
-        s = fail(err, err_len, MINFER_ERR_STATE, "vocabulary kind %s set bytes of %d of %d tokens",
+        s = errf(err, err_len, MINFER_ERR_STATE, "vocabulary kind %s set bytes of %d of %d tokens",
                  ops->model, tok->n_bytes_set, tok->n_vocab);
         goto out;
     }
@@ -436,7 +424,7 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
     return tok;
 
 oom:
-    s = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory building the tokenizer");
+    s = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory building the tokenizer");
 out:
     minfer_tokenizer_free(tok);
     *st = s;
@@ -478,22 +466,22 @@ static minfer_status gguf_strs(const struct minfer_gguf *g, const char *key, boo
     if (s == MINFER_ERR_NOT_FOUND && !required)
         return MINFER_OK;
     if (s != MINFER_OK)
-        return fail(err, err_len, s, "%s: %s", key,
+        return errf(err, err_len, s, "%s: %s", key,
                     s == MINFER_ERR_NOT_FOUND ? "missing" : "not an array");
     if (et != MINFER_GGUF_STRING)
-        return fail(err, err_len, MINFER_ERR_FORMAT, "%s holds %s elements, expected string", key,
+        return errf(err, err_len, MINFER_ERR_FORMAT, "%s holds %s elements, expected string", key,
                     minfer_gguf_type_name(et));
     if (n > INT32_MAX - 1)
-        return fail(err, err_len, MINFER_ERR_FORMAT, "%s has %llu entries, expected < 2^31", key,
+        return errf(err, err_len, MINFER_ERR_FORMAT, "%s has %llu entries, expected < 2^31", key,
                     (unsigned long long)n);
     *strs = malloc((n ? n : 1) * sizeof **strs);
     *lens = malloc((n ? n : 1) * sizeof **lens);
     if (!*strs || !*lens)
-        return fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory reading %s", key);
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory reading %s", key);
     for (uint64_t i = 0; i < n; i++) {
         s = minfer_gguf_get_arr_str(g, key, i, &(*strs)[i], &(*lens)[i]);
         if (s != MINFER_OK)
-            return fail(err, err_len, s, "%s[%llu] unreadable", key, (unsigned long long)i);
+            return errf(err, err_len, s, "%s[%llu] unreadable", key, (unsigned long long)i);
     }
     *n_out = (uint32_t)n;
     return MINFER_OK;
@@ -518,12 +506,12 @@ struct minfer_tokenizer *minfer_tokenizer_from_gguf(const struct minfer_gguf *g,
     int32_t *types = NULL;
     minfer_status s;
     if (!g) {
-        *st = fail(err, err_len, MINFER_ERR_INVALID_ARG, "no GGUF given");
+        *st = errf(err, err_len, MINFER_ERR_INVALID_ARG, "no GGUF given");
         return NULL;
     }
     s = minfer_gguf_get_str(g, "tokenizer.ggml.model", &src.model, &src.model_len);
     if (s != MINFER_OK) {
-        s = fail(err, err_len, s == MINFER_ERR_NOT_FOUND ? MINFER_ERR_NOT_FOUND : MINFER_ERR_FORMAT,
+        s = errf(err, err_len, s == MINFER_ERR_NOT_FOUND ? MINFER_ERR_NOT_FOUND : MINFER_ERR_FORMAT,
                  "tokenizer.ggml.model: %s; this GGUF carries no usable tokenizer",
                  s == MINFER_ERR_NOT_FOUND ? "missing" : "not a string");
         goto out;
@@ -548,14 +536,14 @@ struct minfer_tokenizer *minfer_tokenizer_from_gguf(const struct minfer_gguf *g,
     const void *data;
     if (minfer_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data) == MINFER_OK) {
         if ((et != MINFER_GGUF_INT32 && et != MINFER_GGUF_UINT32) || n != src.n_tokens) {
-            s = fail(err, err_len, MINFER_ERR_FORMAT,
+            s = errf(err, err_len, MINFER_ERR_FORMAT,
                      "tokenizer.ggml.token_type: %llu %s entries, expected %u int32",
                      (unsigned long long)n, minfer_gguf_type_name(et), src.n_tokens);
             goto out;
         }
         types = malloc((n ? n : 1) * sizeof *types);
         if (!types) {
-            s = fail(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
+            s = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
             goto out;
         }
         memcpy(types, data, n * sizeof *types); /* unaligned in the mapping */
