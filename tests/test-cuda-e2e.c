@@ -323,15 +323,25 @@ static void expect_same(const float *a, const float *b, int32_t nv, const char *
                       "%s: logits of step %d differ", what, s);
 }
 
+typedef uint64_t (*count_fn)(void);
+
 START_TEST(replay_bitwise_equals_direct)
 {
     /* Catches a captured graph that bakes in a per-step host value (KV
      * length, position, cell), reads a stale scratch or arena address, or
      * replays the wrong window: every step's logits must equal direct
-     * launches bit for bit, and decode must actually replay. */
+     * launches bit for bit, and decode must actually replay. Run for qwen2
+     * (bias ADDs fused into the matvecs) and qwen3 (per-head q/k norms and
+     * their RoPEs captured as one launch, which must fire and must give
+     * the bits of the separate norm and RoPE kernels). */
+    const char *arch = _i == 0 ? "qwen2" : "qwen3";
     struct minfer_runtime *rt = runtime();
+    count_fn norm_ropes = (count_fn)cuda_proc(rt, "minfer_cuda_fused_norm_ropes");
+    count_fn rope_seq = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_seq");
+    uint64_t nr0 = norm_ropes(), rs0 = rope_seq();
     size_t size;
-    void *mem = synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, &size);
+    void *mem = synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M,
+                      &size);
     struct minfer_model *m = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
@@ -347,9 +357,14 @@ START_TEST(replay_bitwise_equals_direct)
     c = ctx_of(m, 0);
     generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s2 = stats(rt);
-    printf("graph replay: %llu captures, %llu replays over %d decode steps\n",
-           (unsigned long long)(s2.captures - s1.captures),
-           (unsigned long long)(s2.replays - s1.replays), GEN);
+    uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0;
+    printf("graph replay %s: %llu captures, %llu replays over %d decode steps, %llu norm+rope "
+           "and %llu read-first rope pair launches captured\n",
+           arch, (unsigned long long)(s2.captures - s1.captures),
+           (unsigned long long)(s2.replays - s1.replays), GEN, (unsigned long long)nr,
+           (unsigned long long)rs);
+    if (_i == 1)
+        ck_assert_msg(nr >= 1, "qwen3's q/k norm + RoPE nodes were never captured as one launch");
     ck_assert_msg(s2.aborts == s1.aborts, "a capture was aborted");
     ck_assert_uint_ge(s2.captures - s1.captures, 1);
     ck_assert_uint_ge(s2.replays - s1.replays, GEN / 2);
@@ -625,7 +640,7 @@ Suite *cuda_e2e_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, fixture_suite_on_cuda);
     tcase_add_loop_test(t, greedy_cuda_matches_cpu, 0, (int)(sizeof TYPES / sizeof TYPES[0]));
-    tcase_add_test(t, replay_bitwise_equals_direct);
+    tcase_add_loop_test(t, replay_bitwise_equals_direct, 0, 2);
     tcase_add_test(t, aborted_capture_leaves_usable_context);
     tcase_add_test(t, two_threads_equal_serial);
     tcase_add_test(t, copy_cells_like_memmove);

@@ -72,6 +72,8 @@ struct minfer_cuda_graph_stats {
     uint64_t aborts;    /* captures aborted (graphs then off for that instance) */
 };
 static uint64_t g_fused_adds; /* MUL_MAT + ADD pairs captured as one matvec */
+static uint64_t g_fused_norm_ropes; /* (norm, norm, RoPE, RoPE) captured as one launch */
+static uint64_t g_fused_rope_seq; /* RoPE pairs captured by the read-first kernel */
 static struct minfer_cuda_graph_stats g_stats;
 static int g_fail_next_capture; /* atomic: captures still to fail on purpose */
 
@@ -758,15 +760,20 @@ static int independent(const struct minfer_node *n, const struct minfer_node *a)
            !overlaps(a->dst, n->src[1]);
 }
 
-/* ROPE, ROPE with the same positions and parameters (q and k). */
-static int rope_pair(const struct minfer_node *n, const struct minfer_node *a)
+/* ROPE, ROPE with the same positions and parameters. */
+static int rope_same(const struct minfer_node *n, const struct minfer_node *a)
 {
     if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2)
         return 0;
     return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
            n->iparams[0] == a->iparams[0] && n->fparams[0] == a->fparams[0] &&
-           n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2] &&
-           independent(n, a);
+           n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2];
+}
+
+/* ROPE, ROPE that may run as one launch (q and k). */
+static int rope_pair(const struct minfer_node *n, const struct minfer_node *a)
+{
+    return rope_same(n, a) && independent(n, a);
 }
 
 /* KV_STORE, KV_STORE with the same cells (k and v). */
@@ -777,6 +784,70 @@ static int kv_pair(const struct minfer_node *n, const struct minfer_node *a)
         return 0;
     return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
            n->src[0]->ne[1] == a->src[0]->ne[1] && independent(n, a);
+}
+
+static int is_norm(const struct minfer_node *n)
+{
+    if (n->op == MINFER_OP_RMS_NORM)
+        return n->n_src >= 1 && n->src[0] && n->dst;
+    return n->op == MINFER_OP_RMS_NORM_MUL && n->n_src >= 2 && n->src[0] && n->src[1] && n->dst;
+}
+
+/* The same tensor as a RoPE source: data, shape and strides. */
+static int same_view(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    if (a->data != b->data || a->type != b->type || !same_ne(a, b))
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] > 1 && a->nb[i] != b->nb[i])
+            return 0;
+    return 1;
+}
+
+/* nq, nk, rq, rk (four consecutive nodes) = RMS norm of q, RMS norm of k,
+ * RoPE of q's norm, RoPE of k's norm (Qwen3's per-head norms) for one
+ * token: one k_norm_rope2 launch, when the norms' outputs are exactly the
+ * RoPE sources, the RoPEs share positions and parameters, both have the
+ * same head_dim and no node writes a source of a later one of the four. The kernel reads
+ * everything first and writes in node order, so the overlaps the arena
+ * makes by reusing freed bytes (k's norm inside q, a RoPE inside the
+ * other pair's norm) are fine. */
+static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node *nk,
+                          const struct minfer_node *rq, const struct minfer_node *rk)
+{
+    if (!is_norm(nq) || !is_norm(nk) || !rope_same(rq, rk))
+        return 0;
+    if (!same_view(nq->dst, rq->src[0]) || !same_view(nk->dst, rk->src[0]))
+        return 0;
+    const struct minfer_tensor *xq = nq->src[0], *xk = nk->src[0];
+    if (xq->ne[2] != 1 || xq->ne[3] != 1 || xk->ne[2] != 1 || xk->ne[3] != 1 ||
+        !same_ne(xq, nq->dst) || !same_ne(xk, nk->dst) || xq->ne[0] != xk->ne[0] ||
+        k_norm_rope2_smem(xq->ne[0], xq->ne[1] + xk->ne[1]) > 48 * 1024)
+        return 0;
+    const struct minfer_tensor *wk = nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const struct minfer_tensor *pos = rq->src[1];
+    /* what a node reads must not be written by one before it (rk's dst
+     * may land on q's norm or x: the kernel has read them by then) */
+    if (overlaps(nq->dst, xk) || (wk && overlaps(nq->dst, wk)) || overlaps(nq->dst, nk->dst) ||
+        overlaps(nq->dst, pos) || overlaps(nk->dst, pos) || overlaps(rq->dst, nk->dst) ||
+        overlaps(rq->dst, pos))
+        return 0;
+    return 1;
+}
+
+/* ROPE, ROPE of one token with the same positions and parameters that
+ * rope_pair refuses because the second's dst lands on the first's source
+ * (the arena reuses q's bytes once its RoPE has read them): still one
+ * launch, k_norm_rope2 without norms, which reads both rows before
+ * writing. Refused when the first writes what the second reads. */
+static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (!rope_same(n, a))
+        return 0;
+    const struct minfer_tensor *x0 = n->src[0], *x1 = a->src[0];
+    return x0->ne[2] == 1 && x0->ne[3] == 1 && x1->ne[3] == 1 && x0->ne[0] == x1->ne[0] &&
+           k_norm_rope2_smem(x0->ne[0], x0->ne[1] + x1->ne[1]) <= 48 * 1024 &&
+           !overlaps(n->dst, x1) && !overlaps(n->dst, a->src[1]) && !overlaps(a->dst, a->src[1]);
 }
 
 /* ATTENTION whose output a (the next node) reads, reshaped to
@@ -847,6 +918,38 @@ static minfer_status capture_window(struct minfer_backend *be,
             xq_note_write(be, n->dst);
             xq_note_write(be, a->dst);
             __atomic_add_fetch(&g_fused_adds, 1, __ATOMIC_RELAXED);
+            i++;
+            continue;
+        }
+        if (i + 3 <= w->last && !be->fuse_off &&
+            norm_rope_quad(n, a, &w->nodes[i + 2], &w->nodes[i + 3]) &&
+            !validate(a, 1, why, sizeof(why)) &&
+            !validate(&w->nodes[i + 2], 1, why, sizeof(why)) &&
+            !validate(&w->nodes[i + 3], 1, why, sizeof(why))) {
+            const struct minfer_node *rq = &w->nodes[i + 2], *rk = &w->nodes[i + 3];
+            const float *wq = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
+            const float *wk = a->op == MINFER_OP_RMS_NORM_MUL ? a->src[1]->data : NULL;
+            if (k_norm_rope2(k, view_of(n->src[0]), wq, view_of(n->dst), view_of(rq->dst),
+                             n->fparams[0], view_of(a->src[0]), wk, view_of(a->dst),
+                             view_of(rk->dst), a->fparams[0], rq->src[1]->data,
+                             rq->iparams[0], rq->fparams[0], rq->fparams[1]))
+                st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+            for (int j = 0; j < 4; j++)
+                xq_note_write(be, w->nodes[i + j].dst);
+            __atomic_add_fetch(&g_fused_norm_ropes, 1, __ATOMIC_RELAXED);
+            i += 3;
+            continue;
+        }
+        if (a && !be->fuse_off && !rope_pair(n, a) && rope_pair_seq(n, a) &&
+            !validate(a, 1, why, sizeof(why))) {
+            struct kview none = {0};
+            if (k_norm_rope2(k, view_of(n->src[0]), NULL, none, view_of(n->dst), 0.0f,
+                             view_of(a->src[0]), NULL, none, view_of(a->dst), 0.0f,
+                             n->src[1]->data, n->iparams[0], n->fparams[0], n->fparams[1]))
+                st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+            xq_note_write(be, n->dst);
+            xq_note_write(be, a->dst);
+            __atomic_add_fetch(&g_fused_rope_seq, 1, __ATOMIC_RELAXED);
             i++;
             continue;
         }
@@ -1011,6 +1114,20 @@ static uint64_t x_fused_adds(void)
     return __atomic_load_n(&g_fused_adds, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_norm_ropes": uint64_t f(void) — (q norm, k norm,
+ * q RoPE, k RoPE) runs captured as one launch (process-wide). */
+static uint64_t x_fused_norm_ropes(void)
+{
+    return __atomic_load_n(&g_fused_norm_ropes, __ATOMIC_RELAXED);
+}
+
+/* "minfer_cuda_fused_rope_seq": uint64_t f(void) — RoPE q + k pairs whose
+ * buffers overlap, captured as one read-first launch (process-wide). */
+static uint64_t x_fused_rope_seq(void)
+{
+    return __atomic_load_n(&g_fused_rope_seq, __ATOMIC_RELAXED);
+}
+
 static void *p_get_proc(const char *name)
 {
     if (!name)
@@ -1021,6 +1138,10 @@ static void *p_get_proc(const char *name)
         return (void *)x_graph_stats;
     if (!strcmp(name, "minfer_cuda_fused_adds"))
         return (void *)x_fused_adds;
+    if (!strcmp(name, "minfer_cuda_fused_norm_ropes"))
+        return (void *)x_fused_norm_ropes;
+    if (!strcmp(name, "minfer_cuda_fused_rope_seq"))
+        return (void *)x_fused_rope_seq;
     return NULL;
 }
 

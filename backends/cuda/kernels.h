@@ -125,6 +125,23 @@ int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
             const int32_t *pos, int n_rot, float freq_base, float freq_scale);
 
+/* Qwen3's per-head q_norm and k_norm followed by their RoPEs, for one
+ * token, in one launch: for each pair the RMS norm of x (rows over ne[0],
+ * times w when non-NULL) goes to nd and its NeoX rotation to rd,
+ * bit-identical to k_rms_norm then k_rope. x, nd, rd: [hd, heads, 1, 1]
+ * (both pairs the same hd). Every read happens before any write and the
+ * writes go out in the order nd0, nd1, rd0, rd1, so buffers may overlap in
+ * any way the four nodes run in that order allow, except that a later
+ * node's source must not be written by an earlier node. Shared memory:
+ * k_norm_rope2_smem(hd, heads of both) <= 48 KiB. A pair whose nd.data is
+ * NULL has no norm: its RoPE reads x (k_rope2 for one token, without
+ * k_rope2's condition that neither node writes what the other reads). */
+size_t k_norm_rope2_smem(int64_t hd, int64_t heads);
+int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
+                 struct kview r0, float eps0, struct kview x1, const float *w1,
+                 struct kview n1, struct kview r1, float eps1, const int32_t *pos, int n_rot,
+                 float freq_base, float freq_scale);
+
 enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by
  * modulo for ADD/MUL); SWIGLU needs equal shapes. F32. */

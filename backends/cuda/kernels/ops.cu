@@ -139,12 +139,11 @@ extern "C" int k_get_rows(struct kctx *k, uint32_t type, const void *table, int6
 
 /* ---- RMS norm ---- */
 
-__global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
+/* 1 / rms of the n values at xr (plus eps), reduced by the whole block:
+ * every norm kernel goes through this one function, so a row's scale has
+ * the same bits whichever kernel computes it (given the same blockDim). */
+static __device__ __forceinline__ float rms_scale(const float *xr, int64_t n, float eps)
 {
-    int64_t r = blockIdx.x;
-    const float *xr = (const float *)view_row(x, r);
-    float *o = (float *)view_row(dst, r);
-    int64_t n = x.ne[0];
     float s = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         s += xr[i] * xr[i];
@@ -160,7 +159,20 @@ __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
             red[0] = v;
     }
     __syncthreads();
-    float scale = rsqrtf(red[0] / (float)n + eps);
+    return rsqrtf(red[0] / (float)n + eps);
+}
+
+/* Threads per block of every norm kernel (the reduction order, hence the
+ * bits, depends on it). */
+#define NORM_THREADS 256
+
+__global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
+{
+    int64_t r = blockIdx.x;
+    const float *xr = (const float *)view_row(x, r);
+    float *o = (float *)view_row(dst, r);
+    int64_t n = x.ne[0];
+    float scale = rms_scale(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
 }
@@ -171,7 +183,7 @@ extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct
     int64_t rows = nrows(x);
     if (grid_ok(k, "rms_norm", rows))
         return -1;
-    KLAUNCH(k, "rms_norm", rms_norm_kernel, (unsigned)rows, 256, 0, x, w, dst, eps);
+    KLAUNCH(k, "rms_norm", rms_norm_kernel, (unsigned)rows, NORM_THREADS, 0, x, w, dst, eps);
     return 0;
 }
 
@@ -186,22 +198,7 @@ __global__ void rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float e
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
     int64_t n = x.ne[0];
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += xr[i] * xr[i];
-    __shared__ float red[32];
-    s = warp_sum(s);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            red[0] = v;
-    }
-    __syncthreads();
-    float scale = rsqrtf(red[0] / (float)n + eps);
+    float scale = rms_scale(xr, n, eps);
     int nb = (int)(n / 32), lane = threadIdx.x % 32;
     uint8_t *row = xq + (size_t)r * (size_t)nb * 40;
     for (int b = threadIdx.x / 32; b < nb; b += blockDim.x / 32) {
@@ -226,12 +223,26 @@ extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, s
         return k_fail(k, "rms_norm_q8_1", "rows not a multiple of 32 or dst not 2-D");
     if (grid_ok(k, "rms_norm_q8_1", rows))
         return -1;
-    KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, 256, 0, x, w, dst, eps,
+    KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, NORM_THREADS, 0, x, w, dst,
+            eps,
             (uint8_t *)xq);
     return 0;
 }
 
 /* ---- RoPE (NeoX) ---- */
+
+/* Rotates the pair (a, b) = (x[i], x[i + n_rot/2]) of a row at position
+ * p into o[i], o[i + n_rot/2]: the one RoPE expression of every kernel. */
+static __device__ __forceinline__ void rope_rot(float a, float b, int i, float p, int n_rot,
+                                                float base, float fscale, float *o)
+{
+    float inv = powf(base, -2.0f * (float)i / (float)n_rot);
+    float th = p * fscale * inv;
+    float sn, cs;
+    sincosf(th, &sn, &cs);
+    o[i] = a * cs - b * sn;
+    o[i + n_rot / 2] = a * sn + b * cs;
+}
 
 static __device__ __forceinline__ void rope_row(const kview &x, const int32_t *pos,
                                                 const kview &dst, int n_rot, float base,
@@ -242,17 +253,10 @@ static __device__ __forceinline__ void rope_row(const kview &x, const int32_t *p
     int half = n_rot / 2;
     float p = (float)pos[t];
     for (int i = threadIdx.x; i < x.ne[0]; i += blockDim.x) {
-        if (i < half) {
-            float inv = powf(base, -2.0f * (float)i / (float)n_rot);
-            float th = p * fscale * inv;
-            float sn, cs;
-            sincosf(th, &sn, &cs);
-            float a = xr[i], b = xr[i + half];
-            o[i] = a * cs - b * sn;
-            o[i + half] = a * sn + b * cs;
-        } else if (i >= n_rot) {
+        if (i < half)
+            rope_rot(xr[i], xr[i + half], i, p, n_rot, base, fscale, o);
+        else if (i >= n_rot)
             o[i] = xr[i];
-        }
     }
 }
 
@@ -295,6 +299,107 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
     dim3 grid((unsigned)(x0.ne[1] + x1.ne[1]), (unsigned)x0.ne[2]);
     KLAUNCH(k, "rope2", rope2_kernel, grid, 64, 0, x0, d0, x1, d1, pos, n_rot, freq_base,
             freq_scale);
+    return 0;
+}
+
+/* ---- per-head RMS norm + RoPE (Qwen3's q_norm / k_norm), one token ---- */
+
+/* rms_scale's result for one row, computed by one warp: lane l plays the
+ * threads l, l + 32, ... of a NORM_THREADS block (same partial sums in the
+ * same order, same warp_sum per warp, same final warp_sum of the NORM_THREADS
+ * / 32 warp sums), so the bits equal rms_norm_kernel's. */
+static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t n, float eps)
+{
+    int lane = threadIdx.x % 32;
+    float mine = 0.0f;
+#pragma unroll
+    for (int vw = 0; vw < NORM_THREADS / 32; vw++) {
+        float s = 0.0f;
+        for (int64_t i = 32 * vw + lane; i < n; i += NORM_THREADS)
+            s += xr[i] * xr[i];
+        s = warp_sum(s);
+        if (lane == vw)
+            mine = s;
+    }
+    float tot = warp_sum(mine);
+    return rsqrtf(tot / (float)n + eps);
+}
+
+/* Two (RMS norm, RoPE) pairs of one token in one block: rows [0, h0) are
+ * the first pair's heads, [h0, h0 + h1) the second's. Every read (x rows,
+ * weights, position) happens before any write, and the writes go out in
+ * the nodes' order (norm 0, norm 1, rope 0, rope 1) with a barrier
+ * between them, so any overlap of these buffers that the four nodes run
+ * one after another allow gives the same memory (the arena reuses freed
+ * tensors' bytes for the next ones). Values: the norm exactly as
+ * rms_norm_kernel, the rotation exactly as rope_kernel (rope_rot). */
+#define NORM_ROPE2_THREADS 1024
+
+__global__ void __launch_bounds__(NORM_ROPE2_THREADS)
+    norm_rope2_kernel(kview x0, const float *w0, kview n0, kview r0, float eps0, kview x1,
+                      const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
+                      int n_rot, float base, float fscale)
+{
+    extern __shared__ float sm[]; /* (h0 + h1) rows of hd normalized values */
+    int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    float p = (float)pos[0];
+    for (int64_t r = warp; r < rows; r += nw) {
+        bool second = r >= h0;
+        const kview &x = second ? x1 : x0;
+        const float *w = second ? w1 : w0;
+        int64_t h = second ? r - h0 : r;
+        const float *xr = (const float *)((const char *)x.data + h * x.nb[1]);
+        if (!(second ? n1 : n0).data) { /* no norm: RoPE of x itself */
+            for (int64_t i = lane; i < hd; i += 32)
+                sm[r * hd + i] = xr[i];
+            continue;
+        }
+        float scale = rms_scale_warp(xr, hd, second ? eps1 : eps0);
+        for (int64_t i = lane; i < hd; i += 32)
+            sm[r * hd + i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+    }
+    __syncthreads();
+    for (int phase = 0; phase < 4; phase++) {
+        bool second = phase & 1, rope = phase >= 2;
+        const kview &d = rope ? (second ? r1 : r0) : (second ? n1 : n0);
+        if (!d.data)
+            continue; /* uniform over the block: every thread skips the barrier */
+        int64_t r_lo = second ? h0 : 0, r_hi = second ? rows : h0;
+        int half = n_rot / 2;
+        for (int64_t r = r_lo + warp; r < r_hi; r += nw) {
+            const float *v = sm + r * hd;
+            float *o = (float *)((char *)d.data + (r - r_lo) * d.nb[1]);
+            for (int64_t i = lane; i < hd; i += 32) {
+                if (!rope)
+                    o[i] = v[i];
+                else if (i < half)
+                    rope_rot(v[i], v[i + half], (int)i, p, n_rot, base, fscale, o);
+                else if (i >= n_rot)
+                    o[i] = v[i];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" size_t k_norm_rope2_smem(int64_t hd, int64_t heads)
+{
+    return (size_t)hd * (size_t)heads * sizeof(float);
+}
+
+extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
+                            struct kview r0, float eps0, struct kview x1, const float *w1,
+                            struct kview n1, struct kview r1, float eps1, const int32_t *pos,
+                            int n_rot, float freq_base, float freq_scale)
+{
+    if (x0.ne[1] <= 0 || x1.ne[1] <= 0 || x0.ne[0] != x1.ne[0] || x0.ne[2] != 1 ||
+        x1.ne[2] != 1 || x0.ne[3] != 1 || x1.ne[3] != 1 || n_rot > x0.ne[0] ||
+        k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]) > 48 * 1024)
+        return k_fail(k, "norm_rope2", "shapes outside [hd, heads, 1, 1] (equal hd, <= 48 KiB)");
+    size_t smem = k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]);
+    KLAUNCH(k, "norm_rope2", norm_rope2_kernel, 1, NORM_ROPE2_THREADS, smem, x0, w0, n0, r0,
+            eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale);
     return 0;
 }
 
