@@ -7,8 +7,9 @@
  *     quantizer as uint8 (q + 128), and the 128 * sum(w) that this adds is
  *     subtracted through the accumulator's starting value, computed once
  *     per weight block pair and shared by all activation columns.
- *   - K-quants: one 64-element group (two sub-blocks) per vector, scales
- *     folded into vpmaddwd, mins and Q6_K's offset through Q8_K's bsums.
+ *   - K-quants: one 64-element group (two sub-blocks) per vector, u8 x s8
+ *     pairs by vpmaddubsw, then scaled and accumulated in one vpdpwssd;
+ *     mins and Q6_K's offset through Q8_K's bsums.
  * Reached only through cpu_kernels_avx512, which isa.c hands out only when
  * the CPU and OS run all of those extensions.
  */
@@ -386,7 +387,7 @@ AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
                     __m512i av = _mm512_loadu_si512((const void *)(a + 64 * g));            \
                     for (int r = 0; r < R; r++) {                                           \
                         __m512i p = _mm512_maddubs_epi16(q[r], av);                         \
-                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_madd_epi16(p, s16[r])); \
+                        isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], p, s16[r]); \
                     }                                                                       \
                 }                                                                           \
             }                                                                               \
@@ -463,7 +464,7 @@ AI void mm512_q6_k_n(int k, const void *w, size_t w_stride, int R, const void *a
                     __m512i av = _mm512_loadu_si512((const void *)(a + 128 * h + 64 * j));
                     for (int r = 0; r < R; r++) {
                         __m512i p = _mm512_maddubs_epi16(z[r][j], av);
-                        isum[r][c] = _mm512_add_epi32(isum[r][c], _mm512_madd_epi16(p, s16[r]));
+                        isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], p, s16[r]);
                     }
                 }
             }
