@@ -338,7 +338,8 @@ START_TEST(replay_bitwise_equals_direct)
     struct minfer_runtime *rt = runtime();
     count_fn norm_ropes = (count_fn)cuda_proc(rt, "minfer_cuda_fused_norm_ropes");
     count_fn rope_seq = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_seq");
-    uint64_t nr0 = norm_ropes(), rs0 = rope_seq();
+    count_fn rope_kv = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_kv");
+    uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
     size_t size;
     void *mem = synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M,
                       &size);
@@ -357,12 +358,12 @@ START_TEST(replay_bitwise_equals_direct)
     c = ctx_of(m, 0);
     generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s2 = stats(rt);
-    uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0;
-    printf("graph replay %s: %llu captures, %llu replays over %d decode steps, %llu norm+rope "
-           "and %llu read-first rope pair launches captured\n",
+    uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0, rkv = rope_kv() - rk0;
+    printf("graph replay %s: %llu captures, %llu replays over %d decode steps; captured as one "
+           "launch: %llu norm+rope groups, %llu rope pairs, %llu of them with the KV stores\n",
            arch, (unsigned long long)(s2.captures - s1.captures),
            (unsigned long long)(s2.replays - s1.replays), GEN, (unsigned long long)nr,
-           (unsigned long long)rs);
+           (unsigned long long)rs, (unsigned long long)rkv);
     if (_i == 1)
         ck_assert_msg(nr >= 1, "qwen3's q/k norm + RoPE nodes were never captured as one launch");
     ck_assert_msg(s2.aborts == s1.aborts, "a capture was aborted");

@@ -74,6 +74,7 @@ struct minfer_cuda_graph_stats {
 static uint64_t g_fused_adds; /* MUL_MAT + ADD pairs captured as one matvec */
 static uint64_t g_fused_norm_ropes; /* (norm, norm, RoPE, RoPE) captured as one launch */
 static uint64_t g_fused_rope_seq; /* RoPE pairs captured by the read-first kernel */
+static uint64_t g_fused_rope_kv;  /* ... of which with the K and V stores in the same launch */
 static struct minfer_cuda_graph_stats g_stats;
 static int g_fail_next_capture; /* atomic: captures still to fail on purpose */
 
@@ -836,10 +837,11 @@ static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node
 }
 
 /* ROPE, ROPE of one token with the same positions and parameters that
- * rope_pair refuses because the second's dst lands on the first's source
- * (the arena reuses q's bytes once its RoPE has read them): still one
- * launch, k_norm_rope2 without norms, which reads both rows before
- * writing. Refused when the first writes what the second reads. */
+ * k_norm_rope2 (without norms) can run as one launch: it reads both
+ * sources before writing, so the second's dst may land on the first's
+ * source (the arena reuses q's bytes once its RoPE has read them, which
+ * rope_pair refuses). Refused when the first writes what the second
+ * reads. */
 static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *a)
 {
     if (!rope_same(n, a))
@@ -885,6 +887,78 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     return MINFER_OK;
 }
 
+/* If kvk, kvv are the two KV stores of one token right after a RoPE pair
+ * whose second RoPE (dst rk) they store (kvk's source is rk's dst as
+ * [hd * heads, 1]), fills *kv and returns 1: k_norm_rope2 runs them last.
+ * writes[] are the group's earlier writes, which must leave v alone. */
+static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv,
+                    const struct minfer_tensor *rk, const struct minfer_tensor *const *writes,
+                    int n_writes, struct kkv2 *kv)
+{
+    if (!kv_pair(kvk, kvv))
+        return 0;
+    const struct minfer_tensor *sk = kvk->src[0], *sv = kvv->src[0];
+    if (sk->data != rk->data || sk->ne[0] != rk->ne[0] * rk->ne[1] || sk->ne[1] != 1 ||
+        rk->nb[1] != (size_t)rk->ne[0] * 4 || sv->ne[1] != 1)
+        return 0;
+    for (int j = 0; j < n_writes; j++)
+        if (overlaps(writes[j], sv) || overlaps(writes[j], kvk->src[1]))
+            return 0;
+    const struct minfer_tensor *dk = kvk->dst, *dv = kvv->dst;
+    *kv = (struct kkv2){view_of(sk), view_of(sv), kvk->src[1]->data, dk->type, dv->type,
+                        dk->data, dv->data, (int64_t)dk->nb[1], (int64_t)dv->nb[1], dk->ne[1],
+                        dv->ne[1]};
+    return 1;
+}
+
+/* One token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at
+ * nodes[i..] as one k_norm_rope2 launch: returns how many nodes it ran
+ * (0: no such group here; 2 only where rope_pair refuses, since k_rope2
+ * already does that case). *st gets the launch's failure. */
+static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
+                           uint32_t i, struct kctx *k, minfer_status *st)
+{
+    char why[400];
+    const struct minfer_node *nd = w->nodes;
+    uint32_t avail = w->last - i + 1, r = 0, n = 0;
+    if (avail >= 4 && norm_rope_quad(&nd[i], &nd[i + 1], &nd[i + 2], &nd[i + 3]))
+        r = 2, n = 4;
+    else if (avail >= 2 && rope_pair_seq(&nd[i], &nd[i + 1]))
+        r = 0, n = 2;
+    else
+        return 0;
+    const struct minfer_node *rq = &nd[i + r], *rk = &nd[i + r + 1];
+    const struct minfer_tensor *writes[4];
+    int nw = 0;
+    for (uint32_t j = 0; j < n; j++)
+        writes[nw++] = nd[i + j].dst;
+    struct kkv2 kv;
+    int with_kv = avail >= n + 2 &&
+                  kv_after(&nd[i + n], &nd[i + n + 1], rk->dst, writes, nw, &kv);
+    if (!with_kv && r == 0 && rope_pair(rq, rk))
+        return 0; /* plain q + k RoPE: k_rope2 */
+    uint32_t used = n + (with_kv ? 2 : 0);
+    for (uint32_t j = 1; j < used; j++)
+        if (validate(&nd[i + j], 1, why, sizeof(why)))
+            return 0; /* the separate path reports it */
+    const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
+    struct kview none = {0};
+    const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
+    const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
+    if (k_norm_rope2(k, view_of(nq ? nq->src[0] : rq->src[0]), wq, nq ? view_of(nq->dst) : none,
+                     view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
+                     view_of(nk ? nk->src[0] : rk->src[0]), wk, nk ? view_of(nk->dst) : none,
+                     view_of(rk->dst), nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
+                     rq->iparams[0], rq->fparams[0], rq->fparams[1], with_kv ? &kv : NULL))
+        *st = node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
+    for (uint32_t j = 0; j < used; j++)
+        xq_note_write(be, nd[i + j].dst);
+    __atomic_add_fetch(r ? &g_fused_norm_ropes : &g_fused_rope_seq, 1, __ATOMIC_RELAXED);
+    if (with_kv)
+        __atomic_add_fetch(&g_fused_rope_kv, 1, __ATOMIC_RELAXED);
+    return used;
+}
+
 /* Runs nodes[first..last] on the capturing stream with the same results
  * as execute_node would give, fusing MUL_MAT + ADD pairs into the matvec
  * epilogue and reusing quantized activations between products of one x;
@@ -921,36 +995,9 @@ static minfer_status capture_window(struct minfer_backend *be,
             i++;
             continue;
         }
-        if (i + 3 <= w->last && !be->fuse_off &&
-            norm_rope_quad(n, a, &w->nodes[i + 2], &w->nodes[i + 3]) &&
-            !validate(a, 1, why, sizeof(why)) &&
-            !validate(&w->nodes[i + 2], 1, why, sizeof(why)) &&
-            !validate(&w->nodes[i + 3], 1, why, sizeof(why))) {
-            const struct minfer_node *rq = &w->nodes[i + 2], *rk = &w->nodes[i + 3];
-            const float *wq = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
-            const float *wk = a->op == MINFER_OP_RMS_NORM_MUL ? a->src[1]->data : NULL;
-            if (k_norm_rope2(k, view_of(n->src[0]), wq, view_of(n->dst), view_of(rq->dst),
-                             n->fparams[0], view_of(a->src[0]), wk, view_of(a->dst),
-                             view_of(rk->dst), a->fparams[0], rq->src[1]->data,
-                             rq->iparams[0], rq->fparams[0], rq->fparams[1]))
-                st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
-            for (int j = 0; j < 4; j++)
-                xq_note_write(be, w->nodes[i + j].dst);
-            __atomic_add_fetch(&g_fused_norm_ropes, 1, __ATOMIC_RELAXED);
-            i += 3;
-            continue;
-        }
-        if (a && !be->fuse_off && !rope_pair(n, a) && rope_pair_seq(n, a) &&
-            !validate(a, 1, why, sizeof(why))) {
-            struct kview none = {0};
-            if (k_norm_rope2(k, view_of(n->src[0]), NULL, none, view_of(n->dst), 0.0f,
-                             view_of(a->src[0]), NULL, none, view_of(a->dst), 0.0f,
-                             n->src[1]->data, n->iparams[0], n->fparams[0], n->fparams[1]))
-                st = node_fail(be, n, MINFER_ERR_BACKEND, k->err);
-            xq_note_write(be, n->dst);
-            xq_note_write(be, a->dst);
-            __atomic_add_fetch(&g_fused_rope_seq, 1, __ATOMIC_RELAXED);
-            i++;
+        uint32_t used = be->fuse_off ? 0 : rope_group(be, w, i, k, &st);
+        if (used) {
+            i += used - 1;
             continue;
         }
         if (a && !be->fuse_off && (rope_pair(n, a) || kv_pair(n, a)) &&
@@ -1128,6 +1175,13 @@ static uint64_t x_fused_rope_seq(void)
     return __atomic_load_n(&g_fused_rope_seq, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_rope_kv": uint64_t f(void) — norm/RoPE launches that
+ * also ran the K and V stores after them (process-wide). */
+static uint64_t x_fused_rope_kv(void)
+{
+    return __atomic_load_n(&g_fused_rope_kv, __ATOMIC_RELAXED);
+}
+
 static void *p_get_proc(const char *name)
 {
     if (!name)
@@ -1142,6 +1196,8 @@ static void *p_get_proc(const char *name)
         return (void *)x_fused_norm_ropes;
     if (!strcmp(name, "minfer_cuda_fused_rope_seq"))
         return (void *)x_fused_rope_seq;
+    if (!strcmp(name, "minfer_cuda_fused_rope_kv"))
+        return (void *)x_fused_rope_kv;
     return NULL;
 }
 

@@ -136,11 +136,21 @@ int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, s
  * k_norm_rope2_smem(hd, heads of both) <= 48 KiB. A pair whose nd.data is
  * NULL has no norm: its RoPE reads x (k_rope2 for one token, without
  * k_rope2's condition that neither node writes what the other reads). */
+/* Two KV_STORE nodes of one token (k_kv_store2's arguments). */
+struct kkv2 {
+    struct kview s0, s1;  /* [row_len, 1] sources */
+    const int32_t *cells; /* I32 [1] on device */
+    uint32_t t0, t1;      /* cache types */
+    void *d0, *d1;        /* caches, rows nb0/nb1 bytes apart, nc0/nc1 cells */
+    int64_t nb0, nb1, nc0, nc1;
+};
+/* kv (NULL: none): the two KV stores that follow the RoPEs, run last in
+ * the same block (after every write above, so s0 may be rd1's data). */
 size_t k_norm_rope2_smem(int64_t hd, int64_t heads);
 int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
                  struct kview r0, float eps0, struct kview x1, const float *w1,
                  struct kview n1, struct kview r1, float eps1, const int32_t *pos, int n_rot,
-                 float freq_base, float freq_scale);
+                 float freq_base, float freq_scale, const struct kkv2 *kv);
 
 enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by

@@ -302,107 +302,6 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
     return 0;
 }
 
-/* ---- per-head RMS norm + RoPE (Qwen3's q_norm / k_norm), one token ---- */
-
-/* rms_scale's result for one row, computed by one warp: lane l plays the
- * threads l, l + 32, ... of a NORM_THREADS block (same partial sums in the
- * same order, same warp_sum per warp, same final warp_sum of the NORM_THREADS
- * / 32 warp sums), so the bits equal rms_norm_kernel's. */
-static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t n, float eps)
-{
-    int lane = threadIdx.x % 32;
-    float mine = 0.0f;
-#pragma unroll
-    for (int vw = 0; vw < NORM_THREADS / 32; vw++) {
-        float s = 0.0f;
-        for (int64_t i = 32 * vw + lane; i < n; i += NORM_THREADS)
-            s += xr[i] * xr[i];
-        s = warp_sum(s);
-        if (lane == vw)
-            mine = s;
-    }
-    float tot = warp_sum(mine);
-    return rsqrtf(tot / (float)n + eps);
-}
-
-/* Two (RMS norm, RoPE) pairs of one token in one block: rows [0, h0) are
- * the first pair's heads, [h0, h0 + h1) the second's. Every read (x rows,
- * weights, position) happens before any write, and the writes go out in
- * the nodes' order (norm 0, norm 1, rope 0, rope 1) with a barrier
- * between them, so any overlap of these buffers that the four nodes run
- * one after another allow gives the same memory (the arena reuses freed
- * tensors' bytes for the next ones). Values: the norm exactly as
- * rms_norm_kernel, the rotation exactly as rope_kernel (rope_rot). */
-#define NORM_ROPE2_THREADS 1024
-
-__global__ void __launch_bounds__(NORM_ROPE2_THREADS)
-    norm_rope2_kernel(kview x0, const float *w0, kview n0, kview r0, float eps0, kview x1,
-                      const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
-                      int n_rot, float base, float fscale)
-{
-    extern __shared__ float sm[]; /* (h0 + h1) rows of hd normalized values */
-    int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    float p = (float)pos[0];
-    for (int64_t r = warp; r < rows; r += nw) {
-        bool second = r >= h0;
-        const kview &x = second ? x1 : x0;
-        const float *w = second ? w1 : w0;
-        int64_t h = second ? r - h0 : r;
-        const float *xr = (const float *)((const char *)x.data + h * x.nb[1]);
-        if (!(second ? n1 : n0).data) { /* no norm: RoPE of x itself */
-            for (int64_t i = lane; i < hd; i += 32)
-                sm[r * hd + i] = xr[i];
-            continue;
-        }
-        float scale = rms_scale_warp(xr, hd, second ? eps1 : eps0);
-        for (int64_t i = lane; i < hd; i += 32)
-            sm[r * hd + i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
-    }
-    __syncthreads();
-    for (int phase = 0; phase < 4; phase++) {
-        bool second = phase & 1, rope = phase >= 2;
-        const kview &d = rope ? (second ? r1 : r0) : (second ? n1 : n0);
-        if (!d.data)
-            continue; /* uniform over the block: every thread skips the barrier */
-        int64_t r_lo = second ? h0 : 0, r_hi = second ? rows : h0;
-        int half = n_rot / 2;
-        for (int64_t r = r_lo + warp; r < r_hi; r += nw) {
-            const float *v = sm + r * hd;
-            float *o = (float *)((char *)d.data + (r - r_lo) * d.nb[1]);
-            for (int64_t i = lane; i < hd; i += 32) {
-                if (!rope)
-                    o[i] = v[i];
-                else if (i < half)
-                    rope_rot(v[i], v[i + half], (int)i, p, n_rot, base, fscale, o);
-                else if (i >= n_rot)
-                    o[i] = v[i];
-            }
-        }
-        __syncthreads();
-    }
-}
-
-extern "C" size_t k_norm_rope2_smem(int64_t hd, int64_t heads)
-{
-    return (size_t)hd * (size_t)heads * sizeof(float);
-}
-
-extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
-                            struct kview r0, float eps0, struct kview x1, const float *w1,
-                            struct kview n1, struct kview r1, float eps1, const int32_t *pos,
-                            int n_rot, float freq_base, float freq_scale)
-{
-    if (x0.ne[1] <= 0 || x1.ne[1] <= 0 || x0.ne[0] != x1.ne[0] || x0.ne[2] != 1 ||
-        x1.ne[2] != 1 || x0.ne[3] != 1 || x1.ne[3] != 1 || n_rot > x0.ne[0] ||
-        k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]) > 48 * 1024)
-        return k_fail(k, "norm_rope2", "shapes outside [hd, heads, 1, 1] (equal hd, <= 48 KiB)");
-    size_t smem = k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]);
-    KLAUNCH(k, "norm_rope2", norm_rope2_kernel, 1, NORM_ROPE2_THREADS, smem, x0, w0, n0, r0,
-            eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale);
-    return 0;
-}
-
 /* ---- element-wise ---- */
 
 __global__ void binary_kernel(int op, kview a, kview b, kview dst)
@@ -569,5 +468,120 @@ extern "C" int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d
     dim3 grid((unsigned)nt, 2);
     KLAUNCH(k, "kv_store2", kv_store2_kernel, grid, 128, 0, s0, t0, (uint8_t *)d0, nb0, nc0, s1,
             t1, (uint8_t *)d1, nb1, nc1, cells, k->flags);
+    return 0;
+}
+
+/* ---- per-head RMS norm + RoPE (+ KV store) of one token, one block ---- */
+
+/* rms_scale's result for one row, computed by one warp: lane l plays the
+ * threads l, l + 32, ... of a NORM_THREADS block (same partial sums in the
+ * same order, same warp_sum per warp, same final warp_sum of the NORM_THREADS
+ * / 32 warp sums), so the bits equal rms_norm_kernel's. */
+static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t n, float eps)
+{
+    int lane = threadIdx.x % 32;
+    float mine = 0.0f;
+#pragma unroll
+    for (int vw = 0; vw < NORM_THREADS / 32; vw++) {
+        float s = 0.0f;
+        for (int64_t i = 32 * vw + lane; i < n; i += NORM_THREADS)
+            s += xr[i] * xr[i];
+        s = warp_sum(s);
+        if (lane == vw)
+            mine = s;
+    }
+    float tot = warp_sum(mine);
+    return rsqrtf(tot / (float)n + eps);
+}
+
+/* Two (RMS norm, RoPE) pairs of one token in one block: rows [0, h0) are
+ * the first pair's heads, [h0, h0 + h1) the second's. Every read (x rows,
+ * weights, position) happens before any write, and the writes go out in
+ * the nodes' order (norm 0, norm 1, rope 0, rope 1) with a barrier
+ * between them, so any overlap of these buffers that the four nodes run
+ * one after another allow gives the same memory (the arena reuses freed
+ * tensors' bytes for the next ones). Values: the norm exactly as
+ * rms_norm_kernel, the rotation exactly as rope_kernel (rope_rot). With
+ * kv.cells set, the two KV stores that follow run last (kv_store_row, so
+ * the cache bytes equal kv_store_kernel's), reading what the block wrote. */
+#define NORM_ROPE2_THREADS 1024
+
+__global__ void __launch_bounds__(NORM_ROPE2_THREADS)
+    norm_rope2_kernel(kview x0, const float *w0, kview n0, kview r0, float eps0, kview x1,
+                      const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
+                      int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags)
+{
+    extern __shared__ float sm[]; /* (h0 + h1) rows of hd normalized values */
+    int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    float p = (float)pos[0];
+    for (int64_t r = warp; r < rows; r += nw) {
+        bool second = r >= h0;
+        const kview &x = second ? x1 : x0;
+        const float *w = second ? w1 : w0;
+        int64_t h = second ? r - h0 : r;
+        const float *xr = (const float *)((const char *)x.data + h * x.nb[1]);
+        if (!(second ? n1 : n0).data) { /* no norm: RoPE of x itself */
+            for (int64_t i = lane; i < hd; i += 32)
+                sm[r * hd + i] = xr[i];
+            continue;
+        }
+        float scale = rms_scale_warp(xr, hd, second ? eps1 : eps0);
+        for (int64_t i = lane; i < hd; i += 32)
+            sm[r * hd + i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+    }
+    __syncthreads();
+    for (int phase = 0; phase < 4; phase++) {
+        bool second = phase & 1, rope = phase >= 2;
+        const kview &d = rope ? (second ? r1 : r0) : (second ? n1 : n0);
+        if (!d.data)
+            continue; /* uniform over the block: every thread skips the barrier */
+        int64_t r_lo = second ? h0 : 0, r_hi = second ? rows : h0;
+        int half = n_rot / 2;
+        for (int64_t r = r_lo + warp; r < r_hi; r += nw) {
+            const float *v = sm + r * hd;
+            float *o = (float *)((char *)d.data + (r - r_lo) * d.nb[1]);
+            for (int64_t i = lane; i < hd; i += 32) {
+                if (!rope)
+                    o[i] = v[i];
+                else if (i < half)
+                    rope_rot(v[i], v[i + half], (int)i, p, n_rot, base, fscale, o);
+                else if (i >= n_rot)
+                    o[i] = v[i];
+            }
+        }
+        __syncthreads();
+    }
+    if (kv.cells) {
+        kv_store_row(kv.s0, kv.cells, kv.t0, (uint8_t *)kv.d0, kv.nb0, kv.nc0, flags, 0);
+        kv_store_row(kv.s1, kv.cells, kv.t1, (uint8_t *)kv.d1, kv.nb1, kv.nc1, flags, 0);
+    }
+}
+
+extern "C" size_t k_norm_rope2_smem(int64_t hd, int64_t heads)
+{
+    return (size_t)hd * (size_t)heads * sizeof(float);
+}
+
+extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
+                            struct kview r0, float eps0, struct kview x1, const float *w1,
+                            struct kview n1, struct kview r1, float eps1, const int32_t *pos,
+                            int n_rot, float freq_base, float freq_scale,
+                            const struct kkv2 *kv)
+{
+    if (x0.ne[1] <= 0 || x1.ne[1] <= 0 || x0.ne[0] != x1.ne[0] || x0.ne[2] != 1 ||
+        x1.ne[2] != 1 || x0.ne[3] != 1 || x1.ne[3] != 1 || n_rot > x0.ne[0] ||
+        k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]) > 48 * 1024)
+        return k_fail(k, "norm_rope2", "shapes outside [hd, heads, 1, 1] (equal hd, <= 48 KiB)");
+    struct kkv2 none = {};
+    if (kv && (kv->s0.ne[1] != 1 || kv->s1.ne[1] != 1 ||
+               (kv->t0 == MINFER_TYPE_Q8_0 && kv->s0.ne[0] % 32) ||
+               (kv->t1 == MINFER_TYPE_Q8_0 && kv->s1.ne[0] % 32)))
+        return k_fail(k, "norm_rope2", "KV stores of more than one token or a Q8_0 row not "
+                                       "a multiple of 32");
+    size_t smem = k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]);
+    KLAUNCH(k, "norm_rope2", norm_rope2_kernel, 1, NORM_ROPE2_THREADS, smem, x0, w0, n0, r0,
+            eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale, kv ? *kv : none,
+            k->flags);
     return 0;
 }
