@@ -339,7 +339,8 @@ START_TEST(replay_bitwise_equals_direct)
     count_fn norm_ropes = (count_fn)cuda_proc(rt, "minfer_cuda_fused_norm_ropes");
     count_fn rope_seq = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_seq");
     count_fn rope_kv = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_kv");
-    uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
+    count_fn adds = (count_fn)cuda_proc(rt, "minfer_cuda_fused_adds");
+    uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv(), fa0 = adds();
     size_t size;
     void *mem = synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M,
                       &size);
@@ -360,10 +361,11 @@ START_TEST(replay_bitwise_equals_direct)
     struct graph_stats s2 = stats(rt);
     uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0, rkv = rope_kv() - rk0;
     printf("graph replay %s: %llu captures, %llu replays over %d decode steps; captured as one "
-           "launch: %llu norm+rope groups, %llu rope pairs, %llu of them with the KV stores\n",
+           "launch: %llu norm+rope groups, %llu rope pairs, %llu of them with the KV stores, "
+           "%llu MUL_MAT+ADD\n",
            arch, (unsigned long long)(s2.captures - s1.captures),
            (unsigned long long)(s2.replays - s1.replays), GEN, (unsigned long long)nr,
-           (unsigned long long)rs, (unsigned long long)rkv);
+           (unsigned long long)rs, (unsigned long long)rkv, (unsigned long long)(adds() - fa0));
     if (_i == 1)
         ck_assert_msg(nr >= 1, "qwen3's q/k norm + RoPE nodes were never captured as one launch");
     ck_assert_msg(s2.aborts == s1.aborts, "a capture was aborted");

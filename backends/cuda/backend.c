@@ -713,8 +713,13 @@ static int fusable_add(const struct minfer_node *m, const struct minfer_node *a,
     if (other->ne[0] != N || (other->ne[1] != M && other->ne[1] != 1))
         return 0;
     /* the epilogue reads other and writes ad while other threads write d
-     * and (float path) read x: only exact aliasing of ad with d or other */
-    if (overlaps(other, d) || overlaps(ad, x) || overlaps(other, x))
+     * and (float path) read x: only exact aliasing of ad with d or other.
+     * A quantized weight's matvec reads x only through its q8_1 blocks,
+     * made before the launch, so ad may then land on x (the arena hands
+     * the attention output's or the FFN hidden state's bytes, freed by
+     * this product, to the residual sum). */
+    int reads_x = is_float_type(m->src[0]->type);
+    if (overlaps(other, d) || (reads_x && (overlaps(ad, x) || overlaps(other, x))))
         return 0;
     if (overlaps(ad, d) && !(ad->data == d->data && ad->nb[1] == d->nb[1]))
         return 0;
