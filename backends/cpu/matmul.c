@@ -100,6 +100,9 @@ static void mm_worker(void *arg, int ith, int nth)
         int r0 = ch * t->chunk, r1 = r0 + t->chunk < t->N ? r0 + t->chunk : t->N;
         for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
             int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
+            float *dcol[64]; /* dst rows of this column block (cpu_row divides) */
+            for (int c = c0; c < c1; c++)
+                dcol[c - c0] = (float *)cpu_row(t->dst, c);
             for (int r = r0; r < r1;) {
                 /* two weight rows per pass where the kernel set has it */
                 int R = t->fn2 && r + 1 < r1 ? 2 : 1;
@@ -123,7 +126,7 @@ static void mm_worker(void *arg, int ith, int nth)
                             float v = g[i * CPU_MM_NC + j];
                             if (t->w1)
                                 v = silu(v) * u[i * CPU_MM_NC + j];
-                            ((float *)cpu_row(t->dst, c + j))[r + i] = v;
+                            dcol[c - c0 + j][r + i] = v;
                         }
                 }
                 r += R;
