@@ -46,6 +46,10 @@ typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stri
 
 /* Optional two-row tile: weight rows w and w + w_stride against nc
  * columns (1..the table's nc2 of the type); out[r * CPU_MM_NC + c]. */
+/* Optional decode run: out[r] = dot(row r, the one activation column) for
+ * r < nr, rows w_stride bytes apart; saves a call and a setup per row. */
+typedef void (*cpu_rows_fn)(int k, const void *w, size_t w_stride, int nr, const void *act,
+                            float *out);
 typedef void (*cpu_mm2_fn)(int k, const void *w, size_t w_stride, const void *act,
                            size_t act_stride, int nc, float *out);
 
@@ -62,6 +66,7 @@ struct cpu_kernels {
     /* matmul tiles per weight type (NULL: type not readable) */
     cpu_mm_fn mm[MINFER_TYPE_COUNT];
     cpu_mm2_fn mm2[MINFER_TYPE_COUNT]; /* optional two-row tiles (prefill) */
+    cpu_rows_fn rows[MINFER_TYPE_COUNT]; /* optional: nr rows x 1 column (decode) */
     int nc2[MINFER_TYPE_COUNT];
     /* activation quantizers: n multiple of 32 / 256 */
     void (*quant_q8)(const float *x, void *row, int n);

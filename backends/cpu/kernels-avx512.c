@@ -47,11 +47,24 @@ static void mm512_q8_0_2(int, const void *, size_t, const void *, size_t, int, f
 static void mm512_q4_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 static void mm512_q5_k_2(int, const void *, size_t, const void *, size_t, int, float *);
 static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, float *);
+static void mm512_q4_0_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q4_1_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q5_0_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q5_1_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q8_0_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q4_k_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q5_k_rows(int, const void *, size_t, int, const void *, float *);
+static void mm512_q6_k_rows(int, const void *, size_t, int, const void *, float *);
 #define KSET_MM2                                                                            \
     [MINFER_TYPE_Q4_0] = mm512_q4_0_2, [MINFER_TYPE_Q4_1] = mm512_q4_1_2,                   \
     [MINFER_TYPE_Q5_0] = mm512_q5_0_2, [MINFER_TYPE_Q5_1] = mm512_q5_1_2,                   \
     [MINFER_TYPE_Q8_0] = mm512_q8_0_2, [MINFER_TYPE_Q4_K] = mm512_q4_k_2,                   \
     [MINFER_TYPE_Q5_K] = mm512_q5_k_2, [MINFER_TYPE_Q6_K] = mm512_q6_k_2
+#define KSET_ROWS                                                                           \
+    [MINFER_TYPE_Q4_0] = mm512_q4_0_rows, [MINFER_TYPE_Q4_1] = mm512_q4_1_rows,             \
+    [MINFER_TYPE_Q5_0] = mm512_q5_0_rows, [MINFER_TYPE_Q5_1] = mm512_q5_1_rows,             \
+    [MINFER_TYPE_Q8_0] = mm512_q8_0_rows, [MINFER_TYPE_Q4_K] = mm512_q4_k_rows,             \
+    [MINFER_TYPE_Q5_K] = mm512_q5_k_rows, [MINFER_TYPE_Q6_K] = mm512_q6_k_rows
 #define KSET_NC2                                                                            \
     [MINFER_TYPE_Q4_0] = 8, [MINFER_TYPE_Q4_1] = 8, [MINFER_TYPE_Q5_0] = 8,                 \
     [MINFER_TYPE_Q5_1] = 8, [MINFER_TYPE_Q8_0] = 8, [MINFER_TYPE_Q4_K] = 4,                 \
@@ -80,6 +93,12 @@ static void mm512_q6_k_2(int, const void *, size_t, const void *, size_t, int, f
         case 2: name##_n(k, w, 0, 1, act, act_stride, 2, out); break;                       \
         default: name##_n(k, w, 0, 1, act, act_stride, 1, out); break;                      \
         }                                                                                   \
+    }                                                                                       \
+    static void name##_rows(int k, const void *w, size_t w_stride, int nr, const void *act, \
+                            float *out)                                                     \
+    {                                                                                       \
+        for (int r = 0; r < nr; r++)                                                        \
+            name##_n(k, (const char *)w + (size_t)r * w_stride, 0, 1, act, 0, 1, out + r);  \
     }                                                                                       \
     static void name##_2(int k, const void *w, size_t w_stride, const void *act,            \
                          size_t act_stride, int nc, float *out)                             \

@@ -69,6 +69,7 @@ static void quant_worker(void *arg, int ith, int nth)
 struct mm_task {
     cpu_mm_fn fn;
     cpu_mm2_fn fn2;          /* two-row tile or NULL */
+    cpu_rows_fn rows;        /* decode run or NULL */
     int nc, nc2;             /* columns per kernel call */
     const char *w0, *w1;     /* weight rows (w1: up, FFN only) */
     size_t w_nb1;
@@ -98,6 +99,11 @@ static void mm_worker(void *arg, int ith, int nth)
         if (ch >= n_chunks)
             break;
         int r0 = ch * t->chunk, r1 = r0 + t->chunk < t->N ? r0 + t->chunk : t->N;
+        if (t->rows && t->M == 1 && !t->w1) { /* decode: one call per chunk */
+            t->rows(t->K, t->w0 + (size_t)r0 * t->w_nb1, t->w_nb1, r1 - r0, t->act,
+                    (float *)t->dst->data + r0);
+            continue;
+        }
         for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
             int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
             float *dcol[64]; /* dst rows of this column block (cpu_row divides) */
@@ -184,6 +190,7 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     t.nc = kind == ACT_F32 ? 4 : be->k->nc;
     size_t cb = COL_BYTES / stride;
     t.col_block = cb < 8 ? 8 : cb > 64 ? 64 : (int)cb;
+    t.rows = be->k->rows[w->type];
     t.fn2 = M > 1 ? be->k->mm2[w->type] : NULL; /* decode streams one row at a time */
     t.nc2 = be->k->nc2[w->type];
     t.w0 = w->data;
