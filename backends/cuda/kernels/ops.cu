@@ -139,32 +139,104 @@ extern "C" int k_get_rows(struct kctx *k, uint32_t type, const void *table, int6
 
 /* ---- RMS norm ---- */
 
-/* 1 / rms of the n values at xr (plus eps), reduced by the whole block:
- * every norm kernel goes through this one function, so a row's scale has
- * the same bits whichever kernel computes it (given the same blockDim). */
+/* The one order in which every kernel sums a row's squares, so a row's
+ * scale has the same bits whichever kernel (whole block, one warp, fused
+ * or not) computes it:
+ *   chunk c = elements [C c, C c + C), C = 4 when n % 4 == 0 else 1, its
+ *     squares fma-accumulated in element order;
+ *   virtual thread t of NORM_VT sums its chunks t, t + NORM_VT, ...;
+ *   each virtual warp of 32 threads reduces with warp_sum;
+ *   the NORM_VT / 32 warp partials (warp w at lane w) reduce with warp_sum.
+ * A block of fewer threads than NORM_VT is the same order when it has a
+ * thread for every chunk (the missing warps' partials are exact zeros).
+ * The first version reduced with 256 threads one element each: 16
+ * dependent load steps per 4096-wide row, 16 us per decode norm on H200. */
+#define NORM_VT 1024
+
+static __device__ __forceinline__ int norm_chunk(int64_t n)
+{
+    return n % 4 == 0 ? 4 : 1;
+}
+
+/* Sum of the squares of chunk c (vec: the row is 16-byte aligned). */
+static __device__ __forceinline__ float chunk_sq(const float *xr, int64_t c, int C, bool vec)
+{
+    if (C == 1)
+        return __fmul_rn(xr[c], xr[c]);
+    float4 v;
+    if (vec)
+        v = ((const float4 *)xr)[c];
+    else
+        v = make_float4(xr[4 * c], xr[4 * c + 1], xr[4 * c + 2], xr[4 * c + 3]);
+    float s = __fmul_rn(v.x, v.x);
+    s = __fmaf_rn(v.y, v.y, s);
+    s = __fmaf_rn(v.z, v.z, s);
+    return __fmaf_rn(v.w, v.w, s);
+}
+
+/* Virtual thread t's sum: its chunks t, t + NORM_VT, ... in order. */
+static __device__ __forceinline__ float vthread_sq(const float *xr, int64_t n, int64_t t)
+{
+    int C = norm_chunk(n);
+    int64_t nc = n / C;
+    bool vec = ((uintptr_t)xr % 16) == 0;
+    float s = 0.0f;
+    for (int64_t c = t; c < nc; c += NORM_VT)
+        s = __fadd_rn(s, chunk_sq(xr, c, C, vec));
+    return s;
+}
+
+static __device__ __forceinline__ float rms_from_sum(float sum, int64_t n, float eps)
+{
+    return rsqrtf(sum / (float)n + eps);
+}
+
+/* Threads for a block-per-row norm kernel: one per chunk up to NORM_VT
+ * (the canonical order above needs exactly this). */
+static unsigned norm_threads(int64_t n)
+{
+    int64_t nc = n % 4 == 0 ? n / 4 : n;
+    int64_t t = (nc + 31) / 32 * 32;
+    return (unsigned)(t < NORM_VT ? t : NORM_VT);
+}
+
+/* 1 / rms of the row at xr, reduced by the whole block (launched with
+ * norm_threads(n) threads). */
 static __device__ __forceinline__ float rms_scale(const float *xr, int64_t n, float eps)
 {
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += xr[i] * xr[i];
     __shared__ float red[32];
-    s = warp_sum(s);
+    float s = warp_sum(vthread_sq(xr, n, threadIdx.x));
     if (threadIdx.x % 32 == 0)
         red[threadIdx.x / 32] = s;
     __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            red[0] = v;
-    }
-    __syncthreads();
-    return rsqrtf(red[0] / (float)n + eps);
+    float v = threadIdx.x % 32 < blockDim.x / 32 ? red[threadIdx.x % 32] : 0.0f;
+    return rms_from_sum(warp_sum(v), n, eps);
 }
 
-/* Threads per block of every norm kernel (the reduction order, hence the
- * bits, depends on it). */
-#define NORM_THREADS 256
+/* The same scale computed by one warp alone: lane l plays virtual threads
+ * l, l + 32, ... of each virtual warp that has chunks. */
+static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t n, float eps)
+{
+    int lane = threadIdx.x % 32;
+    int64_t nc = n / norm_chunk(n);
+    int64_t nvw = (nc + 31) / 32;
+    if (nvw > NORM_VT / 32)
+        nvw = NORM_VT / 32;
+    float mine = 0.0f;
+    for (int vw = 0; vw < nvw; vw++) {
+        float s = warp_sum(vthread_sq(xr, n, 32 * vw + lane));
+        if (lane == vw)
+            mine = s;
+    }
+    return rms_from_sum(warp_sum(mine), n, eps);
+}
+
+/* y = x * scale (* w): the one expression of every norm output. */
+static __device__ __forceinline__ float norm_val(float x, float scale, const float *w, int64_t i)
+{
+    float v = __fmul_rn(x, scale);
+    return w ? __fmul_rn(v, w[i]) : v;
+}
 
 __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
 {
@@ -174,7 +246,7 @@ __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
     int64_t n = x.ne[0];
     float scale = rms_scale(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+        o[i] = norm_val(xr[i], scale, w, i);
 }
 
 extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst,
@@ -183,35 +255,65 @@ extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct
     int64_t rows = nrows(x);
     if (grid_ok(k, "rms_norm", rows))
         return -1;
-    KLAUNCH(k, "rms_norm", rms_norm_kernel, (unsigned)rows, NORM_THREADS, 0, x, w, dst, eps);
+    KLAUNCH(k, "rms_norm", rms_norm_kernel, (unsigned)rows, norm_threads(x.ne[0]), 0, x, w, dst,
+            eps);
     return 0;
 }
 
 /* RMS norm whose output also goes out as q8_1 blocks (the layout of
- * k_quantize_q8_1, row r at r * ne0/32 * 40 bytes): one warp per block of
- * 32 values, the same value and the same quantization arithmetic as the
- * two separate kernels, so both outputs are bit-identical to them. */
-__global__ void rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps,
-                                     uint8_t *xq)
+ * k_quantize_q8_1, row r at r * ne0/32 * 40 bytes). Thread t holds chunks
+ * t, t + NORM_VT, ... of 4 values; a q8_1 block is 8 chunks, i.e. 8
+ * neighbouring lanes. Same values and the same quantization arithmetic as
+ * rms_norm_kernel followed by quantize_q8_1_kernel (amax, d = amax / 127,
+ * q = rint(v / d), the integer sum exact in float), so both outputs are
+ * bit-identical to the two separate kernels'. */
+__global__ void __launch_bounds__(NORM_VT)
+    rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps, uint8_t *xq)
 {
     int64_t r = blockIdx.x;
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
-    int64_t n = x.ne[0];
+    int64_t n = x.ne[0], nc = n / 4;
     float scale = rms_scale(xr, n, eps);
-    int nb = (int)(n / 32), lane = threadIdx.x % 32;
+    int nb = (int)(n / 32);
     uint8_t *row = xq + (size_t)r * (size_t)nb * 40;
-    for (int b = threadIdx.x / 32; b < nb; b += blockDim.x / 32) {
-        int64_t i = (int64_t)b * 32 + lane;
-        float v = w ? xr[i] * scale * w[i] : xr[i] * scale;
-        o[i] = v;
-        float amax = warp_max(fabsf(v));
+    bool vec = ((uintptr_t)xr % 16) == 0 && ((uintptr_t)o % 16) == 0;
+    for (int64_t base = 0; base < nc; base += NORM_VT) {
+        int64_t c = base + threadIdx.x;
+        bool live = c < nc; /* whole 8-lane groups are live or not: nc % 8 == 0 */
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[j] = norm_val(xr[4 * c + j], scale, w, 4 * c + j);
+            if (vec)
+                ((float4 *)o)[c] = make_float4(v[0], v[1], v[2], v[3]);
+            else
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    o[4 * c + j] = v[j];
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+        for (int off = 4; off > 0; off >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
         float d = amax / 127.0f;
-        int q = d != 0.0f ? __float2int_rn(v / d) : 0;
-        float qs = warp_sum((float)q);
-        ((int8_t *)row)[b * 32 + lane] = (int8_t)q;
-        if (lane == 0)
-            ((float2 *)(row + 32 * (size_t)nb))[b] = make_float2(d, d * qs);
+        int q[4], qs = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            q[j] = d != 0.0f ? __float2int_rn(v[j] / d) : 0;
+            qs += q[j];
+        }
+#pragma unroll
+        for (int off = 4; off > 0; off >>= 1)
+            qs += __shfl_xor_sync(0xffffffffu, qs, off);
+        if (live) {
+            uint32_t packed = (uint32_t)(uint8_t)q[0] | (uint32_t)(uint8_t)q[1] << 8 |
+                              (uint32_t)(uint8_t)q[2] << 16 | (uint32_t)(uint8_t)q[3] << 24;
+            ((uint32_t *)row)[c] = packed;
+            if (c % 8 == 0)
+                ((float2 *)(row + 32 * (size_t)nb))[c / 8] = make_float2(d, d * (float)qs);
+        }
     }
 }
 
@@ -223,25 +325,37 @@ extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, s
         return k_fail(k, "rms_norm_q8_1", "rows not a multiple of 32 or dst not 2-D");
     if (grid_ok(k, "rms_norm_q8_1", rows))
         return -1;
-    KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, NORM_THREADS, 0, x, w, dst,
-            eps,
-            (uint8_t *)xq);
+    KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, norm_threads(x.ne[0]), 0,
+            x, w, dst, eps, (uint8_t *)xq);
     return 0;
 }
 
 /* ---- RoPE (NeoX) ---- */
 
-/* Rotates the pair (a, b) = (x[i], x[i + n_rot/2]) of a row at position
- * p into o[i], o[i + n_rot/2]: the one RoPE expression of every kernel. */
+/* cos and sin of pair i's angle at position p: the one angle expression
+ * of every RoPE kernel (table or not), so their bits agree. */
+static __device__ __forceinline__ void rope_angle(int i, float p, int n_rot, float base,
+                                                  float fscale, float *cs, float *sn)
+{
+    float inv = powf(base, -2.0f * (float)i / (float)n_rot);
+    sincosf(__fmul_rn(__fmul_rn(p, fscale), inv), sn, cs);
+}
+
+/* Rotates the pair (a, b) = (x[i], x[i + half]) into o[i], o[i + half];
+ * explicit roundings, so no kernel contracts it differently. */
+static __device__ __forceinline__ void rope_apply(float a, float b, float cs, float sn, float *o,
+                                                  int i, int half)
+{
+    o[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+    o[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+}
+
 static __device__ __forceinline__ void rope_rot(float a, float b, int i, float p, int n_rot,
                                                 float base, float fscale, float *o)
 {
-    float inv = powf(base, -2.0f * (float)i / (float)n_rot);
-    float th = p * fscale * inv;
-    float sn, cs;
-    sincosf(th, &sn, &cs);
-    o[i] = a * cs - b * sn;
-    o[i + n_rot / 2] = a * sn + b * cs;
+    float cs, sn;
+    rope_angle(i, p, n_rot, base, fscale, &cs, &sn);
+    rope_apply(a, b, cs, sn, o, i, n_rot / 2);
 }
 
 static __device__ __forceinline__ void rope_row(const kview &x, const int32_t *pos,
@@ -473,37 +587,19 @@ extern "C" int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d
 
 /* ---- per-head RMS norm + RoPE (+ KV store) of one token, one block ---- */
 
-/* rms_scale's result for one row, computed by one warp: lane l plays the
- * threads l, l + 32, ... of a NORM_THREADS block (same partial sums in the
- * same order, same warp_sum per warp, same final warp_sum of the NORM_THREADS
- * / 32 warp sums), so the bits equal rms_norm_kernel's. */
-static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t n, float eps)
-{
-    int lane = threadIdx.x % 32;
-    float mine = 0.0f;
-#pragma unroll
-    for (int vw = 0; vw < NORM_THREADS / 32; vw++) {
-        float s = 0.0f;
-        for (int64_t i = 32 * vw + lane; i < n; i += NORM_THREADS)
-            s += xr[i] * xr[i];
-        s = warp_sum(s);
-        if (lane == vw)
-            mine = s;
-    }
-    float tot = warp_sum(mine);
-    return rsqrtf(tot / (float)n + eps);
-}
-
 /* Two (RMS norm, RoPE) pairs of one token in one block: rows [0, h0) are
  * the first pair's heads, [h0, h0 + h1) the second's. Every read (x rows,
  * weights, position) happens before any write, and the writes go out in
- * the nodes' order (norm 0, norm 1, rope 0, rope 1) with a barrier
- * between them, so any overlap of these buffers that the four nodes run
- * one after another allow gives the same memory (the arena reuses freed
- * tensors' bytes for the next ones). Values: the norm exactly as
- * rms_norm_kernel, the rotation exactly as rope_kernel (rope_rot). With
+ * the nodes' order (norms, rope 0, rope 1) with a barrier between them,
+ * so any overlap of these buffers that the nodes run one after another
+ * allow gives the same memory (the arena reuses freed tensors' bytes for
+ * the next ones). Values: the norm exactly as rms_norm_kernel (the
+ * canonical sum, one warp per row), the rotation exactly as rope_kernel
+ * (rope_angle once per pair index into shared memory, rope_apply). With
  * kv.cells set, the two KV stores that follow run last (kv_store_row, so
- * the cache bytes equal kv_store_kernel's), reading what the block wrote. */
+ * the cache bytes equal kv_store_kernel's), reading what the block wrote.
+ * Each phase is one flat pass over all threads: the first version looped
+ * per row and recomputed the angles, 17 us per qwen3 layer. */
 #define NORM_ROPE2_THREADS 1024
 
 __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
@@ -511,44 +607,54 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
                       const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
                       int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags)
 {
-    extern __shared__ float sm[]; /* (h0 + h1) rows of hd normalized values */
+    extern __shared__ float sm[]; /* rows x hd values, then cos[half], sin[half] */
     int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
+    int half = n_rot / 2;
+    float *cs = sm + rows * hd, *sn = cs + half;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     float p = (float)pos[0];
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
     for (int64_t r = warp; r < rows; r += nw) {
         bool second = r >= h0;
-        const kview &x = second ? x1 : x0;
         const float *w = second ? w1 : w0;
-        int64_t h = second ? r - h0 : r;
-        const float *xr = (const float *)((const char *)x.data + h * x.nb[1]);
-        if (!(second ? n1 : n0).data) { /* no norm: RoPE of x itself */
-            for (int64_t i = lane; i < hd; i += 32)
-                sm[r * hd + i] = xr[i];
-            continue;
-        }
-        float scale = rms_scale_warp(xr, hd, second ? eps1 : eps0);
+        const float *xr = second ? (const float *)((const char *)x1.data + (r - h0) * x1.nb[1])
+                                 : (const float *)((const char *)x0.data + r * x0.nb[1]);
+        float *s = sm + r * hd;
+        bool normed = (second ? n1.data : n0.data) != NULL;
+        float scale = normed ? rms_scale_warp(xr, hd, second ? eps1 : eps0) : 1.0f;
+#pragma unroll 4
         for (int64_t i = lane; i < hd; i += 32)
-            sm[r * hd + i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+            s[i] = normed ? norm_val(xr[i], scale, w, i) : xr[i];
     }
     __syncthreads();
-    for (int phase = 0; phase < 4; phase++) {
-        bool second = phase & 1, rope = phase >= 2;
-        const kview &d = rope ? (second ? r1 : r0) : (second ? n1 : n0);
-        if (!d.data)
-            continue; /* uniform over the block: every thread skips the barrier */
-        int64_t r_lo = second ? h0 : 0, r_hi = second ? rows : h0;
-        int half = n_rot / 2;
-        for (int64_t r = r_lo + warp; r < r_hi; r += nw) {
-            const float *v = sm + r * hd;
-            float *o = (float *)((char *)d.data + (r - r_lo) * d.nb[1]);
-            for (int64_t i = lane; i < hd; i += 32) {
-                if (!rope)
-                    o[i] = v[i];
-                else if (i < half)
-                    rope_rot(v[i], v[i + half], (int)i, p, n_rot, base, fscale, o);
-                else if (i >= n_rot)
-                    o[i] = v[i];
-            }
+    int64_t all = rows * hd;
+    if (n0.data || n1.data) {
+        for (int64_t e = threadIdx.x; e < all; e += blockDim.x) {
+            int64_t r = e / hd, i = e % hd;
+            char *d = NULL;
+            if (r < h0 && n0.data)
+                d = (char *)n0.data + r * n0.nb[1];
+            else if (r >= h0 && n1.data)
+                d = (char *)n1.data + (r - h0) * n1.nb[1];
+            if (d)
+                ((float *)d)[i] = sm[e];
+        }
+        __syncthreads();
+    }
+    for (int second = 0; second < 2; second++) {
+        char *d = (char *)(second ? r1.data : r0.data);
+        int64_t dnb = second ? r1.nb[1] : r0.nb[1];
+        int64_t lo = second ? h0 : 0, cnt = d ? (second ? rows - h0 : h0) : 0;
+        for (int64_t e = threadIdx.x; e < cnt * hd; e += blockDim.x) {
+            int64_t rr = e / hd;
+            int i = (int)(e % hd);
+            const float *v = sm + (lo + rr) * hd;
+            float *o = (float *)(d + rr * dnb);
+            if (i < half)
+                rope_apply(v[i], v[i + half], cs[i], sn[i], o, i, half);
+            else if (i >= n_rot)
+                o[i] = v[i];
         }
         __syncthreads();
     }
@@ -560,7 +666,7 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
 
 extern "C" size_t k_norm_rope2_smem(int64_t hd, int64_t heads)
 {
-    return (size_t)hd * (size_t)heads * sizeof(float);
+    return (size_t)hd * (size_t)(heads + 1) * sizeof(float); /* + the angle table */
 }
 
 extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
