@@ -158,20 +158,26 @@ static __device__ __forceinline__ int norm_chunk(int64_t n)
     return n % 4 == 0 ? 4 : 1;
 }
 
-/* Sum of the squares of chunk c (vec: the row is 16-byte aligned). */
-static __device__ __forceinline__ float chunk_sq(const float *xr, int64_t c, int C, bool vec)
+/* The 4 values of chunk c (vec: the row is 16-byte aligned). */
+static __device__ __forceinline__ float4 load4(const float *xr, int64_t c, bool vec)
 {
-    if (C == 1)
-        return __fmul_rn(xr[c], xr[c]);
-    float4 v;
     if (vec)
-        v = ((const float4 *)xr)[c];
-    else
-        v = make_float4(xr[4 * c], xr[4 * c + 1], xr[4 * c + 2], xr[4 * c + 3]);
+        return ((const float4 *)xr)[c];
+    return make_float4(xr[4 * c], xr[4 * c + 1], xr[4 * c + 2], xr[4 * c + 3]);
+}
+
+static __device__ __forceinline__ float sq4(float4 v)
+{
     float s = __fmul_rn(v.x, v.x);
     s = __fmaf_rn(v.y, v.y, s);
     s = __fmaf_rn(v.z, v.z, s);
     return __fmaf_rn(v.w, v.w, s);
+}
+
+/* Sum of the squares of chunk c. */
+static __device__ __forceinline__ float chunk_sq(const float *xr, int64_t c, int C, bool vec)
+{
+    return C == 1 ? __fmul_rn(xr[c], xr[c]) : sq4(load4(xr, c, vec));
 }
 
 /* Virtual thread t's sum: its chunks t, t + NORM_VT, ... in order. */
@@ -200,17 +206,23 @@ static unsigned norm_threads(int64_t n)
     return (unsigned)(t < NORM_VT ? t : NORM_VT);
 }
 
-/* 1 / rms of the row at xr, reduced by the whole block (launched with
- * norm_threads(n) threads). */
-static __device__ __forceinline__ float rms_scale(const float *xr, int64_t n, float eps)
+/* The sum over the block of each thread's virtual-thread partial s
+ * (launched with norm_threads(n) threads). */
+static __device__ __forceinline__ float block_sum_sq(float s)
 {
     __shared__ float red[32];
-    float s = warp_sum(vthread_sq(xr, n, threadIdx.x));
+    s = warp_sum(s);
     if (threadIdx.x % 32 == 0)
         red[threadIdx.x / 32] = s;
     __syncthreads();
     float v = threadIdx.x % 32 < blockDim.x / 32 ? red[threadIdx.x % 32] : 0.0f;
-    return rms_from_sum(warp_sum(v), n, eps);
+    return warp_sum(v);
+}
+
+/* 1 / rms of the row at xr, reduced by the whole block. */
+static __device__ __forceinline__ float rms_scale(const float *xr, int64_t n, float eps)
+{
+    return rms_from_sum(block_sum_sq(vthread_sq(xr, n, threadIdx.x)), n, eps);
 }
 
 /* The same scale computed by one warp alone: lane l plays virtual threads
@@ -232,10 +244,15 @@ static __device__ __forceinline__ float rms_scale_warp(const float *xr, int64_t 
 }
 
 /* y = x * scale (* w): the one expression of every norm output. */
-static __device__ __forceinline__ float norm_val(float x, float scale, const float *w, int64_t i)
+static __device__ __forceinline__ float norm_apply(float x, float scale, bool has_w, float wv)
 {
     float v = __fmul_rn(x, scale);
-    return w ? __fmul_rn(v, w[i]) : v;
+    return has_w ? __fmul_rn(v, wv) : v;
+}
+
+static __device__ __forceinline__ float norm_val(float x, float scale, const float *w, int64_t i)
+{
+    return norm_apply(x, scale, w != NULL, w ? w[i] : 0.0f);
 }
 
 __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
@@ -260,13 +277,55 @@ extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct
     return 0;
 }
 
+/* One chunk's 4 outputs into dst and its share of a q8_1 block; every
+ * lane of the warp calls it (shuffles), live or not. */
+static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, bool has_w,
+                                                       float scale, bool live, int64_t c,
+                                                       float *o, bool vec, uint8_t *row, int nb)
+{
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        v[0] = norm_apply(xv.x, scale, has_w, wv.x);
+        v[1] = norm_apply(xv.y, scale, has_w, wv.y);
+        v[2] = norm_apply(xv.z, scale, has_w, wv.z);
+        v[3] = norm_apply(xv.w, scale, has_w, wv.w);
+        if (vec)
+            ((float4 *)o)[c] = make_float4(v[0], v[1], v[2], v[3]);
+        else
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                o[4 * c + j] = v[j];
+    }
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int off = 4; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float d = amax / 127.0f;
+    int q[4], qs = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        q[j] = d != 0.0f ? __float2int_rn(v[j] / d) : 0;
+        qs += q[j];
+    }
+#pragma unroll
+    for (int off = 4; off > 0; off >>= 1)
+        qs += __shfl_xor_sync(0xffffffffu, qs, off);
+    if (live) {
+        ((uint32_t *)row)[c] = (uint32_t)(uint8_t)q[0] | (uint32_t)(uint8_t)q[1] << 8 |
+                               (uint32_t)(uint8_t)q[2] << 16 | (uint32_t)(uint8_t)q[3] << 24;
+        if (c % 8 == 0)
+            ((float2 *)(row + 32 * (size_t)nb))[c / 8] = make_float2(d, d * (float)qs);
+    }
+}
+
 /* RMS norm whose output also goes out as q8_1 blocks (the layout of
  * k_quantize_q8_1, row r at r * ne0/32 * 40 bytes). Thread t holds chunks
  * t, t + NORM_VT, ... of 4 values; a q8_1 block is 8 chunks, i.e. 8
  * neighbouring lanes. Same values and the same quantization arithmetic as
  * rms_norm_kernel followed by quantize_q8_1_kernel (amax, d = amax / 127,
  * q = rint(v / d), the integer sum exact in float), so both outputs are
- * bit-identical to the two separate kernels'. */
+ * bit-identical to the two separate kernels'. Rows of up to 4 * NORM_VT
+ * values (every decode row) load x and w once, both before the reduction. */
 __global__ void __launch_bounds__(NORM_VT)
     rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps, uint8_t *xq)
 {
@@ -274,46 +333,27 @@ __global__ void __launch_bounds__(NORM_VT)
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
     int64_t n = x.ne[0], nc = n / 4;
-    float scale = rms_scale(xr, n, eps);
     int nb = (int)(n / 32);
     uint8_t *row = xq + (size_t)r * (size_t)nb * 40;
-    bool vec = ((uintptr_t)xr % 16) == 0 && ((uintptr_t)o % 16) == 0;
+    bool vx = ((uintptr_t)xr % 16) == 0, vo = ((uintptr_t)o % 16) == 0;
+    bool vw = w && ((uintptr_t)w % 16) == 0;
+    float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (nc <= NORM_VT) {
+        int64_t c = threadIdx.x;
+        bool live = c < nc; /* whole 8-lane groups are live or not: nc % 8 == 0 */
+        float4 xv = live ? load4(xr, c, vx) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 wv = live && w ? load4(w, c, vw) : one;
+        float scale = rms_from_sum(block_sum_sq(live ? __fadd_rn(0.0f, sq4(xv)) : 0.0f), n, eps);
+        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb);
+        return;
+    }
+    float scale = rms_scale(xr, n, eps);
     for (int64_t base = 0; base < nc; base += NORM_VT) {
         int64_t c = base + threadIdx.x;
-        bool live = c < nc; /* whole 8-lane groups are live or not: nc % 8 == 0 */
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live) {
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                v[j] = norm_val(xr[4 * c + j], scale, w, 4 * c + j);
-            if (vec)
-                ((float4 *)o)[c] = make_float4(v[0], v[1], v[2], v[3]);
-            else
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    o[4 * c + j] = v[j];
-        }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-        for (int off = 4; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float d = amax / 127.0f;
-        int q[4], qs = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            q[j] = d != 0.0f ? __float2int_rn(v[j] / d) : 0;
-            qs += q[j];
-        }
-#pragma unroll
-        for (int off = 4; off > 0; off >>= 1)
-            qs += __shfl_xor_sync(0xffffffffu, qs, off);
-        if (live) {
-            uint32_t packed = (uint32_t)(uint8_t)q[0] | (uint32_t)(uint8_t)q[1] << 8 |
-                              (uint32_t)(uint8_t)q[2] << 16 | (uint32_t)(uint8_t)q[3] << 24;
-            ((uint32_t *)row)[c] = packed;
-            if (c % 8 == 0)
-                ((float2 *)(row + 32 * (size_t)nb))[c / 8] = make_float2(d, d * (float)qs);
-        }
+        bool live = c < nc;
+        float4 xv = live ? load4(xr, c, vx) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 wv = live && w ? load4(w, c, vw) : one;
+        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb);
     }
 }
 
@@ -607,7 +647,7 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
                       const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
                       int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags)
 {
-    extern __shared__ float sm[]; /* rows x hd values, then cos[half], sin[half] */
+    extern __shared__ __align__(16) float sm[]; /* rows x hd values, then cos, sin [half] */
     int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
     int half = n_rot / 2;
     float *cs = sm + rows * hd, *sn = cs + half;
@@ -615,17 +655,59 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
     float p = (float)pos[0];
     for (int i = threadIdx.x; i < half; i += blockDim.x)
         rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
-    for (int64_t r = warp; r < rows; r += nw) {
-        bool second = r >= h0;
-        const float *w = second ? w1 : w0;
-        const float *xr = second ? (const float *)((const char *)x1.data + (r - h0) * x1.nb[1])
-                                 : (const float *)((const char *)x0.data + r * x0.nb[1]);
-        float *s = sm + r * hd;
-        bool normed = (second ? n1.data : n0.data) != NULL;
-        float scale = normed ? rms_scale_warp(xr, hd, second ? eps1 : eps0) : 1.0f;
-#pragma unroll 4
-        for (int64_t i = lane; i < hd; i += 32)
-            s[i] = normed ? norm_val(xr[i], scale, w, i) : xr[i];
+    if (hd % 4 == 0 && hd <= 128) {
+        /* a chunk of 4 per lane: each warp loads its two rows' x and w at
+         * once, then reduces (the canonical order for rows of <= 32
+         * chunks: one virtual warp) */
+        int64_t nc = hd / 4;
+        float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        for (int64_t ra = warp; ra < rows; ra += 2 * nw) {
+            float4 xv[2], wv[2];
+            bool live[2], normed[2], has_w[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int64_t r = ra + j * nw;
+                bool second = r >= h0;
+                const float *w = second ? w1 : w0;
+                const float *xr = second ? (const float *)((const char *)x1.data + (r - h0) * x1.nb[1])
+                                         : (const float *)((const char *)x0.data + r * x0.nb[1]);
+                live[j] = r < rows && lane < nc;
+                normed[j] = (second ? n1.data : n0.data) != NULL;
+                has_w[j] = w != NULL;
+                xv[j] = live[j] ? load4(xr, lane, ((uintptr_t)xr % 16) == 0) : zero;
+                wv[j] = live[j] && w ? load4(w, lane, ((uintptr_t)w % 16) == 0) : one;
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int64_t r = ra + j * nw;
+                if (r >= rows)
+                    break; /* uniform over the warp */
+                float4 v = xv[j];
+                if (normed[j]) {
+                    float sw = warp_sum(live[j] ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
+                    float scale = rms_from_sum(warp_sum(lane == 0 ? sw : 0.0f), hd,
+                                               r >= h0 ? eps1 : eps0);
+                    v = make_float4(norm_apply(v.x, scale, has_w[j], wv[j].x),
+                                    norm_apply(v.y, scale, has_w[j], wv[j].y),
+                                    norm_apply(v.z, scale, has_w[j], wv[j].z),
+                                    norm_apply(v.w, scale, has_w[j], wv[j].w));
+                }
+                if (live[j])
+                    ((float4 *)(sm + r * hd))[lane] = v;
+            }
+        }
+    } else {
+        for (int64_t r = warp; r < rows; r += nw) {
+            bool second = r >= h0;
+            const float *w = second ? w1 : w0;
+            const float *xr = second ? (const float *)((const char *)x1.data + (r - h0) * x1.nb[1])
+                                     : (const float *)((const char *)x0.data + r * x0.nb[1]);
+            float *s = sm + r * hd;
+            bool normed = (second ? n1.data : n0.data) != NULL;
+            float scale = normed ? rms_scale_warp(xr, hd, second ? eps1 : eps0) : 1.0f;
+            for (int64_t i = lane; i < hd; i += 32)
+                s[i] = normed ? norm_val(xr[i], scale, w, i) : xr[i];
+        }
     }
     __syncthreads();
     int64_t all = rows * hd;
