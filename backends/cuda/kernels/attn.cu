@@ -24,14 +24,12 @@ __device__ __forceinline__ float kdot(const float *q, const uint8_t *row, int hk
     float s = 0.0f;
     if (L == 0) {
         const float4 *p = (const float4 *)(row + (size_t)hk * hd * 4);
-#pragma unroll 8
         for (int i = 0; i < hd / 4; i++) {
             float4 v = p[i];
             s += q[4 * i] * v.x + q[4 * i + 1] * v.y + q[4 * i + 2] * v.z + q[4 * i + 3] * v.w;
         }
     } else if (L == 1) {
         const uint2 *p = (const uint2 *)(row + (size_t)hk * hd * 2);
-#pragma unroll 8
         for (int i = 0; i < hd / 4; i++) {
             uint2 v = p[i];
             s += q[4 * i] * h2f((uint16_t)v.x) + q[4 * i + 1] * h2f((uint16_t)(v.x >> 16)) +
@@ -86,25 +84,6 @@ __device__ __forceinline__ float block_sum128(float v, float *red)
     return r;
 }
 
-/* Output value v of dimension d (head h, token t) into its q8_1 block of
- * the row of hd * n_head values, with k_quantize_q8_1's arithmetic bit for
- * bit; the 32 lanes of a warp hold one block (hd % 32 == 0). */
-__device__ __forceinline__ void attn_out_q8_1(float v, int d, int hd, int n_head, int h, int t,
-                                              uint8_t *xq)
-{
-    int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
-    float amax = warp_max(fabsf(v));
-    float qd = amax / 127.0f;
-    int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
-    float qs = warp_sum((float)q);
-    uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
-    if (d < hd) {
-        ((int8_t *)row)[col] = (int8_t)q;
-        if (lane == 0)
-            ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
-    }
-}
-
 /* ---- partials ---- */
 
 template <int L>
@@ -112,7 +91,7 @@ __global__ void __launch_bounds__(A_THREADS)
     attn_partial(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                  int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                  const int32_t *kv_len, const int32_t *pos, float scale, int chunk,
-                 int n_splits, float *__restrict__ part, kview dst, uint8_t *xq)
+                 int n_splits, float *__restrict__ part)
 {
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
@@ -148,7 +127,6 @@ __global__ void __launch_bounds__(A_THREADS)
         acc1 *= corr;
         int cnt = end - c0 < A_TILE ? (int)(end - c0) : A_TILE;
         int vi0 = hk * hd + tid, vi1 = hk * hd + tid + A_THREADS;
-#pragma unroll 8
         for (int j = 0; j < cnt; j++) {
             const uint8_t *vr = vc + (c0 + j) * vnb1;
             float pj = p[j];
@@ -159,22 +137,6 @@ __global__ void __launch_bounds__(A_THREADS)
         }
         m = mn;
         __syncthreads(); /* p[] is rewritten by the next tile */
-    }
-    if (n_splits == 1) {
-        /* the only split: the combine's result directly (its M is this m,
-         * so its scale factors are expf(0) = 1 and the bits agree) */
-        float *od = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
-        for (int half = 0; half < 2; half++) {
-            int d = tid + half * A_THREADS;
-            if (half * A_THREADS >= hd)
-                break; /* uniform over the block */
-            float v = m != -INFINITY && l > 0.0f ? (half ? acc1 : acc0) / l : 0.0f;
-            if (d < hd)
-                od[d] = v;
-            if (xq)
-                attn_out_q8_1(v, d, hd, n_head, h, t, xq);
-        }
-        return;
     }
     float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
     if (tid < hd)
@@ -214,8 +176,17 @@ __global__ void attn_combine(const float *__restrict__ part, int hd, int n_head,
         }
         float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
         o[d] = v;
-        if (xq)
-            attn_out_q8_1(v, d, hd, n_head, h, t, xq);
+        if (xq) {
+            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
+            float amax = warp_max(fabsf(v));
+            float qd = amax / 127.0f;
+            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+            float qs = warp_sum((float)q);
+            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+            ((int8_t *)row)[col] = (int8_t)q;
+            if (lane == 0)
+                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+        }
     }
 }
 
@@ -270,8 +241,6 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         return k_fail(k, "attention", "n_kv_head does not divide n_head");
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0)
         return k_fail(k, "attention", "n_head/n_tokens/n_cells out of range");
-    if (xq && hd % 32)
-        return k_fail(k, "attention", "q8_1 output needs head_dim % 32 == 0");
     int splits = k_attn_splits(n_head, nt, n_cells);
     int chunk = attn_chunk(n_cells, splits);
     int group = (int)(n_head / n_kv_head);
@@ -282,13 +251,13 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
     case MINFER_TYPE_F32: {
         auto kf = attn_partial<0>;
         KLAUNCH(k, "attention.partial<f32>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
-                group, kv_len, pos, scale, chunk, splits, part, dst, (uint8_t *)xq);
+                group, kv_len, pos, scale, chunk, splits, part);
         break;
     }
     case MINFER_TYPE_F16: {
         auto kf = attn_partial<1>;
         KLAUNCH(k, "attention.partial<f16>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
-                group, kv_len, pos, scale, chunk, splits, part, dst, (uint8_t *)xq);
+                group, kv_len, pos, scale, chunk, splits, part);
         break;
     }
     case MINFER_TYPE_Q8_0: {
@@ -296,14 +265,14 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
             return k_fail(k, "attention", "a Q8_0 cache needs head_dim % 32 == 0");
         auto kf = attn_partial<2>;
         KLAUNCH(k, "attention.partial<q8_0>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, chunk, splits, part, dst, (uint8_t *)xq);
+                n_cells, group, kv_len, pos, scale, chunk, splits, part);
         break;
     }
     default:
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     }
-    if (splits == 1)
-        return 0; /* the partial pass wrote dst (and xq) */
+    if (xq && hd % 32)
+        return k_fail(k, "attention", "q8_1 output needs head_dim % 32 == 0");
     dim3 g2((unsigned)n_head, (unsigned)nt);
     KLAUNCH(k, "attention.combine", attn_combine, g2, 128, 0, (const float *)part, (int)hd,
             (int)n_head, splits, dst, (uint8_t *)xq);
