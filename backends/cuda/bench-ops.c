@@ -6,7 +6,8 @@
  * set is many times the L2, and prints achieved GB/s against the measured
  * device-to-device copy bandwidth. Also times the prefill GEMM.
  *
- * usage: minfer-cuda-bench [--quick]   (prints a table on stdout)
+ * usage: minfer-cuda-bench [--quick] [--gemm]   (prints a table on stdout;
+ * --gemm: the prefill GEMM rows only)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,7 @@ struct shape {
 };
 
 static double g_copy_gbs;
+static int g_tile; /* the GEMM token tile last forced (0: auto) */
 
 static int bench_copy(struct cu_ctx *c)
 {
@@ -184,12 +186,17 @@ out:
     return rc;
 }
 
-static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_t M)
+/* The prefill GEMM as run_gemm drives it: activations to f16, then
+ * k_gemm (dequantization to f16 scratch + the tensor-core kernel); xl
+ * adds the float-weight hi/lo second pass. TFLOP/s counts 2*K*N*M once. */
+static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_t M, int split,
+                      const char *what)
 {
     size_t rowb = minfer_row_size(t, K), mat = rowb * (size_t)N;
     uint8_t *host = malloc(mat);
     float *hx = malloc((size_t)K * M * 4);
-    void *w = NULL, *x = NULL, *y = NULL;
+    void *w = NULL, *x = NULL, *y = NULL, *xh = NULL, *xl = NULL, *ws = NULL;
+    struct kctx *k = cu_ctx_kctx(c);
     int rc = -1;
     if (!host || !hx)
         goto out;
@@ -197,26 +204,30 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
         fill_row(t, host + r * rowb, K);
     for (int64_t i = 0; i < K * M; i++)
         hx[i] = rndf();
+    size_t wsb = k_gemm_scratch_bytes(t, NULL, K, N, rowb);
     if (cu_pool_alloc(c, mat, "gemm w", &w) || cu_pool_alloc(c, (size_t)K * M * 4, "gemm x", &x) ||
-        cu_pool_alloc(c, (size_t)N * M * 4, "gemm y", &y) || cu_write(c, w, host, mat) ||
+        cu_pool_alloc(c, (size_t)N * M * 4, "gemm y", &y) ||
+        cu_pool_alloc(c, k_gemm_act_bytes(K, M), "gemm xh", &xh) ||
+        cu_pool_alloc(c, k_gemm_act_bytes(K, M), "gemm xl", &xl) ||
+        (wsb && cu_pool_alloc(c, wsb, "gemm scratch", &ws)) || cu_write(c, w, host, mat) ||
         cu_write(c, x, hx, (size_t)K * M * 4))
         goto out;
-    struct kctx *k = cu_ctx_kctx(c);
-    for (int i = 0; i < 2; i++)
-        if (k_gemm(k, t, w, K, N, rowb, x, K * 4, M, y, N * 4)) {
+    for (int i = 0; i < 12; i++) { /* 2 warm-up + 10 timed */
+        if (i == 2)
+            cu_timer_start(c);
+        if (k_gemm_act(k, x, K, M, K * 4, xh, split ? xl : NULL) ||
+            k_gemm(k, t, w, K, N, rowb, xh, split ? xl : NULL, M, y, N * 4, ws)) {
             fprintf(stderr, "kernel error: %s\n", k->err);
             goto out;
         }
+    }
     float ms = 0;
-    int it = 10;
-    cu_timer_start(c);
-    for (int i = 0; i < it; i++)
-        k_gemm(k, t, w, K, N, rowb, x, K * 4, M, y, N * 4);
     if (cu_timer_stop(c, &ms))
         goto out;
-    double s = ms * 1e-3 / it;
-    printf("gemm   %-5s K=%lld N=%lld M=%lld  %8.1f us  %6.1f TFLOP/s\n",
-           minfer_type_traits_of(t)->name, (long long)K, (long long)N, (long long)M, s * 1e6,
+    double s = ms * 1e-3 / 10;
+    printf("gemm   %-5s %-22s M=%lld%s tile %-4s %8.1f us  %6.1f TFLOP/s\n",
+           minfer_type_traits_of(t)->name, what, (long long)M, split ? " hi/lo" : "      ",
+           g_tile == 64 ? "64" : g_tile == 128 ? "128" : "auto", s * 1e6,
            2.0 * K * N * M / s / 1e12);
     rc = 0;
 out:
@@ -225,13 +236,26 @@ out:
     cu_pool_free(c, w);
     cu_pool_free(c, x);
     cu_pool_free(c, y);
+    cu_pool_free(c, xh);
+    cu_pool_free(c, xl);
+    cu_pool_free(c, ws);
     fflush(stdout);
     return rc;
 }
 
 int main(int argc, char **argv)
 {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, gemm_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--gemm") == 0) {
+            gemm_only = 1;
+        } else {
+            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm]\n");
+            return 2;
+        }
+    }
     char err[512];
     struct minfer_device_info info = {.struct_size = sizeof info};
     if (cu_device_info(0, &info, err, sizeof err)) {
@@ -255,6 +279,8 @@ int main(int argc, char **argv)
                              {18944, 3584, "18944x3584 (ffn down)"},
                              {3584, 3584, "3584x3584 (attn)"}};
     int fails = 0;
+    if (gemm_only)
+        goto gemm;
     for (int r = 2; r >= 1; r--) {
         k_tune_matvec_rows(r);
         printf("-- nt=1 quantized kernels with %d row(s) per thread --\n", r);
@@ -270,9 +296,20 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < 3; ti++)
         for (int nt = 2; nt <= 8; nt *= 2)
             fails += bench_matvec(c, multi[ti], shapes[0], nt, quick) != 0;
-    static const uint32_t gt[] = {MINFER_TYPE_F16, MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0};
-    for (size_t ti = 0; ti < 3; ti++)
-        fails += bench_gemm(c, gt[ti], 3584, 18944, 512) != 0;
+gemm:;
+    /* 7B prefill (pp512) shapes; q4_K/q6_K are a Q4_K_M model's types */
+    static const uint32_t gt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0,
+                                  MINFER_TYPE_F16};
+    struct shape gs[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t si = 0; si < 4; si++)
+            for (int bm = 0; bm <= (ti == 0 ? 128 : 0); bm += 64) {
+                k_tune_gemm_tile(g_tile = bm); /* q4_K: also each tile forced */
+                fails += bench_gemm(c, gt[ti], gs[si].K, gs[si].N, 512, 0, gs[si].what) != 0;
+            }
+    k_tune_gemm_tile(g_tile = 0);
+    fails += bench_gemm(c, MINFER_TYPE_F16, 3584, 18944, 512, 1, shapes[0].what) != 0;
+    fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 2048, 0, shapes[0].what) != 0;
     cu_ctx_free(c);
     cu_shutdown();
     printf("bench done, %d failures\n", fails);

@@ -70,6 +70,7 @@ struct kepi {
     int64_t add_nb1;
     float *dst2;
     int64_t dst2_nb1;
+    int sum_only; /* 1: only dst2 is written, not the product (MUL_MAT_ADD) */
 };
 /* k_matvec_q / k_matvec_f with an epilogue (epi NULL: none). */
 int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
@@ -78,6 +79,20 @@ int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int6
 int k_matvec_f_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                    int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
                    int64_t dst_nb1, const struct kepi *epi);
+
+/* Several nt = 1 quantized products of one x in one launch (Q, K and V):
+ * segment i is dst_i = W_i . x (with its epilogue, epi NULL: none); types
+ * may differ. xq: k_quantize_q8_1 blocks of x [K, 1]. The products must not
+ * write what another one reads or writes. */
+struct kmv_seg {
+    uint32_t type;
+    const void *W;
+    int64_t w_nb1, N;
+    float *dst;
+    const struct kepi *epi;
+};
+int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
+                     const void *xq);
 
 /* nt = 1 FFN: dst[n] = silu(Wg[n] . x) * (Wu[n] . x) in one launch (both
  * weights of one quantized type, rows w_nb1 bytes apart; xq from
@@ -97,10 +112,24 @@ int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t 
 
 /* True if the tensor-core GEMM handles this weight type (K % 32 == 0). */
 int k_gemm_supported(uint32_t type);
-/* Tensor-core GEMM: weight tiles dequantized to f16, activations rounded
- * to f16, f32 accumulation. K % 32 == 0. */
+/* Bytes of one f16 activation copy for k_gemm ([M][K] halves). */
+size_t k_gemm_act_bytes(int64_t K, int64_t M);
+/* x: F32 [K, M] (rows x_nb1 bytes apart) -> xh[m][k] = f16(x[k, m]) and,
+ * when xl is non-NULL, xl = f16(x - xh) (what f16 cannot hold). Buffers
+ * of k_gemm_act_bytes, 16-byte aligned. K % 32 == 0. */
+int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1, void *xh,
+               void *xl);
+/* Scratch bytes k_gemm needs for these weights (0: f16 rows read in place). */
+size_t k_gemm_scratch_bytes(uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1);
+/* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
+ * (weights dequantized to f16 in scratch, k_gemm_scratch_bytes of it, 16-byte
+ * aligned) and f32 accumulation; xh from k_gemm_act. xl non-NULL adds
+ * W.xl in a second pass (dst = W.xh, then dst += W.xl). K % 32 == 0. */
 int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-           const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1);
+           const void *xh, const void *xl, int64_t M, float *dst, int64_t dst_nb1,
+           void *scratch);
+/* Benchmark hook: token tile of the GEMM (64 or 128; 0 = chosen per shape). */
+void k_tune_gemm_tile(int bm);
 
 /* True if GET_ROWS / dequantization reads this type. */
 int k_type_readable(uint32_t type);

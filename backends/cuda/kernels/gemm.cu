@@ -1,188 +1,373 @@
 /*
  * gemm.cu — the tensor-core prefill GEMM (nt > 8): dst[n, m] =
- * sum_k W[k, n] * x[k, m]. A 256-thread block computes a 128 (weight
- * rows) x 128 (tokens) tile: each 32-deep K slice of W is dequantized to
- * f16 in shared memory (dq8, every readable type), the activations are
- * rounded to f16, and 8 warps run 16x16x16 wmma with f32 accumulation.
- * The epilogue goes through a 128x132 f32 shared tile so the stores are
- * coalesced along n and tails are bounds-checked; that tile (66 KiB) is
- * why the kernel needs the >48 KiB dynamic shared memory opt-in, done
- * once per device by k_prepare before any capture can exist.
+ * sum_k W[k, n] * x[k, m], f16 operands, f32 accumulation.
+ *
+ * Three stages, each a plain launch:
+ *   1. k_gemm_act rounds the f32 activations to f16 once per call, token
+ *      major ([M][K]), optionally with the f16 remainder (the hi/lo split
+ *      of float-weight models, see backend.c's run_gemm).
+ *   2. k_gemm dequantizes the weights to f16 rows ([N][K], in chunks of
+ *      rows bounded by G_CHUNK_BYTES) into caller scratch; f16 weights
+ *      with 16-byte aligned rows are read in place. This is the only
+ *      per-type code (dq8, 11 small instantiations).
+ *   3. One f16 x f16 kernel per tile shape: 128 weight rows x BM tokens
+ *      per 256-thread block, 32-deep K slices streamed by 16-byte cp.async
+ *      through a 4-stage shared-memory ring, fragments read with ldmatrix,
+ *      mma.sync m16n8k16 with f32 accumulators, results stored (or added,
+ *      for the second half of a split) straight from registers.
+ * Rounding is what the old fused kernel did (weights dequantized in f32
+ * then rounded to f16, activations rounded to f16); only the summation
+ * order differs. Dequantizing in a separate pass costs a write and a read
+ * of 2 bytes per weight per call; in exchange the inner loop is a pure
+ * f16 GEMM and the template count stays small (11 dequant + 2 GEMM).
  */
-#include <mma.h>
-
 #include "common.cuh"
 
-using namespace nvcuda;
-
-#define G_BN 128 /* weight rows per tile */
-#define G_BM 128 /* tokens per tile */
-#define G_BK 32
-#define G_LDA 40 /* halves; 80-byte rows keep 16-byte stores aligned */
-#define G_LDC 132
+#define G_BN 128     /* weight rows per block */
+#define G_BK 32      /* K per pipeline stage */
+#define G_STAGES 4   /* cp.async ring depth */
+#define G_LDS 40     /* halves per shared row: 80 bytes keep ldmatrix conflict-free */
 #define G_THREADS 256
+/* Weight rows dequantized per GEMM launch: bounds the scratch (a 7B
+ * model's largest matrix, 18944 x 3584 f16, is 136 MB and fits whole). */
+#define G_CHUNK_BYTES ((size_t)256 << 20)
 
-static constexpr size_t G_SMEM_AB = (size_t)(G_BN + G_BM) * G_LDA * sizeof(__half);
-static constexpr size_t G_SMEM_C = (size_t)G_BM * G_LDC * sizeof(float);
-static constexpr size_t G_SMEM = G_SMEM_C > G_SMEM_AB ? G_SMEM_C : G_SMEM_AB;
+template <int BM> struct gshape {
+    static constexpr int WM = BM / 4;  /* tokens per warp (4 warps along m) */
+    static constexpr int NJ = WM / 8;  /* n8 mma tiles per warp along m */
+    static constexpr size_t STAGE = (size_t)(G_BN + BM) * G_LDS; /* halves */
+    static constexpr size_t SMEM = STAGE * G_STAGES * sizeof(__half);
+    /* resident blocks per SM asked of the register allocator: 2 x 80 KiB
+     * or 3 x 60 KiB of shared memory fit the 228 KiB of an sm_90 SM */
+    static constexpr int MIN_BLOCKS = BM == 64 ? 3 : 2;
+};
 
-template <int T>
-__global__ void __launch_bounds__(G_THREADS)
-    gemm_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int64_t K, int N,
-                const float *__restrict__ x, int64_t x_nb1, int M, float *__restrict__ dst,
-                int64_t dst_nb1)
+/* ---- PTX wrappers (sm_80+) ---- */
+
+__device__ __forceinline__ unsigned smem_u32(const void *p)
 {
-    extern __shared__ __align__(128) unsigned char smem[];
-    __half *As = (__half *)smem;               /* [G_BN][G_LDA] */
-    __half *Bs = As + G_BN * G_LDA;            /* [G_BM][G_LDA] */
-    float *Cs = (float *)smem;                 /* [G_BM][G_LDC], after the K loop */
-
-    const int n0 = blockIdx.x * G_BN, m0 = blockIdx.y * G_BM;
-    const int tid = threadIdx.x, warp = tid / 32;
-    const int wn = warp % 2, wm = warp / 2; /* warp tile: 64 n x 32 m */
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::fill_fragment(acc[i][j], 0.0f);
-
-    for (int64_t k0 = 0; k0 < K; k0 += G_BK) {
-        /* W slice: 128 rows x 32 k = 512 groups of 8 */
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            int g = tid + G_THREADS * j;
-            int r = g / 4, kg = g % 4;
-            float v[8];
-            if (n0 + r < N) {
-                dq8<T>(W + (int64_t)(n0 + r) * w_nb1, k0 + 8 * kg, v);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    v[e] = 0.0f;
-            }
-            __align__(16) __half h[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                h[e] = __float2half_rn(v[e]);
-            *(uint4 *)(As + r * G_LDA + 8 * kg) = *(const uint4 *)h;
-        }
-        /* x slice: 128 tokens x 32 k */
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            int g = tid + G_THREADS * j;
-            int m = g / 4, kg = g % 4;
-            __align__(16) __half h[8];
-            if (m0 + m < M) {
-                const float *xp = (const float *)((const char *)x + (int64_t)(m0 + m) * x_nb1) +
-                                  k0 + 8 * kg;
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    h[e] = __float2half_rn(xp[e]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    h[e] = __float2half_rn(0.0f);
-            }
-            *(uint4 *)(Bs + m * G_LDA + 8 * kg) = *(const uint4 *)h;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < G_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[4];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b[2];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                wmma::load_matrix_sync(a[i], As + (wn * 64 + i * 16) * G_LDA + kk, G_LDA);
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                wmma::load_matrix_sync(b[j], Bs + (wm * 32 + j * 16) * G_LDA + kk, G_LDA);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-    /* C(n, m) stored column-major = Cs[m][n] */
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(Cs + (wm * 32 + j * 16) * G_LDC + wn * 64 + i * 16, acc[i][j],
-                                    G_LDC, wmma::mem_col_major);
-    __syncthreads();
-    for (int e = tid; e < G_BN * G_BM; e += G_THREADS) {
-        int m = e / G_BN, n = e % G_BN;
-        if (m0 + m < M && n0 + n < N)
-            *(float *)((char *)dst + (int64_t)(m0 + m) * dst_nb1 + (int64_t)(n0 + n) * 4) =
-                Cs[m * G_LDC + n];
-    }
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* 16 bytes global -> shared; ok == false writes zeros (tails). */
+__device__ __forceinline__ void cp16(void *s, const void *g, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s)), "l"(g),
+                 "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *s)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(s)));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* The launcher never asks for the opt-in: k_prepare does, once per
- * device, for every instantiation (device.c calls it at the first instance
- * creation, before any capture window of any instance can exist). */
-template <int T> static int optin_one(struct kctx *k)
+/* ---- f16 GEMM ---- */
+
+/* dst[m][n] (=|+=) sum_k Wh[n][k] * xh[m][k]. Wh rows lda halves apart,
+ * xh rows K halves apart; both 16-byte aligned, K % 32 == 0. */
+template <int BM>
+__global__ void __launch_bounds__(G_THREADS, gshape<BM>::MIN_BLOCKS)
+    gemm_f16_kernel(const __half *__restrict__ Wh, int64_t lda, int K, int N,
+                    const __half *__restrict__ xh, int M, float *__restrict__ dst,
+                    int64_t dst_nb1, int accumulate)
 {
-    cudaError_t e = cudaFuncSetAttribute(gemm_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)G_SMEM);
-    if (e != cudaSuccess) {
-        snprintf(k->err, k->err_len,
-                 "gemm<type %d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
-                 "%s (%s); prefill GEMM disabled on this device",
-                 T, G_SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
-        cudaGetLastError();
-        return -1;
+    using S = gshape<BM>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half *ring = (__half *)smem; /* stage s: A [G_BN][G_LDS] then B [BM][G_LDS] */
+
+    const int n0 = blockIdx.x * G_BN, m0 = blockIdx.y * BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wn = warp & 1, wm = warp >> 1; /* warp tile: 64 rows x S::WM tokens */
+
+    /* Per-thread copy assignments: 16-byte chunk c covers row c/4, halves
+     * 8*(c%4) of a slice. Out-of-range rows copy zeros from a valid row. */
+    const __half *ga[2];
+    bool oka[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int c = tid + G_THREADS * j, r = c >> 2;
+        oka[j] = n0 + r < N;
+        ga[j] = Wh + (int64_t)(oka[j] ? n0 + r : 0) * lda + 8 * (c & 3);
     }
+    constexpr int BCH = BM * 4 / G_THREADS; /* B chunks per thread: 2 or 1 */
+    const __half *gb[BCH];
+    bool okb[BCH];
+#pragma unroll
+    for (int j = 0; j < BCH; j++) {
+        int c = tid + G_THREADS * j, r = c >> 2;
+        okb[j] = m0 + r < M;
+        gb[j] = xh + (int64_t)(okb[j] ? m0 + r : 0) * K + 8 * (c & 3);
+    }
+
+    auto load = [&](int stage, int k0) {
+        __half *As = ring + stage * S::STAGE, *Bs = As + G_BN * G_LDS;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int c = tid + G_THREADS * j;
+            cp16(As + (c >> 2) * G_LDS + 8 * (c & 3), ga[j] + k0, oka[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < BCH; j++) {
+            int c = tid + G_THREADS * j;
+            cp16(Bs + (c >> 2) * G_LDS + 8 * (c & 3), gb[j] + k0, okb[j]);
+        }
+    };
+
+    float acc[4][S::NJ][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < S::NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+
+    const int nk = K / G_BK;
+#pragma unroll
+    for (int s = 0; s < G_STAGES - 1; s++) {
+        if (s < nk)
+            load(s, s * G_BK);
+        cp_commit();
+    }
+
+    /* ldmatrix lane addressing: A x4 = rows (q&1)*8 + l%8, k (q>>1)*8;
+     * B x4 = tokens (q>>1)*8 + l%8, k (q&1)*8, with q = lane / 8. */
+    const int q = lane >> 3, l8 = lane & 7;
+    const int a_off = (wn * 64 + (q & 1) * 8 + l8) * G_LDS + (q >> 1) * 8;
+    const int b_off = G_BN * G_LDS + (wm * S::WM + (q >> 1) * 8 + l8) * G_LDS + (q & 1) * 8;
+
+    for (int kt = 0; kt < nk; kt++) {
+        cp_wait<G_STAGES - 2>();
+        __syncthreads(); /* slice kt landed; slice kt-1's buffer is free */
+        int pf = kt + G_STAGES - 1;
+        if (pf < nk)
+            load(pf % G_STAGES, pf * G_BK);
+        cp_commit();
+
+        const __half *st = ring + (kt % G_STAGES) * S::STAGE;
+#pragma unroll
+        for (int kk = 0; kk < G_BK; kk += 16) {
+            unsigned a[4][4], b[S::NJ][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                ldsm4(a[i], st + a_off + i * 16 * G_LDS + kk);
+#pragma unroll
+            for (int j = 0; j < S::NJ; j += 2) {
+                unsigned r[4];
+                ldsm4(r, st + b_off + j * 8 * G_LDS + kk);
+                b[j][0] = r[0];
+                b[j][1] = r[1];
+                b[j + 1][0] = r[2];
+                b[j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < S::NJ; j++)
+                    mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        }
+    }
+    cp_wait<0>();
+
+    /* accumulator e of tile (i, j): row n = gid + 8*(e/2), token 2*tig + e%2 */
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < S::NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int n = n0 + wn * 64 + i * 16 + gid + 8 * (e >> 1);
+                int m = m0 + wm * S::WM + j * 8 + 2 * tig + (e & 1);
+                if (n < N && m < M) {
+                    float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
+                    *p = accumulate ? *p + acc[i][j][e] : acc[i][j][e];
+                }
+            }
+}
+
+/* ---- activations and weights to f16 ---- */
+
+/* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
+ * f16(x - xh), the part f16 cannot hold. */
+__global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M,
+                                __half *__restrict__ xh, __half *__restrict__ xl)
+{
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int kg = K / 8;
+    if (g >= (int64_t)kg * M)
+        return;
+    int m = (int)(g / kg), k = 8 * (int)(g % kg);
+    const float *p = (const float *)((const char *)x + (int64_t)m * x_nb1) + k;
+    float v[8];
+    if (((uintptr_t)p & 15) == 0) {
+        float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            v[e] = p[e];
+    }
+    __align__(16) __half h[8], lo[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        h[e] = __float2half_rn(v[e]);
+        lo[e] = __float2half_rn(v[e] - __half2float(h[e]));
+    }
+    *(uint4 *)(xh + (int64_t)m * K + k) = *(const uint4 *)h;
+    if (xl)
+        *(uint4 *)(xl + (int64_t)m * K + k) = *(const uint4 *)lo;
+}
+
+/* Rows [0, rows) of W (w_nb1 bytes apart) to f16, K halves per row. */
+template <int T>
+__global__ void gemm_w16_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int K, int rows,
+                                __half *__restrict__ wh)
+{
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int kg = K / 8;
+    if (g >= (int64_t)kg * rows)
+        return;
+    int r = (int)(g / kg), k = 8 * (int)(g % kg);
+    float v[8];
+    dq8<T>(W + (int64_t)r * w_nb1, k, v);
+    __align__(16) __half h[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        h[e] = __float2half_rn(v[e]);
+    *(uint4 *)(wh + (int64_t)r * K + k) = *(const uint4 *)h;
+}
+
+template <int T>
+static int launch_w16(struct kctx *k, const void *W, int64_t w_nb1, int64_t K, int64_t rows,
+                      void *wh)
+{
+    int64_t n = K / 8 * rows;
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    auto kf = gemm_w16_kernel<T>;
+    KLAUNCH(k, "gemm dequant", kf, blocks, 256, 0, (const uint8_t *)W, w_nb1, (int)K, (int)rows,
+            (__half *)wh);
     return 0;
 }
 
+static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int64_t K,
+               int64_t rows, void *wh)
+{
+#define WC(T) K_TYPE_CASE(T, launch_w16, k, W, w_nb1, K, rows, wh)
+    switch (type) {
+        WC(MINFER_TYPE_F32) WC(MINFER_TYPE_F16) WC(MINFER_TYPE_BF16)
+        WC(MINFER_TYPE_Q4_0) WC(MINFER_TYPE_Q4_1) WC(MINFER_TYPE_Q5_0) WC(MINFER_TYPE_Q5_1)
+        WC(MINFER_TYPE_Q8_0) WC(MINFER_TYPE_Q4_K) WC(MINFER_TYPE_Q5_K) WC(MINFER_TYPE_Q6_K)
+    default:
+        return k_fail(k, "gemm", "weight type has no GEMM dequantization");
+    }
+#undef WC
+}
+
+/* ---- setup and launch ---- */
+
+/* Resident blocks per SM of each tile shape (k_prepare; 0 = unknown),
+ * for the tile choice. Same for every device of one process in practice;
+ * a wrong value only picks the slower of two correct shapes. */
+static int g_occ128, g_occ64;
+
+template <int BM> static int optin_one(struct kctx *k, int *occ)
+{
+    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)gshape<BM>::SMEM);
+    if (e != cudaSuccess) {
+        snprintf(k->err, k->err_len,
+                 "gemm<%d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
+                 "%s (%s); prefill GEMM disabled on this device",
+                 BM, gshape<BM>::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return -1;
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemm_f16_kernel<BM>, G_THREADS,
+                                                      gshape<BM>::SMEM) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    *occ = n;
+    return 0;
+}
+
+/* The launcher never asks for the opt-in: k_prepare does, once per
+ * device, for both tile shapes (device.c calls it at the first instance
+ * creation, before any capture window of any instance can exist). */
 extern "C" int k_prepare(struct kctx *k)
 {
     k->gemm_optin_ok = 0;
-    if (k->smem_optin < (int)G_SMEM) {
+    if (k->smem_optin < (int)gshape<128>::SMEM) {
         snprintf(k->err, k->err_len,
                  "gemm: needs %zu bytes of dynamic shared memory but device %d allows %d per "
                  "block; prefill GEMM disabled (the matrix-vector kernels serve every nt)",
-                 G_SMEM, k->device, k->smem_optin);
+                 gshape<128>::SMEM, k->device, k->smem_optin);
         return -1;
     }
-    int rc = 0;
-    rc |= optin_one<MINFER_TYPE_F32>(k);
-    rc |= optin_one<MINFER_TYPE_F16>(k);
-    rc |= optin_one<MINFER_TYPE_BF16>(k);
-    rc |= optin_one<MINFER_TYPE_Q4_0>(k);
-    rc |= optin_one<MINFER_TYPE_Q4_1>(k);
-    rc |= optin_one<MINFER_TYPE_Q5_0>(k);
-    rc |= optin_one<MINFER_TYPE_Q5_1>(k);
-    rc |= optin_one<MINFER_TYPE_Q8_0>(k);
-    rc |= optin_one<MINFER_TYPE_Q4_K>(k);
-    rc |= optin_one<MINFER_TYPE_Q5_K>(k);
-    rc |= optin_one<MINFER_TYPE_Q6_K>(k);
-    if (rc)
+    if (optin_one<128>(k, &g_occ128) || optin_one<64>(k, &g_occ64))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;
 }
 
-template <int T>
-static int launch_gemm(struct kctx *k, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-                       const float *x, int64_t x_nb1, int64_t M, float *dst, int64_t dst_nb1)
+/* Benchmark hook: 0 picks the token tile per shape, 64 or 128 forces it. */
+static int g_force_bm;
+extern "C" void k_tune_gemm_tile(int bm)
 {
-    if (!k->gemm_optin_ok)
-        return k_fail(k, "gemm", "the >48 KiB shared-memory opt-in was refused on this device "
-                                 "(see the instance's creation message)");
-    if (K % G_BK)
-        return k_fail(k, "gemm", "K is not a multiple of 32");
-    dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + G_BM - 1) / G_BM));
-    if (grid.y > 65535)
-        return k_fail(k, "gemm", "too many tokens for one launch");
-    auto kf = gemm_kernel<T>;
-    KLAUNCH(k, "gemm", kf, grid, G_THREADS, G_SMEM, (const uint8_t *)W, w_nb1, K, (int)N, x,
-            x_nb1, (int)M, dst, dst_nb1);
+    g_force_bm = bm == 64 || bm == 128 ? bm : 0;
+}
+
+/* Token tile: 128 reads each weight slice from shared memory half as
+ * often per token as 64, but when the grid is a few blocks past a whole
+ * number of waves the tail wave runs nearly empty. Estimate each shape's
+ * time as waves x work per SM per wave (a 64-token block doing half a
+ * 128-token one's work, 10% less efficiently) and take the smaller. */
+static bool use_bm64(struct kctx *k, int64_t N, int64_t M)
+{
+    if (g_force_bm)
+        return g_force_bm == 64;
+    if (g_occ128 <= 0 || g_occ64 <= 0 || k->sm_count <= 0)
+        return false;
+    int64_t nb = (N + G_BN - 1) / G_BN;
+    int64_t b128 = nb * ((M + 127) / 128), b64 = nb * ((M + 63) / 64);
+    int64_t s128 = (int64_t)k->sm_count * g_occ128, s64 = (int64_t)k->sm_count * g_occ64;
+    double t128 = (double)((b128 + s128 - 1) / s128) * 2.0 * g_occ128;
+    double t64 = (double)((b64 + s64 - 1) / s64) * g_occ64 * 1.1;
+    return t64 < t128;
+}
+
+static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, int64_t N,
+                      const __half *xh, int64_t M, float *dst, int64_t dst_nb1, int accumulate)
+{
+    if (use_bm64(k, N, M)) {
+        dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + 63) / 64));
+        KLAUNCH(k, "gemm", gemm_f16_kernel<64>, grid, G_THREADS, gshape<64>::SMEM, Wh, lda,
+                (int)K, (int)N, xh, (int)M, dst, dst_nb1, accumulate);
+    } else {
+        dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + 127) / 128));
+        KLAUNCH(k, "gemm", gemm_f16_kernel<128>, grid, G_THREADS, gshape<128>::SMEM, Wh, lda,
+                (int)K, (int)N, xh, (int)M, dst, dst_nb1, accumulate);
+    }
     return 0;
 }
 
@@ -199,17 +384,84 @@ extern "C" int k_gemm_supported(uint32_t type)
     }
 }
 
-extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
-                      int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
-                      int64_t dst_nb1)
+/* f16 weights whose rows the kernel can stream in place. */
+static bool w_direct(uint32_t type, const void *W, int64_t w_nb1)
 {
-#define GC(T) K_TYPE_CASE(T, launch_gemm, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1)
-    switch (type) {
-        GC(MINFER_TYPE_F32) GC(MINFER_TYPE_F16) GC(MINFER_TYPE_BF16)
-        GC(MINFER_TYPE_Q4_0) GC(MINFER_TYPE_Q4_1) GC(MINFER_TYPE_Q5_0) GC(MINFER_TYPE_Q5_1)
-        GC(MINFER_TYPE_Q8_0) GC(MINFER_TYPE_Q4_K) GC(MINFER_TYPE_Q5_K) GC(MINFER_TYPE_Q6_K)
-    default:
-        return k_fail(k, "gemm", "weight type has no GEMM instantiation");
+    return type == MINFER_TYPE_F16 && ((uintptr_t)W & 15) == 0 && w_nb1 % 16 == 0;
+}
+
+static int64_t chunk_rows(int64_t K, int64_t N)
+{
+    int64_t rows = (int64_t)(G_CHUNK_BYTES / ((size_t)K * 2)) / G_BN * G_BN;
+    if (rows < G_BN)
+        rows = G_BN;
+    return rows < N ? rows : N;
+}
+
+extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
+{
+    return (size_t)K * (size_t)M * 2;
+}
+
+extern "C" size_t k_gemm_scratch_bytes(uint32_t type, const void *W, int64_t K, int64_t N,
+                                       int64_t w_nb1)
+{
+    if (w_direct(type, W, w_nb1))
+        return 0;
+    return (size_t)chunk_rows(K, N) * (size_t)K * 2;
+}
+
+extern "C" int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1,
+                          void *xh, void *xl)
+{
+    if (K % 32 || K > INT32_MAX || M > INT32_MAX)
+        return k_fail(k, "gemm act", "K must be a multiple of 32 and K, M below 2^31");
+    if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
+        return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
+    int64_t n = K / 8 * M;
+    KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
+            (int)K, (int)M, (__half *)xh, (__half *)xl);
+    return 0;
+}
+
+extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                      int64_t w_nb1, const void *xh, const void *xl, int64_t M, float *dst,
+                      int64_t dst_nb1, void *scratch)
+{
+    if (!k->gemm_optin_ok)
+        return k_fail(k, "gemm", "the >48 KiB shared-memory opt-in was refused on this device "
+                                 "(see the instance's creation message)");
+    if (!k_gemm_supported(type))
+        return k_fail(k, "gemm", "weight type has no GEMM dequantization");
+    if (K % G_BK || K > INT32_MAX || N > INT32_MAX)
+        return k_fail(k, "gemm", "K must be a multiple of 32 and K, N below 2^31");
+    if ((M + 63) / 64 > 65535)
+        return k_fail(k, "gemm", "too many tokens for one launch");
+    if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 15))
+        return k_fail(k, "gemm", "f16 buffers must be 16-byte aligned");
+    if (w_direct(type, W, w_nb1)) {
+        if (launch_f16(k, (const __half *)W, w_nb1 / 2, K, N, (const __half *)xh, M, dst,
+                       dst_nb1, 0))
+            return -1;
+        if (xl && launch_f16(k, (const __half *)W, w_nb1 / 2, K, N, (const __half *)xl, M, dst,
+                             dst_nb1, 1))
+            return -1;
+        return 0;
     }
-#undef GC
+    if (!scratch)
+        return k_fail(k, "gemm", "no scratch for the dequantized weights");
+    int64_t rows = chunk_rows(K, N);
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        int64_t nc = N - r0 < rows ? N - r0 : rows;
+        float *d = dst + r0; /* dst[m][r0 + n] */
+        if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch))
+            return -1;
+        if (launch_f16(k, (const __half *)scratch, K, K, nc, (const __half *)xh, M, d, dst_nb1,
+                       0))
+            return -1;
+        if (xl && launch_f16(k, (const __half *)scratch, K, K, nc, (const __half *)xl, M, d,
+                             dst_nb1, 1))
+            return -1;
+    }
+    return 0;
 }
