@@ -61,6 +61,7 @@ const char *graph_op_name(uint32_t op)
         [MINFER_OP_SWIGLU] = "SWIGLU",     [MINFER_OP_KV_STORE] = "KV_STORE",
         [MINFER_OP_ATTENTION] = "ATTENTION", [MINFER_OP_FFN_GATE_UP] = "FFN_GATE_UP",
         [MINFER_OP_COPY] = "COPY",         [MINFER_OP_SCALE] = "SCALE",
+        [MINFER_OP_MUL_MAT_ADD] = "MUL_MAT_ADD",
     };
     return op < MINFER_OP_COUNT && names[op] ? names[op] : "UNKNOWN";
 }
@@ -508,6 +509,31 @@ size_t graph_fuse(struct graph *g, graph_supports_fn supports, void *user)
             *n = f;
             dead[a->producer] = dead[b->producer] = true;
             removed += 2;
+        } else if (n->op == MINFER_OP_ADD) {
+            /* either operand may be the product; the other is the addend */
+            for (int side = 0; side < 2; side++) {
+                struct gtensor *p = gt_of(n->src[side]), *addend = gt_of(n->src[1 - side]);
+                if (p->producer < 0 || !single_use(p) || dead[p->producer])
+                    continue;
+                struct minfer_node *mm = &g->nodes[p->producer];
+                const struct minfer_tensor *pt = &p->t, *at = &addend->t;
+                if (mm->op != MINFER_OP_MUL_MAT || at->type != MINFER_TYPE_F32 ||
+                    at->ne[0] != pt->ne[0] || (at->ne[1] != pt->ne[1] && at->ne[1] != 1) ||
+                    at->ne[2] != 1 || at->ne[3] != 1 || pt->ne[2] != 1 || pt->ne[3] != 1)
+                    continue;
+                struct minfer_node f = *n;
+                f.op = MINFER_OP_MUL_MAT_ADD;
+                f.n_src = 3;
+                f.src[0] = mm->src[0];
+                f.src[1] = mm->src[1];
+                f.src[2] = n->src[1 - side];
+                if (!supports(user, &f))
+                    continue;
+                *n = f;
+                dead[p->producer] = true;
+                removed++;
+                break;
+            }
         }
     }
     if (removed) {

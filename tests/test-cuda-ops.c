@@ -576,6 +576,81 @@ START_TEST(mul_mat_every_type)
 }
 END_TEST
 
+/* Runs dst = w . x + a as one MUL_MAT_ADD node on CUDA and as the MUL_MAT
+ * and ADD nodes it replaces on the CPU. */
+static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt *dst,
+                            const char *what)
+{
+    struct minfer_node n = {.op = MINFER_OP_MUL_MAT_ADD, .n_src = 3, .label = what};
+    n.src[0] = &w->t[0];
+    n.src[1] = &x->t[0];
+    n.src[2] = &a->t[0];
+    n.dst = &dst->t[0];
+    ck_assert_msg(P[0].t->supports_op(P[0].be, &n), "cuda does not support %s", what);
+    minfer_status st = P[0].t->execute_node(P[0].be, &n);
+    ck_assert_msg(st == MINFER_OK, "cuda execute %s: %s", what, P[0].t->last_error(P[0].be));
+    struct tt *p = tt_out(MINFER_TYPE_F32, w->ne[1], x->ne[1], 1, 1, 0);
+    struct minfer_node mm = {.op = MINFER_OP_MUL_MAT, .n_src = 2, .label = what};
+    mm.src[0] = &w->t[1];
+    mm.src[1] = &x->t[1];
+    mm.dst = &p->t[1];
+    struct minfer_node ad = {.op = MINFER_OP_ADD, .n_src = 2, .label = what};
+    ad.src[0] = &p->t[1];
+    ad.src[1] = &a->t[1];
+    ad.dst = &dst->t[1];
+    ck_assert_int_eq(P[1].t->execute_node(P[1].be, &mm), MINFER_OK);
+    ck_assert_int_eq(P[1].t->execute_node(P[1].be, &ad), MINFER_OK);
+}
+
+/* Catches: a fused product + addend that drops the addend, adds it to the
+ * wrong rows or columns (a [N, 1] bias broadcast, an [N, M] residual), also
+ * writes the bare product somewhere, or breaks when the addend is dst
+ * itself (in place, both the matvec epilogue and the GEMM path). */
+START_TEST(mul_mat_add)
+{
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_0,
+                        MINFER_TYPE_F16};
+    int nts[] = {1, 3, 8, 9, 33};
+    int64_t K = 512, N = 72;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        struct tt *w = tt_new(types[ti], K, N, 1, 1, 0);
+        char name[64];
+        snprintf(name, sizeof name, "t%d.w", g_wid++);
+        tt_place(w, name);
+        for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+            int M = nts[m];
+            struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+            tt_place(x, NULL);
+            for (int kind = 0; kind < 3; kind++) { /* residual, bias, in place */
+                struct tt *a = tt_new(MINFER_TYPE_F32, N, kind == 1 ? 1 : M, 1, 1, 0);
+                tt_place(a, NULL);
+                struct tt *dst = kind == 2 ? a : tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+                char what[112];
+                snprintf(what, sizeof what, "mul_mat_add %s nt=%d %s", tn(types[ti]), M,
+                         kind == 0 ? "residual" : kind == 1 ? "bias" : "in place");
+                run_mul_mat_add(w, x, a, dst, what);
+                compare(dst, "mul_mat_add", what,
+                        is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
+            }
+        }
+    }
+    /* an addend that fits neither [N, M] nor [N, 1] is refused up front */
+    struct tt *w = tt_new(MINFER_TYPE_Q8_0, K, N, 1, 1, 0);
+    tt_place(w, "mul_mat_add.bad");
+    struct tt *x = tt_new(MINFER_TYPE_F32, K, 4, 1, 1, 0), *a = tt_new(MINFER_TYPE_F32, N, 2, 1, 1, 0);
+    tt_place(x, NULL);
+    tt_place(a, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, N, 4, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_MUL_MAT_ADD, .n_src = 3, .label = "bad addend"};
+    n.src[0] = &w->t[0];
+    n.src[1] = &x->t[0];
+    n.src[2] = &a->t[0];
+    n.dst = &dst->t[0];
+    ck_assert(!P[0].t->supports_op(P[0].be, &n));
+    print_stats("mul_mat_add");
+}
+END_TEST
+
 /* Catches: a fused gate/up that swaps gate and up, forgets silu, or
  * breaks for nt past the matvec range. */
 START_TEST(ffn_gate_up)
@@ -784,6 +859,7 @@ Suite *cuda_ops_suite(void)
     tcase_add_test(tc, rope_neox);
     tcase_add_test(tc, mul_mat_every_type);
     tcase_add_test(tc, ffn_gate_up);
+    tcase_add_test(tc, mul_mat_add);
     tcase_add_test(tc, kv_store_layouts);
     tcase_add_test(tc, attention_layouts);
     tcase_add_test(tc, oom_then_next_op_runs);

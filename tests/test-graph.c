@@ -268,6 +268,49 @@ START_TEST(fuse_keeps_shared_intermediates)
 }
 END_TEST
 
+START_TEST(fuse_mul_mat_add)
+{
+    /* Catches a product's ADD (bias or residual, on either side) not being
+     * folded into MUL_MAT_ADD when the backend accepts it, the wrong operand
+     * taken as the addend, and fusing away a product that another node
+     * still reads. */
+    struct sched_backend sb = {&stub_plugin, &stub_be};
+    char err[512];
+    for (int variant = 0; variant < 4; variant++) {
+        stub_reset(variant == 0 ? OPS(MINFER_OP_MUL_MAT, MINFER_OP_ADD, MINFER_OP_SCALE)
+                                : OPS(MINFER_OP_MUL_MAT, MINFER_OP_ADD, MINFER_OP_SCALE,
+                                      MINFER_OP_MUL_MAT_ADD));
+        struct graph *g = graph_new();
+        struct gtensor *w = graph_leaf(g, MINFER_TYPE_Q8_0, 2, (int64_t[]){64, 10}, 0, "w");
+        struct gtensor *x = graph_input(g, MINFER_TYPE_F32, 64, 3, "x");
+        struct gtensor *r = graph_input(g, MINFER_TYPE_F32, 10, 3, "residual");
+        struct gtensor *b = graph_leaf(g, MINFER_TYPE_F32, 1, (int64_t[]){10}, 0, "bias");
+        struct gtensor *y = graph_mul_mat(g, w, x, "mm");
+        struct gtensor *addend = variant == 2 ? b : r;
+        struct gtensor *z = variant == 3 ? graph_add(g, r, y, "add") : graph_add(g, y, addend, "add");
+        graph_set_output(g, z);
+        if (variant == 1)
+            graph_set_output(g, graph_scale(g, y, 2.0f, "other reader"));
+        ck_assert(graph_ok(g));
+        ck_assert_int_eq(sched_prepare(g, &sb, 1, true, err, sizeof err), MINFER_OK);
+        if (variant <= 1) {
+            ck_assert_uint_eq(g->nodes[0].op, MINFER_OP_MUL_MAT);
+            ck_assert_uint_eq(g->nodes[1].op, MINFER_OP_ADD);
+        } else {
+            ck_assert_uint_eq(g->n_nodes, 1);
+            const struct minfer_node *n = &g->nodes[0];
+            ck_assert_uint_eq(n->op, MINFER_OP_MUL_MAT_ADD);
+            ck_assert_uint_eq(n->n_src, 3);
+            ck_assert_ptr_eq(n->src[0], &w->t);
+            ck_assert_ptr_eq(n->src[1], &x->t);
+            ck_assert_ptr_eq(n->src[2], variant == 2 ? &b->t : &r->t);
+            ck_assert_ptr_eq(n->dst, &z->t);
+        }
+        graph_free(g);
+    }
+}
+END_TEST
+
 /* ---- alloc ---- */
 
 START_TEST(alloc_reuses_dead_buffers_without_overlap)
@@ -450,6 +493,7 @@ Suite *graph_suite(void)
     tcase_add_test(tc, builder_shapes_and_views);
     tcase_add_test(tc, fuse_is_gated_by_supports_op);
     tcase_add_test(tc, fuse_keeps_shared_intermediates);
+    tcase_add_test(tc, fuse_mul_mat_add);
     tcase_add_test(tc, alloc_reuses_dead_buffers_without_overlap);
     tcase_add_test(tc, alloc_puts_inputs_first_side_by_side);
     tcase_add_test(tc, sched_executes_and_replays);

@@ -75,6 +75,7 @@ static uint64_t g_fused_adds; /* MUL_MAT + ADD pairs captured as one matvec */
 static uint64_t g_fused_norm_ropes; /* (norm, norm, RoPE, RoPE) captured as one launch */
 static uint64_t g_fused_rope_seq; /* RoPE pairs captured by the read-first kernel */
 static uint64_t g_fused_rope_kv;  /* ... of which with the K and V stores in the same launch */
+static uint64_t g_fused_groups;   /* decode products of one x (Q, K, V) captured as one launch */
 static struct minfer_cuda_graph_stats g_stats;
 static int g_fail_next_capture; /* atomic: captures still to fail on purpose */
 
@@ -288,6 +289,20 @@ static int validate(const struct minfer_node *n, int check_ptrs, char *why, size
         if (need_src(n, 2, why, why_len))
             return -1;
         return check_matmul(s0, s1, d, check_ptrs, why, why_len);
+    case MINFER_OP_MUL_MAT_ADD: {
+        if (need_src(n, 3, why, why_len) || check_matmul(s0, s1, d, check_ptrs, why, why_len))
+            return -1;
+        const struct minfer_tensor *a = n->src[2];
+        if (want_type(a, MINFER_TYPE_F32, "addend", why, why_len))
+            return -1;
+        if (a->ne[0] != d->ne[0] || (a->ne[1] != d->ne[1] && a->ne[1] != 1) || a->ne[2] != 1 ||
+            a->ne[3] != 1)
+            WHY("addend [%lld, %lld] does not fit dst [%lld, %lld]", (long long)a->ne[0],
+                (long long)a->ne[1], (long long)d->ne[0], (long long)d->ne[1]);
+        if (a->nb[1] % 4 || d->nb[1] % 4)
+            WHY("addend or dst row stride is not a multiple of 4");
+        return 0;
+    }
     case MINFER_OP_FFN_GATE_UP:
         if (need_src(n, 3, why, why_len))
             return -1;
@@ -413,7 +428,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if ((size_t)K > SIZE_MAX / 16 / (size_t)M)
         return node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
     size_t act = round256(k_gemm_act_bytes(K, M));
-    size_t ws = k_gemm_scratch_bytes(w->type, w->data, K, N, (int64_t)w->nb[1]);
+    size_t ws = k_gemm_scratch_bytes(k, w->type, w->data, K, N, M, (int64_t)w->nb[1]);
     if (ws > SIZE_MAX / 2 - 3 * act)
         return node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
     void *base = NULL;
@@ -484,6 +499,63 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
     return MINFER_OK;
 }
 
+/* Byte range a tensor's elements can touch (conservative for block types). */
+static void byte_range(const struct minfer_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t b = (uintptr_t)t->data, span = (uintptr_t)t->ne[0] * t->nb[0];
+    for (int i = 1; i < 4; i++)
+        span += (uintptr_t)(t->ne[i] - 1) * t->nb[i];
+    *lo = b;
+    *hi = b + span;
+}
+
+static int overlaps(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* The epilogue of a MUL_MAT_ADD node for the matvec kernels: dst = the
+ * product + src2, the product itself not kept. */
+static struct kepi sum_epi(const struct minfer_node *n)
+{
+    const struct minfer_tensor *a = n->src[2], *d = n->dst;
+    return (struct kepi){a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1], d->data,
+                         (int64_t)d->nb[1], 1};
+}
+
+/* MUL_MAT_ADD: the matvec adds in its epilogue (each output read-then-
+ * written by one thread, so src2 may even be dst); GEMM-sized products
+ * go to dst, or to scratch when src2 shares dst's bytes, then one ADD. */
+static minfer_status run_matmul_add(struct minfer_backend *be, const struct minfer_node *n,
+                                    struct kctx *k)
+{
+    const struct minfer_tensor *w = n->src[0], *x = n->src[1], *a = n->src[2], *d = n->dst;
+    int64_t N = d->ne[0], M = d->ne[1];
+    if (M <= MMV_MAX_NT) {
+        struct kepi e = sum_epi(n);
+        return run_matmul(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
+    }
+    float *prod = d->data;
+    int64_t prod_nb1 = (int64_t)d->nb[1];
+    if (overlaps(a, d)) {
+        void *tmp = NULL;
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, (size_t)N * (size_t)M * 4, &tmp);
+        if (st != MINFER_OK)
+            return node_fail(be, n, st, cu_ctx_error(be->c));
+        prod = tmp;
+        prod_nb1 = N * 4;
+    }
+    minfer_status st = run_matmul(be, n, k, w, x, prod, prod_nb1, NULL);
+    if (st != MINFER_OK)
+        return st;
+    struct kview vp = {prod, {N, M, 1, 1}, {4, prod_nb1, prod_nb1 * M, prod_nb1 * M}};
+    LAUNCH(k_binary(k, KBIN_ADD, vp, view_of(a), view_of(d)));
+    return MINFER_OK;
+}
+
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
  * as quantized activations: the combine pass then writes the q8_1 blocks
  * into SLOT_XQ too and be->xq records them. */
@@ -544,6 +616,8 @@ static minfer_status exec(struct minfer_backend *be, const struct minfer_node *n
         return MINFER_OK;
     case MINFER_OP_MUL_MAT:
         return run_matmul(be, n, k, s0, s1, d->data, (int64_t)d->nb[1], NULL);
+    case MINFER_OP_MUL_MAT_ADD:
+        return run_matmul_add(be, n, k);
     case MINFER_OP_FFN_GATE_UP: {
         int64_t N = s0->ne[1], M = n->src[2]->ne[1];
         if (M == 1 && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] && !be->fuse_off) {
@@ -632,24 +706,6 @@ static void graphs_disable(struct minfer_backend *be, const char *why)
 
 /* ---- in-window fusion (capture only: the window shows the next nodes) ---- */
 
-/* Byte range a tensor's elements can touch (conservative for block types). */
-static void byte_range(const struct minfer_tensor *t, uintptr_t *lo, uintptr_t *hi)
-{
-    uintptr_t b = (uintptr_t)t->data, span = (uintptr_t)t->ne[0] * t->nb[0];
-    for (int i = 1; i < 4; i++)
-        span += (uintptr_t)(t->ne[i] - 1) * t->nb[i];
-    *lo = b;
-    *hi = b + span;
-}
-
-static int overlaps(const struct minfer_tensor *a, const struct minfer_tensor *b)
-{
-    uintptr_t alo, ahi, blo, bhi;
-    byte_range(a, &alo, &ahi);
-    byte_range(b, &blo, &bhi);
-    return alo < bhi && blo < ahi;
-}
-
 /* A node wrote t: drop be->xq if t may overlap the activations it holds. */
 static void xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t)
 {
@@ -723,7 +779,7 @@ static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a
     if ((n->op != MINFER_OP_RMS_NORM && n->op != MINFER_OP_RMS_NORM_MUL) || !n->dst)
         return 0;
     const struct minfer_tensor *d = n->dst, *w, *x;
-    if (a->op == MINFER_OP_MUL_MAT && a->n_src >= 2) {
+    if ((a->op == MINFER_OP_MUL_MAT || a->op == MINFER_OP_MUL_MAT_ADD) && a->n_src >= 2) {
         w = a->src[0];
         x = a->src[1];
     } else if (a->op == MINFER_OP_FFN_GATE_UP && a->n_src >= 3) {
@@ -843,7 +899,8 @@ static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *
  * [hd * n_head, T], as the activations of a quantized matvec. */
 static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
 {
-    if (n->op != MINFER_OP_ATTENTION || a->op != MINFER_OP_MUL_MAT || a->n_src < 2)
+    if (n->op != MINFER_OP_ATTENTION ||
+        (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2)
         return 0;
     const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];
     int64_t hd = d->ne[0], nh = d->ne[1], T = d->ne[2];
@@ -946,6 +1003,71 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     return used;
 }
 
+/* A decode product that the multi-matrix matvec can run: MUL_MAT or
+ * MUL_MAT_ADD of one token with a dp4a weight type. */
+static int is_q_matvec(const struct minfer_node *n)
+{
+    if ((n->op != MINFER_OP_MUL_MAT && n->op != MINFER_OP_MUL_MAT_ADD) || n->n_src < 2)
+        return 0;
+    const struct minfer_tensor *w = n->src[0], *x = n->src[1];
+    return k_matvec_q_supported(w->type) && x->ne[1] == 1 && n->dst->ne[1] == 1 &&
+           x->type == MINFER_TYPE_F32;
+}
+
+/* How many nodes from i (2..4, 0: none) are decode products of the same x
+ * that may run as one launch (Q, K and V): none writes what another reads
+ * (x, a weight, an addend) or writes. */
+static uint32_t matvec_group(const struct minfer_replay_window *w, uint32_t i)
+{
+    const struct minfer_node *nd = w->nodes;
+    if (!is_q_matvec(&nd[i]))
+        return 0;
+    const struct minfer_tensor *x = nd[i].src[1];
+    uint32_t n = 1;
+    while (n < 4 && i + n <= w->last && is_q_matvec(&nd[i + n]) && same_view(nd[i + n].src[1], x))
+        n++;
+    if (n < 2)
+        return 0;
+    for (uint32_t a = 0; a < n; a++) {
+        const struct minfer_node *na = &nd[i + a];
+        if (overlaps(na->dst, x))
+            return 0;
+        for (uint32_t b = 0; b < n; b++) {
+            const struct minfer_node *nb = &nd[i + b];
+            if (a == b)
+                continue;
+            if (overlaps(na->dst, nb->dst) || overlaps(na->dst, nb->src[0]) ||
+                (nb->op == MINFER_OP_MUL_MAT_ADD && overlaps(na->dst, nb->src[2])))
+                return 0;
+        }
+    }
+    return n;
+}
+
+/* The n products at g (a matvec_group) as one k_matvec_q_multi launch. */
+static minfer_status run_matvec_group(struct minfer_backend *be, const struct minfer_node *g,
+                                      uint32_t count, struct kctx *k)
+{
+    const struct minfer_node *n = &g[0]; /* named in errors */
+    const struct minfer_tensor *x = n->src[1];
+    void *xq = NULL;
+    minfer_status st = quantized_x(be, n, k, x->data, x->ne[0], 1, (int64_t)x->nb[1], &xq);
+    if (st != MINFER_OK)
+        return st;
+    struct kmv_seg segs[4];
+    struct kepi epis[4];
+    for (uint32_t j = 0; j < count; j++) {
+        const struct minfer_tensor *w = g[j].src[0];
+        int sum = g[j].op == MINFER_OP_MUL_MAT_ADD;
+        if (sum)
+            epis[j] = sum_epi(&g[j]);
+        segs[j] = (struct kmv_seg){w->type, w->data, (int64_t)w->nb[1], w->ne[1], g[j].dst->data,
+                                   sum ? &epis[j] : NULL};
+    }
+    LAUNCH(k_matvec_q_multi(k, segs, (int)count, x->ne[0], xq));
+    return MINFER_OK;
+}
+
 /* Runs nodes[first..last] on the capturing stream with the same results
  * as execute_node would give, fusing MUL_MAT + ADD pairs into the matvec
  * epilogue and reusing quantized activations between products of one x;
@@ -971,6 +1093,18 @@ static minfer_status capture_window(struct minfer_backend *be,
             break;
         }
         k->err[0] = 0;
+        uint32_t group = be->fuse_off ? 0 : matvec_group(w, i);
+        for (uint32_t j = 1; j < group; j++)
+            if (validate(&w->nodes[i + j], 1, why, sizeof(why)))
+                group = 0; /* the separate path reports it */
+        if (group) {
+            st = run_matvec_group(be, n, group, k);
+            for (uint32_t j = 0; j < group; j++)
+                xq_note_write(be, w->nodes[i + j].dst);
+            __atomic_add_fetch(&g_fused_groups, 1, __ATOMIC_RELAXED);
+            i += group - 1;
+            continue;
+        }
         struct kepi e;
         const struct minfer_node *a = i < w->last ? &w->nodes[i + 1] : NULL;
         if (a && !be->fuse_off && fusable_add(n, a, &e) && !validate(a, 1, why, sizeof(why))) {
@@ -1169,6 +1303,13 @@ static uint64_t x_fused_rope_kv(void)
     return __atomic_load_n(&g_fused_rope_kv, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_groups": uint64_t f(void) — runs of decode products
+ * of one x (Q, K and V) captured as one launch (process-wide). */
+static uint64_t x_fused_groups(void)
+{
+    return __atomic_load_n(&g_fused_groups, __ATOMIC_RELAXED);
+}
+
 static void *p_get_proc(const char *name)
 {
     if (!name)
@@ -1185,6 +1326,8 @@ static void *p_get_proc(const char *name)
         return (void *)x_fused_rope_seq;
     if (!strcmp(name, "minfer_cuda_fused_rope_kv"))
         return (void *)x_fused_rope_kv;
+    if (!strcmp(name, "minfer_cuda_fused_groups"))
+        return (void *)x_fused_groups;
     return NULL;
 }
 

@@ -70,6 +70,7 @@ struct kepi {
     int64_t add_nb1;
     float *dst2;
     int64_t dst2_nb1;
+    int sum_only; /* 1: only dst2 is written, not the product (MUL_MAT_ADD) */
 };
 /* k_matvec_q / k_matvec_f with an epilogue (epi NULL: none). */
 int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
@@ -78,6 +79,20 @@ int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int6
 int k_matvec_f_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                    int64_t w_nb1, const float *x, int64_t x_nb1, int64_t M, float *dst,
                    int64_t dst_nb1, const struct kepi *epi);
+
+/* Several nt = 1 quantized products of one x in one launch (Q, K and V):
+ * segment i is dst_i = W_i . x (with its epilogue, epi NULL: none); types
+ * may differ. xq: k_quantize_q8_1 blocks of x [K, 1]. The products must not
+ * write what another one reads or writes. */
+struct kmv_seg {
+    uint32_t type;
+    const void *W;
+    int64_t w_nb1, N;
+    float *dst;
+    const struct kepi *epi;
+};
+int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
+                     const void *xq);
 
 /* nt = 1 FFN: dst[n] = silu(Wg[n] . x) * (Wu[n] . x) in one launch (both
  * weights of one quantized type, rows w_nb1 bytes apart; xq from

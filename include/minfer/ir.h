@@ -159,6 +159,12 @@ enum minfer_op {
     MINFER_OP_COPY = 12,
     /* dst = src0 * fparams[0]. */
     MINFER_OP_SCALE = 13,
+    /* dst[n, m] = sum_k src0[k, n] * src1[k, m] + src2[n, m]: MUL_MAT with
+     * the ADD that consumes it fused (a bias or the residual stream).
+     * src0, src1, dst as MUL_MAT; src2: F32 [N, M], or [N, 1] added to every
+     * column. The core makes it only where the product has no other reader
+     * and the backend's supports_op accepts it. */
+    MINFER_OP_MUL_MAT_ADD = 14,
     MINFER_OP_COUNT /* one past the last op; grows by appending above */
 };
 

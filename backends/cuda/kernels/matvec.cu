@@ -393,6 +393,7 @@ struct kepi_d {
     int64_t add_nb1;
     float *dst2;
     int64_t dst2_nb1;
+    int sum_only; /* the product itself is not written, only dst2 */
 };
 
 template <int NT>
@@ -426,7 +427,8 @@ __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool li
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (NT == 1 || t < M) {
-                *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
+                if (!e.sum_only)
+                    *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
                 if (e.dst2)
                     *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
                         acc[t] + *(const float *)((const char *)e.add + t * e.add_nb1 +
@@ -461,14 +463,16 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
 }
 
 /* nt = 1, two rows per thread: each activation block loaded once serves
- * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb. */
+ * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb
+ * of block blk (the kernel's blockIdx.x, or its index inside a segment of
+ * the multi-matrix kernel). */
 template <int T>
-__global__ void __launch_bounds__(MV_THREADS, 6)
-    mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                 int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
+__device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ W, int64_t w_nb1,
+                                           const uint8_t *__restrict__ xq, int nb, int nunits,
+                                           int N, float *dst, int tpr, const kepi_d &e)
 {
     int rpb = MV_THREADS / tpr;
-    int ra = blockIdx.x * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
+    int ra = blk * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
     int lane = threadIdx.x % tpr;
     bool la = ra < N, lb = rb < N;
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
@@ -503,14 +507,65 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
         }
     }
     if (lane == 0) {
-        if (la)
+        if (la && !e.sum_only)
             dst[ra] = a0;
-        if (lb)
+        if (lb && !e.sum_only)
             dst[rb] = a1;
         if (e.dst2 && la)
             e.dst2[ra] = a0 + e.add[ra];
         if (e.dst2 && lb)
             e.dst2[rb] = a1 + e.add[rb];
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                 int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
+{
+    mmvq2_body<T>(blockIdx.x, W, w_nb1, xq, nb, nunits, N, dst, tpr, e);
+}
+
+/* Several nt = 1 products of one x (Q, K and V) in one launch: segment i
+ * owns blocks [first_block_i, first_block_{i+1}) and runs mmvq2_body of
+ * its own weight type there. */
+#define MV_MAX_SEGS 4
+struct mv_seg {
+    const uint8_t *W;
+    int64_t w_nb1;
+    float *dst;
+    kepi_d e;
+    int N, type, first_block, tpr;
+};
+struct mv_segs {
+    mv_seg s[MV_MAX_SEGS];
+    int n;
+};
+
+template <int T>
+__device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_t *xq, int nb)
+{
+    mmvq2_body<T>(blk, g.W, g.w_nb1, xq, nb, nb * 32 / Unit<T>::U, g.N, g.dst, g.tpr, g.e);
+}
+
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
+{
+    int i = 0;
+    while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
+        i++; /* uniform over the block */
+    const mv_seg &g = S.s[i];
+    int blk = (int)blockIdx.x - g.first_block;
+    switch (g.type) {
+    case MINFER_TYPE_Q4_0: multi_seg<MINFER_TYPE_Q4_0>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q4_1: multi_seg<MINFER_TYPE_Q4_1>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q5_0: multi_seg<MINFER_TYPE_Q5_0>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q5_1: multi_seg<MINFER_TYPE_Q5_1>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q8_0: multi_seg<MINFER_TYPE_Q8_0>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q4_K: multi_seg<MINFER_TYPE_Q4_K>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q5_K: multi_seg<MINFER_TYPE_Q5_K>(blk, g, xq, nb); break;
+    case MINFER_TYPE_Q6_K: multi_seg<MINFER_TYPE_Q6_K>(blk, g, xq, nb); break;
+    default: break; /* refused by the launcher */
     }
 }
 
@@ -666,14 +721,64 @@ extern "C" int k_matvec_q_supported(uint32_t type)
 
 static kepi_d epi_of(const struct kepi *epi)
 {
-    kepi_d e = {NULL, 0, NULL, 0};
+    kepi_d e = {NULL, 0, NULL, 0, 0};
     if (epi && epi->dst2 && epi->add) {
         e.add = epi->add;
         e.add_nb1 = epi->add_nb1;
         e.dst2 = epi->dst2;
         e.dst2_nb1 = epi->dst2_nb1;
+        e.sum_only = epi->sum_only;
     }
     return e;
+}
+
+/* Unit size of a quantized type (0: no dp4a kernel). */
+static int unit_of(uint32_t type)
+{
+    switch (type) {
+    case MINFER_TYPE_Q4_0: case MINFER_TYPE_Q4_1: case MINFER_TYPE_Q5_0:
+    case MINFER_TYPE_Q5_1: case MINFER_TYPE_Q8_0:
+        return 32;
+    case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
+        return 64;
+    default:
+        return 0;
+    }
+}
+
+extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
+                                const void *xq)
+{
+    if (n < 1 || n > MV_MAX_SEGS)
+        return k_fail(k, "matvec_q_multi", "1 to 4 products per launch");
+    mv_segs S;
+    S.n = n;
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kmv_seg *g = &segs[i];
+        int U = unit_of(g->type);
+        if (!U)
+            return k_fail(k, "matvec_q_multi", "weight type has no dp4a kernel");
+        if (K % U || (U == 64 && K % 256))
+            return k_fail(k, "matvec_q_multi", "K is not a whole number of blocks");
+        bool a16 = g->type == MINFER_TYPE_Q4_K || g->type == MINFER_TYPE_Q5_K;
+        if (a16 && (((uintptr_t)g->W % 16) || (g->w_nb1 % 16)))
+            return k_fail(k, "matvec_q_multi", "K-quant weight rows are not 16-byte aligned");
+        if (g->N < 1 || g->N > 0x7fffffff)
+            return k_fail(k, "matvec_q_multi", "row count out of range");
+        /* the thread count per row of a launch of this product alone, so
+         * the sums (and bits) equal k_matvec_q's */
+        int tpr = rows_tpr((g->N + 1) / 2, K / U);
+        S.s[i] = (mv_seg){(const uint8_t *)g->W, g->w_nb1, g->dst, epi_of(g->epi),
+                          (int)g->N, (int)g->type, (int)blocks, tpr};
+        int rpb2 = 2 * (MV_THREADS / tpr);
+        blocks += (g->N + rpb2 - 1) / rpb2;
+    }
+    if (blocks > 0x7fffffff)
+        return k_fail(k, "matvec_q_multi", "too many blocks");
+    KLAUNCH(k, "matvec_q_multi", mmvq_multi_kernel, (unsigned)blocks, MV_THREADS, 0, S,
+            (const uint8_t *)xq, (int)(K / 32));
+    return 0;
 }
 
 extern "C" int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K,
