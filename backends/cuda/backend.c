@@ -428,7 +428,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if ((size_t)K > SIZE_MAX / 16 / (size_t)M)
         return node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
     size_t act = round256(k_gemm_act_bytes(K, M));
-    size_t ws = k_gemm_scratch_bytes(w->type, w->data, K, N, (int64_t)w->nb[1]);
+    size_t ws = k_gemm_scratch_bytes(k, w->type, w->data, K, N, M, (int64_t)w->nb[1]);
     if (ws > SIZE_MAX / 2 - 3 * act)
         return node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
     void *base = NULL;

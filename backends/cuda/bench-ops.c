@@ -72,7 +72,7 @@ struct shape {
 };
 
 static double g_copy_gbs;
-static int g_tile; /* the GEMM token tile last forced (0: auto) */
+static int g_cfg[3]; /* the GEMM configuration last forced (0: automatic) */
 
 static int bench_copy(struct cu_ctx *c)
 {
@@ -204,7 +204,7 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
         fill_row(t, host + r * rowb, K);
     for (int64_t i = 0; i < K * M; i++)
         hx[i] = rndf();
-    size_t wsb = k_gemm_scratch_bytes(t, NULL, K, N, rowb);
+    size_t wsb = k_gemm_scratch_bytes(k, t, NULL, K, N, M, rowb);
     if (cu_pool_alloc(c, mat, "gemm w", &w) || cu_pool_alloc(c, (size_t)K * M * 4, "gemm x", &x) ||
         cu_pool_alloc(c, (size_t)N * M * 4, "gemm y", &y) ||
         cu_pool_alloc(c, k_gemm_act_bytes(K, M), "gemm xh", &xh) ||
@@ -225,10 +225,9 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
     if (cu_timer_stop(c, &ms))
         goto out;
     double s = ms * 1e-3 / 10;
-    printf("gemm   %-5s %-22s M=%lld%s tile %-4s %8.1f us  %6.1f TFLOP/s\n",
+    printf("gemm   %-5s %-22s M=%lld%s bm,bk,splits %d,%d,%d %8.1f us  %6.1f TFLOP/s\n",
            minfer_type_traits_of(t)->name, what, (long long)M, split ? " hi/lo" : "      ",
-           g_tile == 64 ? "64" : g_tile == 128 ? "128" : "auto", s * 1e6,
-           2.0 * K * N * M / s / 1e12);
+           g_cfg[0], g_cfg[1], g_cfg[2], s * 1e6, 2.0 * K * N * M / s / 1e12);
     rc = 0;
 out:
     free(host);
@@ -301,13 +300,18 @@ gemm:;
     static const uint32_t gt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0,
                                   MINFER_TYPE_F16};
     struct shape gs[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
+    /* q4_K: also each kernel variant forced (bm, bk, splits; 0 = auto) */
+    static const int cfgs[][3] = {{0, 0, 0}, {128, 32, 1}, {128, 64, 1}, {128, 32, 0},
+                                  {64, 64, 0}};
     for (size_t ti = 0; ti < 4; ti++)
         for (size_t si = 0; si < 4; si++)
-            for (int bm = 0; bm <= (ti == 0 ? 128 : 0); bm += 64) {
-                k_tune_gemm_tile(g_tile = bm); /* q4_K: also each tile forced */
+            for (size_t ci = 0; ci < (ti == 0 ? 5 : 1); ci++) {
+                memcpy(g_cfg, cfgs[ci], sizeof g_cfg);
+                k_tune_gemm(g_cfg[0], g_cfg[1], g_cfg[2]);
                 fails += bench_gemm(c, gt[ti], gs[si].K, gs[si].N, 512, 0, gs[si].what) != 0;
             }
-    k_tune_gemm_tile(g_tile = 0);
+    memset(g_cfg, 0, sizeof g_cfg);
+    k_tune_gemm(0, 0, 0);
     fails += bench_gemm(c, MINFER_TYPE_F16, 3584, 18944, 512, 1, shapes[0].what) != 0;
     fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 2048, 0, shapes[0].what) != 0;
     cu_ctx_free(c);

@@ -119,17 +119,22 @@ size_t k_gemm_act_bytes(int64_t K, int64_t M);
  * of k_gemm_act_bytes, 16-byte aligned. K % 32 == 0. */
 int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1, void *xh,
                void *xl);
-/* Scratch bytes k_gemm needs for these weights (0: f16 rows read in place). */
-size_t k_gemm_scratch_bytes(uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1);
+/* Scratch bytes k_gemm needs for these weights and M tokens (f16 weight
+ * rows unless read in place, split-K partial sums); may be 0. */
+size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W, int64_t K,
+                            int64_t N, int64_t M, int64_t w_nb1);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
- * (weights dequantized to f16 in scratch, k_gemm_scratch_bytes of it, 16-byte
- * aligned) and f32 accumulation; xh from k_gemm_act. xl non-NULL adds
- * W.xl in a second pass (dst = W.xh, then dst += W.xl). K % 32 == 0. */
+ * and f32 accumulation; xh from k_gemm_act; scratch of
+ * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
+ * non-NULL adds W.xl in a second pass (dst = W.xh, then dst += W.xl).
+ * Deterministic: split-K partial sums are added in a fixed order. */
 int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
            const void *xh, const void *xl, int64_t M, float *dst, int64_t dst_nb1,
            void *scratch);
-/* Benchmark hook: token tile of the GEMM (64 or 128; 0 = chosen per shape). */
-void k_tune_gemm_tile(int bm);
+/* Benchmark hook: force the GEMM's token tile (64/128), K slice (32/64)
+ * and split-K count (1..8); 0 leaves each to the per-shape choice.
+ * $MINFER_CUDA_GEMM="bm,bk,splits" does the same at k_prepare. */
+void k_tune_gemm(int bm, int bk, int splits);
 
 /* True if GET_ROWS / dequantization reads this type. */
 int k_type_readable(uint32_t type);

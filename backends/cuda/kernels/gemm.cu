@@ -21,24 +21,31 @@
  * of 2 bytes per weight per call; in exchange the inner loop is a pure
  * f16 GEMM and the template count stays small (11 dequant + 2 GEMM).
  */
+#include <stdlib.h>
+
 #include "common.cuh"
 
 #define G_BN 128     /* weight rows per block */
-#define G_BK 32      /* K per pipeline stage */
-#define G_STAGES 4   /* cp.async ring depth */
-#define G_LDS 40     /* halves per shared row: 80 bytes keep ldmatrix conflict-free */
 #define G_THREADS 256
+#define G_MAX_SPLITS 8
+#define G_DEFAULT_BK 64 /* K slice depth unless forced */
 /* Weight rows dequantized per GEMM launch: bounds the scratch (a 7B
  * model's largest matrix, 18944 x 3584 f16, is 136 MB and fits whole). */
 #define G_CHUNK_BYTES ((size_t)256 << 20)
 
-template <int BM> struct gshape {
+/* BM tokens per block, BK deep K slices. */
+template <int BM, int BK> struct gshape {
+    static constexpr int STAGES = BK == 64 ? 3 : 4; /* cp.async ring depth */
+    static constexpr int LDS = BK + 8; /* halves per shared row: +16 bytes keep ldmatrix conflict-free */
+    static constexpr int CPR = BK / 8; /* 16-byte chunks per row of a slice */
+    static constexpr int ACH = G_BN * CPR / G_THREADS; /* A chunks per thread */
+    static constexpr int BCH = BM * CPR / G_THREADS;   /* B chunks per thread */
     static constexpr int WM = BM / 4;  /* tokens per warp (4 warps along m) */
     static constexpr int NJ = WM / 8;  /* n8 mma tiles per warp along m */
-    static constexpr size_t STAGE = (size_t)(G_BN + BM) * G_LDS; /* halves */
-    static constexpr size_t SMEM = STAGE * G_STAGES * sizeof(__half);
-    /* resident blocks per SM asked of the register allocator: 2 x 80 KiB
-     * or 3 x 60 KiB of shared memory fit the 228 KiB of an sm_90 SM */
+    static constexpr size_t STAGE = (size_t)(G_BN + BM) * LDS; /* halves */
+    static constexpr size_t SMEM = STAGE * STAGES * sizeof(__half);
+    /* resident blocks per SM asked of the register allocator (shared
+     * memory allows 2 of 80-110 KiB or 3 of 60-83 KiB in an sm_90 SM) */
     static constexpr int MIN_BLOCKS = BM == 64 ? 3 : 2;
 };
 
@@ -79,53 +86,47 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
 
 /* ---- f16 GEMM ---- */
 
-/* dst[m][n] (=|+=) sum_k Wh[n][k] * xh[m][k]. Wh rows lda halves apart,
- * xh rows K halves apart; both 16-byte aligned, K % 32 == 0. */
-template <int BM>
-__global__ void __launch_bounds__(G_THREADS, gshape<BM>::MIN_BLOCKS)
-    gemm_f16_kernel(const __half *__restrict__ Wh, int64_t lda, int K, int N,
-                    const __half *__restrict__ xh, int M, float *__restrict__ dst,
-                    int64_t dst_nb1, int accumulate)
+/* dst[m][n] (=|+=) sum_k Wh[n][k] * xh[m][k] over klen values of k.
+ * Wh rows lda halves apart, xh rows ldx apart; 16-byte aligned, klen a
+ * multiple of BK. Split z of a split-K launch (blockIdx.z) takes the
+ * z-th klen of K and writes its own plane, split_nb bytes further on. */
+template <int BM, int BK>
+__global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
+    gemm_f16_kernel(const __half *__restrict__ Wh, int64_t lda, const __half *__restrict__ xh,
+                    int64_t ldx, int klen, int N, int M, float *__restrict__ dst,
+                    int64_t dst_nb1, int64_t split_nb, int accumulate)
 {
-    using S = gshape<BM>;
+    using S = gshape<BM, BK>;
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *ring = (__half *)smem; /* stage s: A [G_BN][G_LDS] then B [BM][G_LDS] */
+    __half *ring = (__half *)smem; /* stage s: A [G_BN][LDS] then B [BM][LDS] */
 
     const int n0 = blockIdx.x * G_BN, m0 = blockIdx.y * BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp & 1, wm = warp >> 1; /* warp tile: 64 rows x S::WM tokens */
+    const int64_t kz = (int64_t)blockIdx.z * klen;
+    dst = (float *)((char *)dst + blockIdx.z * split_nb);
 
-    /* Per-thread copy assignments: 16-byte chunk c covers row c/4, halves
-     * 8*(c%4) of a slice. Out-of-range rows copy zeros from a valid row. */
-    const __half *ga[2];
-    bool oka[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        int c = tid + G_THREADS * j, r = c >> 2;
-        oka[j] = n0 + r < N;
-        ga[j] = Wh + (int64_t)(oka[j] ? n0 + r : 0) * lda + 8 * (c & 3);
-    }
-    constexpr int BCH = BM * 4 / G_THREADS; /* B chunks per thread: 2 or 1 */
-    const __half *gb[BCH];
-    bool okb[BCH];
-#pragma unroll
-    for (int j = 0; j < BCH; j++) {
-        int c = tid + G_THREADS * j, r = c >> 2;
-        okb[j] = m0 + r < M;
-        gb[j] = xh + (int64_t)(okb[j] ? m0 + r : 0) * K + 8 * (c & 3);
-    }
+    /* Copy assignments: 16-byte chunk c = tid + 256 j of a slice covers
+     * row c / CPR, halves 8 * (c % CPR). Rows past N or M copy zeros (from
+     * a valid address). Addresses are recomputed per slice: keeping them
+     * would cost two registers each and spill the 128 x 64 variant. */
+    const int crow = tid / S::CPR, ccol = 8 * (tid % S::CPR);
+    constexpr int RSTEP = G_THREADS / S::CPR; /* rows between a thread's chunks */
+    const __half *wbase = Wh + kz + ccol, *xbase = xh + kz + ccol;
 
     auto load = [&](int stage, int k0) {
-        __half *As = ring + stage * S::STAGE, *Bs = As + G_BN * G_LDS;
+        __half *As = ring + stage * S::STAGE, *Bs = As + G_BN * S::LDS;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            int c = tid + G_THREADS * j;
-            cp16(As + (c >> 2) * G_LDS + 8 * (c & 3), ga[j] + k0, oka[j]);
+        for (int j = 0; j < S::ACH; j++) {
+            int r = crow + RSTEP * j;
+            bool ok = n0 + r < N;
+            cp16(As + r * S::LDS + ccol, wbase + (int64_t)(ok ? n0 + r : 0) * lda + k0, ok);
         }
 #pragma unroll
-        for (int j = 0; j < BCH; j++) {
-            int c = tid + G_THREADS * j;
-            cp16(Bs + (c >> 2) * G_LDS + 8 * (c & 3), gb[j] + k0, okb[j]);
+        for (int j = 0; j < S::BCH; j++) {
+            int r = crow + RSTEP * j;
+            bool ok = m0 + r < M;
+            cp16(Bs + r * S::LDS + ccol, xbase + (int64_t)(ok ? m0 + r : 0) * ldx + k0, ok);
         }
     };
 
@@ -138,39 +139,39 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM>::MIN_BLOCKS)
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
 
-    const int nk = K / G_BK;
+    const int nk = klen / BK;
 #pragma unroll
-    for (int s = 0; s < G_STAGES - 1; s++) {
+    for (int s = 0; s < S::STAGES - 1; s++) {
         if (s < nk)
-            load(s, s * G_BK);
+            load(s, s * BK);
         cp_commit();
     }
 
     /* ldmatrix lane addressing: A x4 = rows (q&1)*8 + l%8, k (q>>1)*8;
      * B x4 = tokens (q>>1)*8 + l%8, k (q&1)*8, with q = lane / 8. */
     const int q = lane >> 3, l8 = lane & 7;
-    const int a_off = (wn * 64 + (q & 1) * 8 + l8) * G_LDS + (q >> 1) * 8;
-    const int b_off = G_BN * G_LDS + (wm * S::WM + (q >> 1) * 8 + l8) * G_LDS + (q & 1) * 8;
+    const int a_off = (wn * 64 + (q & 1) * 8 + l8) * S::LDS + (q >> 1) * 8;
+    const int b_off = G_BN * S::LDS + (wm * S::WM + (q >> 1) * 8 + l8) * S::LDS + (q & 1) * 8;
 
     for (int kt = 0; kt < nk; kt++) {
-        cp_wait<G_STAGES - 2>();
+        cp_wait<S::STAGES - 2>();
         __syncthreads(); /* slice kt landed; slice kt-1's buffer is free */
-        int pf = kt + G_STAGES - 1;
+        int pf = kt + S::STAGES - 1;
         if (pf < nk)
-            load(pf % G_STAGES, pf * G_BK);
+            load(pf % S::STAGES, pf * BK);
         cp_commit();
 
-        const __half *st = ring + (kt % G_STAGES) * S::STAGE;
+        const __half *st = ring + (kt % S::STAGES) * S::STAGE;
 #pragma unroll
-        for (int kk = 0; kk < G_BK; kk += 16) {
+        for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[4][4], b[S::NJ][2];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                ldsm4(a[i], st + a_off + i * 16 * G_LDS + kk);
+                ldsm4(a[i], st + a_off + i * 16 * S::LDS + kk);
 #pragma unroll
             for (int j = 0; j < S::NJ; j += 2) {
                 unsigned r[4];
-                ldsm4(r, st + b_off + j * 8 * G_LDS + kk);
+                ldsm4(r, st + b_off + j * 8 * S::LDS + kk);
                 b[j][0] = r[0];
                 b[j][1] = r[1];
                 b[j + 1][0] = r[2];
@@ -200,6 +201,23 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM>::MIN_BLOCKS)
                     *p = accumulate ? *p + acc[i][j][e] : acc[i][j][e];
                 }
             }
+}
+
+/* dst[m][n] (=|+=) the sum of the split-K planes part[s][m][n] (N * M
+ * floats each), added in split order so the result does not depend on
+ * which split finished first. */
+__global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, int N, int M,
+                                   float *__restrict__ dst, int64_t dst_nb1, int accumulate)
+{
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, plane = (int64_t)N * M;
+    if (e >= plane)
+        return;
+    int m = (int)(e / N), n = (int)(e % N);
+    float v = part[e];
+    for (int s = 1; s < splits; s++)
+        v += part[s * plane + e];
+    float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
+    *p = accumulate ? *p + v : v;
 }
 
 /* ---- activations and weights to f16 ---- */
@@ -283,91 +301,134 @@ static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int6
 
 /* ---- setup and launch ---- */
 
-/* Resident blocks per SM of each tile shape (k_prepare; 0 = unknown),
- * for the tile choice. Same for every device of one process in practice;
- * a wrong value only picks the slower of two correct shapes. */
-static int g_occ128, g_occ64;
+/* Forced configuration (0 = automatic): the bench hook k_tune_gemm or
+ * $MINFER_CUDA_GEMM="bm,bk,splits" read by k_prepare, so the op tests
+ * can run every kernel variant. */
+static int g_bm, g_bk, g_splits;
 
-template <int BM> static int optin_one(struct kctx *k, int *occ)
+extern "C" void k_tune_gemm(int bm, int bk, int splits)
 {
-    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BM>,
+    g_bm = bm == 64 || bm == 128 ? bm : 0;
+    g_bk = bk == 32 || bk == 64 ? bk : 0;
+    g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
+}
+
+template <int BM, int BK> static int optin_one(struct kctx *k)
+{
+    using S = gshape<BM, BK>;
+    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BM, BK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)gshape<BM>::SMEM);
+                                         (int)S::SMEM);
     if (e != cudaSuccess) {
         snprintf(k->err, k->err_len,
-                 "gemm<%d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
+                 "gemm<%d, %d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
                  "%s (%s); prefill GEMM disabled on this device",
-                 BM, gshape<BM>::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
+                 BM, BK, S::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
         cudaGetLastError();
         return -1;
     }
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemm_f16_kernel<BM>, G_THREADS,
-                                                      gshape<BM>::SMEM) != cudaSuccess) {
-        cudaGetLastError();
-        n = 0;
-    }
-    *occ = n;
     return 0;
 }
 
 /* The launcher never asks for the opt-in: k_prepare does, once per
- * device, for both tile shapes (device.c calls it at the first instance
+ * device, for every tile shape (device.c calls it at the first instance
  * creation, before any capture window of any instance can exist). */
 extern "C" int k_prepare(struct kctx *k)
 {
     k->gemm_optin_ok = 0;
-    if (k->smem_optin < (int)gshape<128>::SMEM) {
+    const char *env = getenv("MINFER_CUDA_GEMM");
+    if (env) {
+        int bm = 0, bk = 0, sp = 0;
+        sscanf(env, "%d,%d,%d", &bm, &bk, &sp);
+        k_tune_gemm(bm, bk, sp);
+    }
+    size_t need = gshape<128, 64>::SMEM;
+    if (k->smem_optin < (int)need) {
         snprintf(k->err, k->err_len,
                  "gemm: needs %zu bytes of dynamic shared memory but device %d allows %d per "
                  "block; prefill GEMM disabled (the matrix-vector kernels serve every nt)",
-                 gshape<128>::SMEM, k->device, k->smem_optin);
+                 need, k->device, k->smem_optin);
         return -1;
     }
-    if (optin_one<128>(k, &g_occ128) || optin_one<64>(k, &g_occ64))
+    if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<64, 32>(k) ||
+        optin_one<64, 64>(k))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;
 }
 
-/* Benchmark hook: 0 picks the token tile per shape, 64 or 128 forces it. */
-static int g_force_bm;
-extern "C" void k_tune_gemm_tile(int bm)
-{
-    g_force_bm = bm == 64 || bm == 128 ? bm : 0;
-}
+/* The tile and split count for n weight rows, M tokens, depth K. */
+struct gplan {
+    int bm, bk, splits;
+};
 
-/* Token tile: 128 reads each weight slice from shared memory half as
- * often per token as 64, but when the grid is a few blocks past a whole
- * number of waves the tail wave runs nearly empty. Estimate each shape's
- * time as waves x work per SM per wave (a 64-token block doing half a
- * 128-token one's work, 10% less efficiently) and take the smaller. */
-static bool use_bm64(struct kctx *k, int64_t N, int64_t M)
+static struct gplan plan(const struct kctx *k, int64_t K, int64_t n, int64_t M)
 {
-    if (g_force_bm)
-        return g_force_bm == 64;
-    if (g_occ128 <= 0 || g_occ64 <= 0 || k->sm_count <= 0)
-        return false;
-    int64_t nb = (N + G_BN - 1) / G_BN;
-    int64_t b128 = nb * ((M + 127) / 128), b64 = nb * ((M + 63) / 64);
-    int64_t s128 = (int64_t)k->sm_count * g_occ128, s64 = (int64_t)k->sm_count * g_occ64;
-    double t128 = (double)((b128 + s128 - 1) / s128) * 2.0 * g_occ128;
-    double t64 = (double)((b64 + s64 - 1) / s64) * g_occ64 * 1.1;
-    return t64 < t128;
-}
-
-static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, int64_t N,
-                      const __half *xh, int64_t M, float *dst, int64_t dst_nb1, int accumulate)
-{
-    if (use_bm64(k, N, M)) {
-        dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + 63) / 64));
-        KLAUNCH(k, "gemm", gemm_f16_kernel<64>, grid, G_THREADS, gshape<64>::SMEM, Wh, lda,
-                (int)K, (int)N, xh, (int)M, dst, dst_nb1, accumulate);
+    struct gplan p;
+    /* measured on the H200 (docs/PERF.md): 128-token tiles beat 64 on
+     * every 7B shape once split-K fills the machine */
+    p.bm = g_bm ? g_bm : 128;
+    p.bk = g_bk ? g_bk : G_DEFAULT_BK;
+    if (K % p.bk)
+        p.bk = 32;
+    int64_t blocks = (n + G_BN - 1) / G_BN * ((M + p.bm - 1) / p.bm);
+    if (g_splits) {
+        p.splits = g_splits;
+        while (p.splits > 1 && K % ((int64_t)p.splits * p.bk))
+            p.splits /= 2;
     } else {
-        dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + 127) / 128));
-        KLAUNCH(k, "gemm", gemm_f16_kernel<128>, grid, G_THREADS, gshape<128>::SMEM, Wh, lda,
-                (int)K, (int)N, xh, (int)M, dst, dst_nb1, accumulate);
+        /* split K until the grid covers every SM once, keeping slices of
+         * at least 256 values so the pipeline fills */
+        p.splits = 1;
+        while (p.splits < G_MAX_SPLITS && blocks * p.splits < k->sm_count &&
+               K % (2LL * p.splits * p.bk) == 0 && K / (2 * p.splits) >= 256)
+            p.splits *= 2;
     }
+    return p;
+}
+
+static size_t part_bytes(const struct kctx *k, int64_t K, int64_t n, int64_t M)
+{
+    struct gplan p = plan(k, K, n, M);
+    return p.splits > 1 ? (size_t)p.splits * (size_t)n * (size_t)M * 4 : 0;
+}
+
+template <int BM, int BK>
+static int launch_t(struct kctx *k, const __half *Wh, int64_t lda, const __half *xh, int64_t K,
+                    int64_t n, int64_t M, int splits, float *out, int64_t out_nb1,
+                    int64_t split_nb, int accumulate)
+{
+    dim3 grid((unsigned)((n + G_BN - 1) / G_BN), (unsigned)((M + BM - 1) / BM), (unsigned)splits);
+    auto kf = gemm_f16_kernel<BM, BK>;
+    const size_t smem = gshape<BM, BK>::SMEM;
+    KLAUNCH(k, "gemm", kf, grid, G_THREADS, smem, Wh, lda, xh, K,
+            (int)(K / splits), (int)n, (int)M, out, out_nb1, split_nb, accumulate);
+    return 0;
+}
+
+/* dst (=|+=) Wh . xh for n rows; part: split-K planes (part_bytes). */
+static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, int64_t n,
+                      const __half *xh, int64_t M, float *dst, int64_t dst_nb1, int accumulate,
+                      float *part)
+{
+    struct gplan p = plan(k, K, n, M);
+    float *out = p.splits > 1 ? part : dst;
+    int64_t out_nb1 = p.splits > 1 ? n * 4 : dst_nb1, split_nb = n * M * 4;
+    int acc = p.splits > 1 ? 0 : accumulate;
+    int rc;
+    if (p.bm == 64 && p.bk == 64)
+        rc = launch_t<64, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+    else if (p.bm == 64)
+        rc = launch_t<64, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+    else if (p.bk == 64)
+        rc = launch_t<128, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+    else
+        rc = launch_t<128, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+    if (rc || p.splits == 1)
+        return rc;
+    int64_t total = n * M;
+    KLAUNCH(k, "gemm reduce", gemm_reduce_kernel, (unsigned)((total + 255) / 256), 256, 0,
+            (const float *)part, p.splits, (int)n, (int)M, dst, dst_nb1, accumulate);
     return 0;
 }
 
@@ -390,12 +451,19 @@ static bool w_direct(uint32_t type, const void *W, int64_t w_nb1)
     return type == MINFER_TYPE_F16 && ((uintptr_t)W & 15) == 0 && w_nb1 % 16 == 0;
 }
 
-static int64_t chunk_rows(int64_t K, int64_t N)
+static int64_t chunk_rows(uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1)
 {
+    if (w_direct(type, W, w_nb1))
+        return N;
     int64_t rows = (int64_t)(G_CHUNK_BYTES / ((size_t)K * 2)) / G_BN * G_BN;
     if (rows < G_BN)
         rows = G_BN;
     return rows < N ? rows : N;
+}
+
+static size_t round256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
 }
 
 extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
@@ -403,12 +471,13 @@ extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
     return (size_t)K * (size_t)M * 2;
 }
 
-extern "C" size_t k_gemm_scratch_bytes(uint32_t type, const void *W, int64_t K, int64_t N,
-                                       int64_t w_nb1)
+extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W,
+                                       int64_t K, int64_t N, int64_t M, int64_t w_nb1)
 {
-    if (w_direct(type, W, w_nb1))
-        return 0;
-    return (size_t)chunk_rows(K, N) * (size_t)K * 2;
+    int64_t rows = chunk_rows(type, W, K, N, w_nb1);
+    size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
+    size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
+    return wb + (pb > pl ? pb : pl);
 }
 
 extern "C" int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1,
@@ -433,34 +502,32 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
                                  "(see the instance's creation message)");
     if (!k_gemm_supported(type))
         return k_fail(k, "gemm", "weight type has no GEMM dequantization");
-    if (K % G_BK || K > INT32_MAX || N > INT32_MAX)
+    if (K % 32 || K > INT32_MAX || N > INT32_MAX)
         return k_fail(k, "gemm", "K must be a multiple of 32 and K, N below 2^31");
-    if ((M + 63) / 64 > 65535)
+    if ((M + 63) / 64 > 65535 || N * M > INT32_MAX)
         return k_fail(k, "gemm", "too many tokens for one launch");
-    if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 15))
-        return k_fail(k, "gemm", "f16 buffers must be 16-byte aligned");
-    if (w_direct(type, W, w_nb1)) {
-        if (launch_f16(k, (const __half *)W, w_nb1 / 2, K, N, (const __half *)xh, M, dst,
-                       dst_nb1, 0))
-            return -1;
-        if (xl && launch_f16(k, (const __half *)W, w_nb1 / 2, K, N, (const __half *)xl, M, dst,
-                             dst_nb1, 1))
-            return -1;
-        return 0;
-    }
-    if (!scratch)
-        return k_fail(k, "gemm", "no scratch for the dequantized weights");
-    int64_t rows = chunk_rows(K, N);
+    if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
+        return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
+    bool direct = w_direct(type, W, w_nb1);
+    int64_t rows = chunk_rows(type, W, K, N, w_nb1);
+    size_t wb = direct ? 0 : round256((size_t)rows * (size_t)K * 2);
+    if ((!direct || part_bytes(k, K, rows, M) || part_bytes(k, K, N % rows, M)) && !scratch)
+        return k_fail(k, "gemm", "no scratch (k_gemm_scratch_bytes) was given");
+    float *part = (float *)((char *)scratch + wb);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         int64_t nc = N - r0 < rows ? N - r0 : rows;
         float *d = dst + r0; /* dst[m][r0 + n] */
-        if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch))
+        const __half *wh = (const __half *)scratch;
+        int64_t lda = K;
+        if (direct) {
+            wh = (const __half *)((const char *)W + r0 * w_nb1);
+            lda = w_nb1 / 2;
+        } else if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch)) {
             return -1;
-        if (launch_f16(k, (const __half *)scratch, K, K, nc, (const __half *)xh, M, d, dst_nb1,
-                       0))
+        }
+        if (launch_f16(k, wh, lda, K, nc, (const __half *)xh, M, d, dst_nb1, 0, part))
             return -1;
-        if (xl && launch_f16(k, (const __half *)scratch, K, K, nc, (const __half *)xl, M, d,
-                             dst_nb1, 1))
+        if (xl && launch_f16(k, wh, lda, K, nc, (const __half *)xl, M, d, dst_nb1, 1, part))
             return -1;
     }
     return 0;
