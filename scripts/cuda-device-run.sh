@@ -1,64 +1,117 @@
 #!/bin/bash
-# cuda-device-run.sh — one run on a GPU machine for the CUDA plugin's end to
-# end work: build (deps unpacked from .debs/, fixtures from .fixtures/),
-# the CUDA test suites (cuda-e2e runs the fixture suite on CUDA too), then
-# `minfer bench --backend cuda` on synthetic models, within a time budget.
-# Usage (repository root, $OUT set): scripts/cuda-device-run.sh [BUDGET_S]
-# Logs go to $OUT/*.log. Needs cmake, ninja and the CUDA toolkit.
+# cuda-device-run.sh — one run of the CUDA plugin on a GPU machine: build,
+# optionally the CUDA suites, then `minfer bench` on synthetic models, and
+# optionally an Nsight Compute per-kernel table of a decode. With several
+# source trees it builds each and alternates their benches in one run (the
+# side-by-side comparison docs/PERF.md asks for on shared machines).
+#
+# Run from the repository root on the GPU machine, $OUT set. The machine
+# has no Debian -dev packages: .debs/ holds Check, PCRE2, utf8proc, cJSON
+# and pkgconf .debs (apt-get download here), unpacked into /tmp/deps;
+# .fixtures/ holds ../shared/fixtures/models for the fixture suite.
+#
+# Environment:
+#   SRC     source tars (git archive ... -o X.tar), space separated; the
+#           first is "A", then "B", ... (default: this working tree)
+#   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
+#           suite on the first tree
+#   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
+#           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
+#   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
+#   REPS    bench rounds over all trees and models (default 2)
+#   NCU     model names to profile: per-kernel times of a decode with ncu
 set -o pipefail
 T0=$(date +%s)
-BUDGET=${1:-520}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/deps
-left() { echo $((BUDGET - ($(date +%s) - T0))); }
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+since() { echo $(( $(date +%s) - T0 )); }
+OUT=${OUT:?set OUT}
 D=/tmp/deps
+mkdir -p $D
+for f in .debs/*.deb; do dpkg -x "$f" $D; done
 export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
 export PKG_CONFIG_SYSROOT_DIR=$D
 export PKG_CONFIG_LIBDIR=$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig
 PKGC=$(command -v pkg-config || echo $D/usr/bin/pkgconf)
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-B=/tmp/b
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.log" 2>&1
-cmake -S . -B $B -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
-  -DMINFER_FIXTURES_DIR="$PWD/.fixtures" \
-  -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu > "$OUT/build.log" 2>&1 ||
-  { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $B -j16 minfer-cuda minfer-cpu minfer-cli test-fixture test-cuda-e2e test-cuda-plugin test-cuda-ops \
-  >> "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
-echo "build done at $(( $(date +%s) - T0 )) s"
-cd $B
-{
-  echo "== cuda-plugin"; timeout 60 ./bin/test-cuda-plugin 2>&1
-  echo "== cuda-ops"; timeout 90 ./bin/test-cuda-ops 2>&1
-  echo "== cuda-e2e"; timeout 180 ./bin/test-cuda-e2e 2>&1
-} > "$OUT/tests.log" 2>&1
-grep -E "^== |^[0-9]+%|SKIP|graph replay|:F:|:E:|equals cpu" "$OUT/tests.log" | cut -c1-300 | head -60
-echo "tests done at $(( $(date +%s) - T0 )) s"
-# Synthetic models are written once (minfer synth) and benched with -m.
-synth() { # file, min seconds left, arch, shape, type
-  local f=$1 need=$2
-  [ -f "$f" ] && return 0
-  if [ "$(left)" -lt "$need" ]; then echo "skip synth $f: $(left) s left"; return 1; fi
-  local t=$(date +%s)
-  timeout $(( $(left) - 10 )) ./bin/minfer synth --arch "$3" --shape "$4" --type "$5" -o "$f" \
-    >> "$OUT/bench.log" 2>&1 || { echo "synth $f failed"; return 1; }
-  echo "synth $4 $5: $(( $(date +%s) - t )) s"
-}
-bench() { # label, min seconds left, args...
-  local label=$1 need=$2; shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "skip $label: $(left) s left"; return; fi
-  echo "== $label ($(left) s left)" >> "$OUT/bench.log"
-  timeout $(( $(left) - 5 )) ./bin/minfer bench --backend cuda "$@" >> "$OUT/bench.log" 2>&1
-  grep "^| [a-z0-9]" "$OUT/bench.log" | grep -v "^| model" | tail -2
-}
-M15=/tmp/q25-1.5b-q4km.gguf M7=/tmp/q25-7b-q4km.gguf M7Q8=/tmp/q25-7b-q8.gguf M8=/tmp/q3-8b-q4km.gguf
-synth $M15 60 qwen2 qwen2.5-1.5b Q4_K_M && bench "1.5b q4_K_M" 40 -m $M15 -p 512 -n 128 -r 3
-synth $M7 120 qwen2 qwen2.5-7b Q4_K_M && bench "7b q4_K_M" 50 -m $M7 -p 512 -n 128 -r 3
-[ -f $M15 ] && bench "1.5b q4_K_M no graphs" 30 -m $M15 -p 0 -n 128 -r 3 --no-graphs
-[ -f $M7 ] && bench "7b q4_K_M no graphs" 30 -m $M7 -p 0 -n 128 -r 3 --no-graphs
-synth $M7Q8 140 qwen2 qwen2.5-7b Q8_0 && bench "7b q8_0" 50 -m $M7Q8 -p 512 -n 128 -r 3
-synth $M8 120 qwen3 qwen3-8b Q4_K_M && bench "qwen3-8b q4_K_M" 50 -m $M8 -p 512 -n 128 -r 3
-[ -f $M7 ] && bench "7b q4_K_M pp2048" 40 -m $M7 -p 2048 -b 2048 -n 0 -r 2
-echo "all done at $(( $(date +%s) - T0 )) s"
+NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > $OUT/gpu.log 2>&1
+cat $OUT/gpu.log
+
+# ---- trees and builds ----
+names=(A B C D E F G H)
+trees=()
+if [ -z "$SRC" ]; then
+  trees=("$PWD")
+else
+  i=0
+  for tar in $SRC; do
+    dir=/tmp/src${names[$i]}
+    mkdir -p $dir && tar -xf "$tar" -C $dir || { echo "cannot unpack $tar"; exit 1; }
+    trees+=("$dir")
+    i=$((i + 1))
+  done
+fi
+n=${#trees[@]}
+jobs_each=$((16 / n > 1 ? 16 / n : 1))
+for i in "${!trees[@]}"; do
+  v=${names[$i]}
+  tests=OFF; extra=""
+  if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
+    tests=ON; extra="test-cuda-plugin test-cuda-ops test-cuda-e2e test-fixture"
+  fi
+  ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
+      -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
+      -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
+      > $OUT/build$v.log 2>&1 &&
+    ninja -C /tmp/b$v -j$jobs_each minfer-cuda minfer-cpu minfer-cli $extra >> $OUT/build$v.log 2>&1 ||
+    { echo "build $v failed:"; grep -E "error|FAILED" $OUT/build$v.log | head -20; } ) &
+done
+wait
+for i in "${!trees[@]}"; do [ -x /tmp/b${names[$i]}/bin/minfer ] || exit 1; done
+echo "builds done at $(since) s"
+
+# ---- models (on the CPU, while the suites use the GPU) ----
+MODELS=${MODELS:-"qwen2,qwen2.5-1.5b,Q4_K_M,q15 qwen3,qwen3-8b,Q4_K_M,q3"}
+for s in $MODELS; do
+  IFS=, read -r arch shape type name <<< "$s"
+  [ -f /tmp/$name.gguf ] || /tmp/bA/bin/minfer synth --arch $arch --shape $shape --type $type \
+    --threads 4 -o /tmp/$name.gguf > $OUT/synth-$name.log 2>&1 &
+done
+
+# ---- suites ----
+if [ -n "$TESTS" ]; then
+  B=/tmp/bA/bin
+  $B/test-cuda-plugin > $OUT/plugin.log 2>&1; echo "plugin rc $?: $(grep -E '^[0-9]+%' $OUT/plugin.log)"
+  timeout 180 $B/test-cuda-ops > $OUT/ops.log 2>&1
+  echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
+  grep -E ":[EF]:|NMSE" $OUT/ops.log | cut -c1-200
+  timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1
+  echo "e2e rc $?: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
+  grep -E ":[EF]:|graph replay|equals cpu|fixture" $OUT/e2e.log | cut -c1-300 | head -40
+  echo "suites done at $(since) s"
+fi
+wait
+echo "models ready at $(since) s"
+
+# ---- benches, alternating trees ----
+for rep in $(seq ${REPS:-2}); do
+  for s in $MODELS; do
+    IFS=, read -r arch shape type name <<< "$s"
+    for i in "${!trees[@]}"; do
+      v=${names[$i]}
+      r=$(timeout 120 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${BENCH:--p 0 -n 128 -r 2} 2>&1 |
+          tee -a $OUT/bench$v.log | grep '^| [a-z]' | grep -v '| model' | awk -F'|' '{printf "%s %s;", $7, $8}')
+      echo "$v $name:$r"
+    done
+  done
+done
+echo "benches done at $(since) s"
+
+# ---- per-kernel decode profile ----
+for name in $NCU; do
+  timeout 150 $NCU_BIN --clock-control none --cache-control none --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
+    --launch-skip 4000 --launch-count 700 \
+    /tmp/bA/bin/minfer bench --backend cuda -m /tmp/$name.gguf -p 0 -n 48 -r 1 \
+    > $OUT/ncu-$name.csv 2> $OUT/ncu-$name.err
+  echo "ncu $name rc $? at $(since) s"
+done
