@@ -6,7 +6,11 @@
  * with dlopen exactly as the core does and drives it through its table.
  *
  *   minfer-bench-cpu-ops [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type]
- *                        [-p plugin.so] [-s seconds] [-c]
+ *                        [-S shape] [-p plugin.so] [-s seconds] [-c]
+ *
+ * -S keeps the shapes whose name contains the string ("1.5B ffn_up").
+ * -f times FFN_GATE_UP (gate and up both of the shape, silu(gate) * up)
+ * instead of MUL_MAT; its figures count the bytes of both weights.
  *
  * Decode weights rotate over >= 512 MiB of copies so every product reads
  * from memory, not from cache. Each figure is the best of 3 timed runs
@@ -85,18 +89,21 @@ static char *make_weights(uint32_t type, int K, int N, size_t total, int *n_copi
     return buf;
 }
 
+static int g_ffn; /* -f: FFN_GATE_UP (gate and up = two consecutive copies) */
+
 static double run_mm(uint32_t type, int K, int N, int M, char *w, int n_copies, size_t bytes,
                      float *x, float *y, double seconds, int *reps_out)
 {
-    struct minfer_tensor wt, xt, yt;
+    struct minfer_tensor wt, ut, xt, yt;
     dense(&xt, MINFER_TYPE_F32, K, M, x);
     dense(&yt, MINFER_TYPE_F32, N, M, y);
     struct minfer_node nd;
     memset(&nd, 0, sizeof nd);
-    nd.op = MINFER_OP_MUL_MAT;
-    nd.n_src = 2;
+    nd.op = g_ffn ? MINFER_OP_FFN_GATE_UP : MINFER_OP_MUL_MAT;
+    nd.n_src = g_ffn ? 3 : 2;
     nd.src[0] = &wt;
-    nd.src[1] = &xt;
+    nd.src[1] = g_ffn ? &ut : &xt;
+    nd.src[2] = g_ffn ? &xt : NULL;
     nd.dst = &yt;
     nd.label = "bench";
     double best = 1e30;
@@ -108,6 +115,10 @@ static double run_mm(uint32_t type, int K, int N, int M, char *w, int n_copies, 
         do {
             dense(&wt, type, K, N, w + (size_t)ci * bytes);
             ci = (ci + 1) % n_copies;
+            if (g_ffn) { /* up: the next copy (the same copy if there is one) */
+                dense(&ut, type, K, N, w + (size_t)ci * bytes);
+                ci = (ci + 1) % n_copies;
+            }
             if (IF->execute_node(BE, &nd) != MINFER_OK) {
                 fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
                 exit(1);
@@ -133,6 +144,7 @@ static const struct shape SHAPES[] = {
     {"0.5B ffn_down 4864x896", 4864, 896},
     {"1.5B ffn_up 1536x8960", 1536, 8960},
     {"1.5B ffn_down 8960x1536", 8960, 1536},
+    {"1.5B output 1536x151936", 1536, 151936},
 };
 
 static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,
@@ -143,7 +155,7 @@ static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE
 int main(int argc, char **argv)
 {
     int nt = 2, M = 512;
-    const char *isa = NULL, *only = NULL;
+    const char *isa = NULL, *only = NULL, *shape_only = NULL;
     const char *path = MINFER_PLUGIN_DIR "/libminfer-cpu.so";
     double seconds = 1.0;
     for (int i = 1; i < argc; i++) {
@@ -155,15 +167,19 @@ int main(int argc, char **argv)
             M = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-T") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "-S") && i + 1 < argc)
+            shape_only = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc)
             path = argv[++i];
+        else if (!strcmp(argv[i], "-f"))
+            g_ffn = 1;
         else if (!strcmp(argv[i], "-c"))
             g_cpu_clock = 1;
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             seconds = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type] "
-                            "[-p plugin.so] [-s seconds] [-c]\n", argv[0]);
+                            "[-S shape] [-p plugin.so] [-s seconds] [-c] [-f]\n", argv[0]);
             return 2;
         }
     }
@@ -200,7 +216,7 @@ int main(int argc, char **argv)
            "prefill ms", "GFLOP/s");
 
     float *x = aligned_alloc(64, (size_t)8960 * M * sizeof(float));
-    float *y = aligned_alloc(64, (size_t)8960 * M * sizeof(float));
+    float *y = aligned_alloc(64, (size_t)151936 * M * sizeof(float)); /* largest N */
     if (!x || !y)
         return 1;
     for (size_t i = 0; i < (size_t)8960 * M; i++)
@@ -211,6 +227,8 @@ int main(int argc, char **argv)
             continue;
         for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
             const struct shape *s = &SHAPES[si];
+            if (shape_only && !strstr(s->name, shape_only))
+                continue;
             size_t bytes = minfer_row_size(TYPES[ti], s->K) * (size_t)s->N;
             if (!bytes)
                 continue; /* K not a whole number of blocks (e.g. 896 for K-quants) */
@@ -222,9 +240,10 @@ int main(int argc, char **argv)
             }
             double td = run_mm(TYPES[ti], s->K, s->N, 1, w, ncopies, bytes, x, y, seconds, &reps);
             double tp = run_mm(TYPES[ti], s->K, s->N, M, w, 1, bytes, x, y, seconds, &reps);
+            int nw = g_ffn ? 2 : 1;
             printf("%-6s %-26s %10.2f %10.1f %9.2f %12.2f %10.1f\n", tn, s->name,
-                   bytes / 1048576.0, td * 1e6, bytes / td * 1e-9, tp * 1e3,
-                   2.0 * s->K * s->N * (double)M / tp * 1e-9);
+                   nw * bytes / 1048576.0, td * 1e6, nw * bytes / td * 1e-9, tp * 1e3,
+                   nw * 2.0 * s->K * s->N * (double)M / tp * 1e-9);
             fflush(stdout);
             free(w);
         }
