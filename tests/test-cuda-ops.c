@@ -26,6 +26,7 @@
 #include "minfer/quant.h"
 #include "quant-ref.h"
 #include "testutil.h"
+#include "cuda-probe.h"
 
 /* ---- tolerance classes (normalised MSE: sum (a-b)^2 / sum b^2) ---- */
 
@@ -71,43 +72,6 @@ static const struct minfer_backend_iface *open_plugin(const char *file, void **d
     if (!t)
         snprintf(why, why_len, "%.300s: no entry or the entry refused", path);
     return t;
-}
-
-/* The probe runs in a child process: CUDA initialised in this process
- * would not survive the fork of each Check test (cudaErrorInitialization). */
-const char *minfer_test_skip_reason(void)
-{
-    static char why[600];
-    int fd[2];
-    if (pipe(fd) != 0)
-        return "no CUDA device: pipe() failed, cannot probe";
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        char msg[600] = "";
-        void *dl = NULL;
-        const struct minfer_backend_iface *t =
-            open_plugin("libminfer-cuda.so", &dl, msg, sizeof msg);
-        if (!t) {
-            char tmp[600];
-            snprintf(tmp, sizeof tmp, "no CUDA device: the CUDA plugin is unavailable (%.500s)",
-                     msg);
-            snprintf(msg, sizeof msg, "%.590s", tmp);
-        } else if (t->probe(msg, sizeof msg) > 0) {
-            msg[0] = 0;
-        }
-        ssize_t w = write(fd[1], msg, strlen(msg) + 1);
-        _exit(w > 0 ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t n = pid > 0 ? read(fd[0], why, sizeof why - 1) : -1;
-    close(fd[0]);
-    if (pid > 0)
-        waitpid(pid, NULL, 0);
-    if (n <= 0)
-        return "no CUDA device: the probe process failed";
-    why[n] = 0;
-    return why[0] ? why : NULL;
 }
 
 static void setup(void)
