@@ -461,6 +461,23 @@ static bool single_use(const struct gtensor *t)
     return !t->view_src && t->n_readers == 1 && !(t->t.flags & MINFER_TENSOR_OUTPUT);
 }
 
+/* Replaces n by op(s0, s1, s2) into n's dst if the backend accepts that. */
+static bool fuse3(struct minfer_node *n, uint32_t op, const struct minfer_tensor *s0,
+                  const struct minfer_tensor *s1, const struct minfer_tensor *s2,
+                  graph_supports_fn supports, void *user)
+{
+    struct minfer_node f = *n;
+    f.op = op;
+    f.n_src = 3;
+    f.src[0] = s0;
+    f.src[1] = s1;
+    f.src[2] = s2;
+    if (!supports(user, &f))
+        return false;
+    *n = f;
+    return true;
+}
+
 size_t graph_fuse(struct graph *g, graph_supports_fn supports, void *user)
 {
     if (g->failed || !g->n_nodes)
@@ -498,15 +515,9 @@ size_t graph_fuse(struct graph *g, graph_supports_fn supports, void *user)
                 pa->src[1] != pb->src[1] || pa->src[0]->type != pb->src[0]->type ||
                 dead[a->producer] || dead[b->producer])
                 continue;
-            struct minfer_node f = *n;
-            f.op = MINFER_OP_FFN_GATE_UP;
-            f.n_src = 3;
-            f.src[0] = pa->src[0];
-            f.src[1] = pb->src[0];
-            f.src[2] = pa->src[1];
-            if (!supports(user, &f))
+            if (!fuse3(n, MINFER_OP_FFN_GATE_UP, pa->src[0], pb->src[0], pa->src[1], supports,
+                       user))
                 continue;
-            *n = f;
             dead[a->producer] = dead[b->producer] = true;
             removed += 2;
         } else if (n->op == MINFER_OP_ADD) {
@@ -519,17 +530,12 @@ size_t graph_fuse(struct graph *g, graph_supports_fn supports, void *user)
                 const struct minfer_tensor *pt = &p->t, *at = &addend->t;
                 if (mm->op != MINFER_OP_MUL_MAT || at->type != MINFER_TYPE_F32 ||
                     at->ne[0] != pt->ne[0] || (at->ne[1] != pt->ne[1] && at->ne[1] != 1) ||
-                    at->ne[2] != 1 || at->ne[3] != 1 || pt->ne[2] != 1 || pt->ne[3] != 1)
+                    at->ne[2] != 1 || at->ne[3] != 1 || pt->ne[2] != 1 || pt->ne[3] != 1 ||
+                    n->dst->ne[0] != pt->ne[0] || n->dst->ne[1] != pt->ne[1])
                     continue;
-                struct minfer_node f = *n;
-                f.op = MINFER_OP_MUL_MAT_ADD;
-                f.n_src = 3;
-                f.src[0] = mm->src[0];
-                f.src[1] = mm->src[1];
-                f.src[2] = n->src[1 - side];
-                if (!supports(user, &f))
+                if (!fuse3(n, MINFER_OP_MUL_MAT_ADD, mm->src[0], mm->src[1], n->src[1 - side],
+                           supports, user))
                     continue;
-                *n = f;
                 dead[p->producer] = true;
                 removed++;
                 break;
