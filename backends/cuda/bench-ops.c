@@ -72,7 +72,7 @@ struct shape {
 };
 
 static double g_copy_gbs;
-static int g_cfg[3]; /* the GEMM configuration last forced (0: automatic) */
+static int g_cfg[3]; /* the GEMM bk, splits, bn last forced (0: automatic) */
 
 static int bench_copy(struct cu_ctx *c)
 {
@@ -225,7 +225,7 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
     if (cu_timer_stop(c, &ms))
         goto out;
     double s = ms * 1e-3 / 10;
-    printf("gemm   %-5s %-22s M=%lld%s bm,bk,splits %d,%d,%d %8.1f us  %6.1f TFLOP/s\n",
+    printf("gemm   %-5s %-22s M=%lld%s bk,splits,bn %2d,%d,%3d %8.1f us  %6.1f TFLOP/s\n",
            minfer_type_traits_of(t)->name, what, (long long)M, split ? " hi/lo" : "      ",
            g_cfg[0], g_cfg[1], g_cfg[2], s * 1e6, 2.0 * K * N * M / s / 1e12);
     rc = 0;
@@ -300,13 +300,12 @@ gemm:;
     static const uint32_t gt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0,
                                   MINFER_TYPE_F16};
     struct shape gs[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
-    /* q4_K: also each kernel variant forced (bm, bk, splits; 0 = auto) */
-    static const int cfgs[][3] = {{0, 0, 0}, {128, 32, 1}, {128, 64, 1}, {128, 32, 0},
-                                  {64, 64, 0}};
+    /* q4_K: also each kernel variant forced (bk, splits, bn; 0 = auto) */
+    static const int cfgs[][3] = {{0, 0, 0}, {64, 1, 0}, {32, 0, 0}, {64, 0, 256}, {64, 1, 256}};
     for (size_t ti = 0; ti < 4; ti++)
         for (size_t si = 0; si < 4; si++)
-            for (size_t ci = 0; ci < (ti == 0 ? 5 : 1); ci++) {
-                memcpy(g_cfg, cfgs[ci], sizeof g_cfg);
+            for (size_t ci = 0; ci < (ti == 0 ? 5 : ti == 3 ? 4 : 1); ci += ti == 3 ? 3 : 1) {
+                memcpy(g_cfg, cfgs[ci], sizeof g_cfg); /* f16: auto and 256 rows */
                 k_tune_gemm(g_cfg[0], g_cfg[1], g_cfg[2]);
                 fails += bench_gemm(c, gt[ti], gs[si].K, gs[si].N, 512, 0, gs[si].what) != 0;
             }

@@ -10,43 +10,51 @@
  *      rows bounded by G_CHUNK_BYTES) into caller scratch; f16 weights
  *      with 16-byte aligned rows are read in place. This is the only
  *      per-type code (dq8, 11 small instantiations).
- *   3. One f16 x f16 kernel per tile shape: 128 weight rows x BM tokens
- *      per 256-thread block, 32-deep K slices streamed by 16-byte cp.async
- *      through a 4-stage shared-memory ring, fragments read with ldmatrix,
- *      mma.sync m16n8k16 with f32 accumulators, results stored (or added,
- *      for the second half of a split) straight from registers.
+ *   3. One f16 x f16 kernel: 128 weight rows x 128 tokens per 256-thread
+ *      block (8 warps of 64 x 32), 64-deep K slices (32 when K % 64 != 0)
+ *      streamed by 16-byte cp.async through a 3-stage (4 at 32) shared
+ *      ring, fragments read with ldmatrix, mma.sync m16n8k16 into f32
+ *      registers, results stored (or added, for the second half of a
+ *      split) straight from registers. When the tiles do not cover every
+ *      SM once, K is split over blockIdx.z into partial planes that one
+ *      more launch adds in a fixed order (deterministic).
  * Rounding is what the old fused kernel did (weights dequantized in f32
  * then rounded to f16, activations rounded to f16); only the summation
  * order differs. Dequantizing in a separate pass costs a write and a read
- * of 2 bytes per weight per call; in exchange the inner loop is a pure
- * f16 GEMM and the template count stays small (11 dequant + 2 GEMM).
+ * of 2 bytes per weight per call (~60 us of a 7B ffn matrix's ~335 us on
+ * the H200); in exchange the inner loop is a pure f16 GEMM and the
+ * template count stays small (11 dequant + 3 GEMM). A 256-row tile
+ * (8 warps of 64 x 64, one block per SM) is kept for the benchmark only:
+ * it measured slower on every 7B shape (docs/PERF.md).
  */
 #include <stdlib.h>
 
 #include "common.cuh"
 
-#define G_BN 128     /* weight rows per block */
+#define G_BN 128     /* weight rows per block (default tile) */
+#define G_BM 128     /* tokens per block */
 #define G_THREADS 256
 #define G_MAX_SPLITS 8
-#define G_DEFAULT_BK 64 /* K slice depth unless forced */
 /* Weight rows dequantized per GEMM launch: bounds the scratch (a 7B
  * model's largest matrix, 18944 x 3584 f16, is 136 MB and fits whole). */
 #define G_CHUNK_BYTES ((size_t)256 << 20)
 
-/* BM tokens per block, BK deep K slices. */
-template <int BM, int BK> struct gshape {
+/* BN weight rows per block (128 or 256), BK deep K slices. Each warp
+ * computes 64 rows: 2 x 4 warps (n x m) for 128 rows, 4 x 2 for 256. */
+template <int BN, int BK> struct gshape {
+    static constexpr int WARPS_N = BN / 64, WARPS_M = 8 / WARPS_N;
     static constexpr int STAGES = BK == 64 ? 3 : 4; /* cp.async ring depth */
     static constexpr int LDS = BK + 8; /* halves per shared row: +16 bytes keep ldmatrix conflict-free */
     static constexpr int CPR = BK / 8; /* 16-byte chunks per row of a slice */
-    static constexpr int ACH = G_BN * CPR / G_THREADS; /* A chunks per thread */
-    static constexpr int BCH = BM * CPR / G_THREADS;   /* B chunks per thread */
-    static constexpr int WM = BM / 4;  /* tokens per warp (4 warps along m) */
-    static constexpr int NJ = WM / 8;  /* n8 mma tiles per warp along m */
-    static constexpr size_t STAGE = (size_t)(G_BN + BM) * LDS; /* halves */
+    static constexpr int ACH = BN * CPR / G_THREADS; /* A chunks per thread */
+    static constexpr int BCH = G_BM * CPR / G_THREADS; /* B chunks per thread */
+    static constexpr int MI = 4;                /* m16 mma tiles per warp along n */
+    static constexpr int WM = G_BM / WARPS_M;   /* tokens per warp */
+    static constexpr int NJ = WM / 8;   /* n8 mma tiles per warp along m */
+    static constexpr size_t STAGE = (size_t)(BN + G_BM) * LDS; /* halves */
     static constexpr size_t SMEM = STAGE * STAGES * sizeof(__half);
-    /* resident blocks per SM asked of the register allocator (shared
-     * memory allows 2 of 80-110 KiB or 3 of 60-83 KiB in an sm_90 SM) */
-    static constexpr int MIN_BLOCKS = BM == 64 ? 3 : 2;
+    /* resident blocks per SM the register budget is sized for */
+    static constexpr int MIN_BLOCKS = BN == 256 ? 1 : 2;
 };
 
 /* ---- PTX wrappers (sm_80+) ---- */
@@ -90,19 +98,19 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
  * Wh rows lda halves apart, xh rows ldx apart; 16-byte aligned, klen a
  * multiple of BK. Split z of a split-K launch (blockIdx.z) takes the
  * z-th klen of K and writes its own plane, split_nb bytes further on. */
-template <int BM, int BK>
-__global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
+template <int BN, int BK>
+__global__ void __launch_bounds__(G_THREADS, gshape<BN, BK>::MIN_BLOCKS)
     gemm_f16_kernel(const __half *__restrict__ Wh, int64_t lda, const __half *__restrict__ xh,
                     int64_t ldx, int klen, int N, int M, float *__restrict__ dst,
                     int64_t dst_nb1, int64_t split_nb, int accumulate)
 {
-    using S = gshape<BM, BK>;
+    using S = gshape<BN, BK>;
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *ring = (__half *)smem; /* stage s: A [G_BN][LDS] then B [BM][LDS] */
+    __half *ring = (__half *)smem; /* stage s: A [BN][LDS] then B [G_BM][LDS] */
 
-    const int n0 = blockIdx.x * G_BN, m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * G_BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wn = warp & 1, wm = warp >> 1; /* warp tile: 64 rows x S::WM tokens */
+    const int wn = warp % S::WARPS_N, wm = warp / S::WARPS_N; /* warp tile: 64 x S::WM */
     const int64_t kz = (int64_t)blockIdx.z * klen;
     dst = (float *)((char *)dst + blockIdx.z * split_nb);
 
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
     const __half *wbase = Wh + kz + ccol, *xbase = xh + kz + ccol;
 
     auto load = [&](int stage, int k0) {
-        __half *As = ring + stage * S::STAGE, *Bs = As + G_BN * S::LDS;
+        __half *As = ring + stage * S::STAGE, *Bs = As + BN * S::LDS;
 #pragma unroll
         for (int j = 0; j < S::ACH; j++) {
             int r = crow + RSTEP * j;
@@ -130,9 +138,9 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
         }
     };
 
-    float acc[4][S::NJ][4];
+    float acc[S::MI][S::NJ][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < S::MI; i++)
 #pragma unroll
         for (int j = 0; j < S::NJ; j++)
 #pragma unroll
@@ -151,7 +159,7 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
      * B x4 = tokens (q>>1)*8 + l%8, k (q&1)*8, with q = lane / 8. */
     const int q = lane >> 3, l8 = lane & 7;
     const int a_off = (wn * 64 + (q & 1) * 8 + l8) * S::LDS + (q >> 1) * 8;
-    const int b_off = G_BN * S::LDS + (wm * S::WM + (q >> 1) * 8 + l8) * S::LDS + (q & 1) * 8;
+    const int b_off = BN * S::LDS + (wm * S::WM + (q >> 1) * 8 + l8) * S::LDS + (q & 1) * 8;
 
     for (int kt = 0; kt < nk; kt++) {
         cp_wait<S::STAGES - 2>();
@@ -164,9 +172,9 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
         const __half *st = ring + (kt % S::STAGES) * S::STAGE;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            unsigned a[4][4], b[S::NJ][2];
+            unsigned a[S::MI][4], b[S::NJ][2];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < S::MI; i++)
                 ldsm4(a[i], st + a_off + i * 16 * S::LDS + kk);
 #pragma unroll
             for (int j = 0; j < S::NJ; j += 2) {
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
                 b[j + 1][1] = r[3];
             }
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < S::MI; i++)
 #pragma unroll
                 for (int j = 0; j < S::NJ; j++)
                     mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
@@ -189,7 +197,7 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BM, BK>::MIN_BLOCKS)
     /* accumulator e of tile (i, j): row n = gid + 8*(e/2), token 2*tig + e%2 */
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < S::MI; i++)
 #pragma unroll
         for (int j = 0; j < S::NJ; j++)
 #pragma unroll
@@ -302,28 +310,28 @@ static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int6
 /* ---- setup and launch ---- */
 
 /* Forced configuration (0 = automatic): the bench hook k_tune_gemm or
- * $MINFER_CUDA_GEMM="bm,bk,splits" read by k_prepare, so the op tests
+ * $MINFER_CUDA_GEMM="bk,splits,bn" read by k_prepare, so the op tests
  * can run every kernel variant. */
-static int g_bm, g_bk, g_splits;
+static int g_bk, g_splits, g_bn;
 
-extern "C" void k_tune_gemm(int bm, int bk, int splits)
+extern "C" void k_tune_gemm(int bk, int splits, int bn)
 {
-    g_bm = bm == 64 || bm == 128 ? bm : 0;
     g_bk = bk == 32 || bk == 64 ? bk : 0;
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
+    g_bn = bn == 128 || bn == 256 ? bn : 0;
 }
 
-template <int BM, int BK> static int optin_one(struct kctx *k)
+template <int BN, int BK> static int optin_one(struct kctx *k)
 {
-    using S = gshape<BM, BK>;
-    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BM, BK>,
+    using S = gshape<BN, BK>;
+    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BN, BK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)S::SMEM);
     if (e != cudaSuccess) {
         snprintf(k->err, k->err_len,
                  "gemm<%d, %d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
                  "%s (%s); prefill GEMM disabled on this device",
-                 BM, BK, S::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
+                 BN, BK, S::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
         cudaGetLastError();
         return -1;
     }
@@ -331,18 +339,18 @@ template <int BM, int BK> static int optin_one(struct kctx *k)
 }
 
 /* The launcher never asks for the opt-in: k_prepare does, once per
- * device, for every tile shape (device.c calls it at the first instance
+ * device, for both slice depths (device.c calls it at the first instance
  * creation, before any capture window of any instance can exist). */
 extern "C" int k_prepare(struct kctx *k)
 {
     k->gemm_optin_ok = 0;
     const char *env = getenv("MINFER_CUDA_GEMM");
     if (env) {
-        int bm = 0, bk = 0, sp = 0;
-        sscanf(env, "%d,%d,%d", &bm, &bk, &sp);
-        k_tune_gemm(bm, bk, sp);
+        int bk = 0, sp = 0, bn = 0;
+        if (sscanf(env, "%d,%d,%d", &bk, &sp, &bn) >= 1)
+            k_tune_gemm(bk, sp, bn);
     }
-    size_t need = gshape<128, 64>::SMEM;
+    size_t need = gshape<256, 64>::SMEM;
     if (k->smem_optin < (int)need) {
         snprintf(k->err, k->err_len,
                  "gemm: needs %zu bytes of dynamic shared memory but device %d allows %d per "
@@ -350,28 +358,29 @@ extern "C" int k_prepare(struct kctx *k)
                  need, k->device, k->smem_optin);
         return -1;
     }
-    if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<64, 32>(k) ||
-        optin_one<64, 64>(k))
+    if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;
 }
 
-/* The tile and split count for n weight rows, M tokens, depth K. */
+/* Slice depth and split count for n weight rows, M tokens, depth K.
+ * Measured on the H200 (docs/PERF.md): 64-deep slices beat 32 on every
+ * 7B shape; 128 x 128 tiles beat 128 x 64, 96 x 128 and 256 x 128 ones
+ * even where they would fill the last wave better); splitting K pays
+ * when the tiles do not cover every SM once. */
 struct gplan {
-    int bm, bk, splits;
+    int bn, bk, splits;
 };
 
 static struct gplan plan(const struct kctx *k, int64_t K, int64_t n, int64_t M)
 {
     struct gplan p;
-    /* measured on the H200 (docs/PERF.md): 128-token tiles beat 64 on
-     * every 7B shape once split-K fills the machine */
-    p.bm = g_bm ? g_bm : 128;
-    p.bk = g_bk ? g_bk : G_DEFAULT_BK;
+    p.bk = g_bk ? g_bk : 64;
     if (K % p.bk)
         p.bk = 32;
-    int64_t blocks = (n + G_BN - 1) / G_BN * ((M + p.bm - 1) / p.bm);
+    p.bn = p.bk == 64 && g_bn ? g_bn : G_BN; /* 256 rows: forced only, 64-deep slices */
+    int64_t tiles = (n + p.bn - 1) / p.bn * ((M + G_BM - 1) / G_BM);
     if (g_splits) {
         p.splits = g_splits;
         while (p.splits > 1 && K % ((int64_t)p.splits * p.bk))
@@ -380,7 +389,7 @@ static struct gplan plan(const struct kctx *k, int64_t K, int64_t n, int64_t M)
         /* split K until the grid covers every SM once, keeping slices of
          * at least 256 values so the pipeline fills */
         p.splits = 1;
-        while (p.splits < G_MAX_SPLITS && blocks * p.splits < k->sm_count &&
+        while (p.splits < G_MAX_SPLITS && tiles * p.splits < k->sm_count &&
                K % (2LL * p.splits * p.bk) == 0 && K / (2 * p.splits) >= 256)
             p.splits *= 2;
     }
@@ -393,16 +402,16 @@ static size_t part_bytes(const struct kctx *k, int64_t K, int64_t n, int64_t M)
     return p.splits > 1 ? (size_t)p.splits * (size_t)n * (size_t)M * 4 : 0;
 }
 
-template <int BM, int BK>
+template <int BN, int BK>
 static int launch_t(struct kctx *k, const __half *Wh, int64_t lda, const __half *xh, int64_t K,
                     int64_t n, int64_t M, int splits, float *out, int64_t out_nb1,
                     int64_t split_nb, int accumulate)
 {
-    dim3 grid((unsigned)((n + G_BN - 1) / G_BN), (unsigned)((M + BM - 1) / BM), (unsigned)splits);
-    auto kf = gemm_f16_kernel<BM, BK>;
-    const size_t smem = gshape<BM, BK>::SMEM;
-    KLAUNCH(k, "gemm", kf, grid, G_THREADS, smem, Wh, lda, xh, K,
-            (int)(K / splits), (int)n, (int)M, out, out_nb1, split_nb, accumulate);
+    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((M + G_BM - 1) / G_BM), (unsigned)splits);
+    auto kf = gemm_f16_kernel<BN, BK>;
+    const size_t smem = gshape<BN, BK>::SMEM;
+    KLAUNCH(k, "gemm", kf, grid, G_THREADS, smem, Wh, lda, xh, K, (int)(K / splits), (int)n,
+            (int)M, out, out_nb1, split_nb, accumulate);
     return 0;
 }
 
@@ -416,10 +425,8 @@ static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, 
     int64_t out_nb1 = p.splits > 1 ? n * 4 : dst_nb1, split_nb = n * M * 4;
     int acc = p.splits > 1 ? 0 : accumulate;
     int rc;
-    if (p.bm == 64 && p.bk == 64)
-        rc = launch_t<64, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
-    else if (p.bm == 64)
-        rc = launch_t<64, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+    if (p.bn == 256)
+        rc = launch_t<256, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
     else if (p.bk == 64)
         rc = launch_t<128, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
     else
@@ -455,9 +462,9 @@ static int64_t chunk_rows(uint32_t type, const void *W, int64_t K, int64_t N, in
 {
     if (w_direct(type, W, w_nb1))
         return N;
-    int64_t rows = (int64_t)(G_CHUNK_BYTES / ((size_t)K * 2)) / G_BN * G_BN;
-    if (rows < G_BN)
-        rows = G_BN;
+    int64_t rows = (int64_t)(G_CHUNK_BYTES / ((size_t)K * 2)) / 256 * 256; /* whole tiles */
+    if (rows < 256)
+        rows = 256;
     return rows < N ? rows : N;
 }
 
@@ -504,7 +511,7 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "weight type has no GEMM dequantization");
     if (K % 32 || K > INT32_MAX || N > INT32_MAX)
         return k_fail(k, "gemm", "K must be a multiple of 32 and K, N below 2^31");
-    if ((M + 63) / 64 > 65535 || N * M > INT32_MAX)
+    if ((M + G_BM - 1) / G_BM > 65535 || N * M > INT32_MAX)
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
