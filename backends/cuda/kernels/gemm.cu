@@ -367,7 +367,7 @@ extern "C" int k_prepare(struct kctx *k)
 /* Slice depth and split count for n weight rows, M tokens, depth K.
  * Measured on the H200 (docs/PERF.md): 64-deep slices beat 32 on every
  * 7B shape; 128 x 128 tiles beat 128 x 64, 96 x 128 and 256 x 128 ones
- * even where they would fill the last wave better); splitting K pays
+ * (96 rows even where they fill the last wave better); splitting K pays
  * when the tiles do not cover every SM once. */
 struct gplan {
     int bn, bk, splits;
