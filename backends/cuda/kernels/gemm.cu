@@ -511,7 +511,7 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "weight type has no GEMM dequantization");
     if (K % 32 || K > INT32_MAX || N > INT32_MAX)
         return k_fail(k, "gemm", "K must be a multiple of 32 and K, N below 2^31");
-    if ((M + G_BM - 1) / G_BM > 65535 || N * M > INT32_MAX)
+    if ((M + G_BM - 1) / G_BM > 65535)
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
