@@ -78,10 +78,7 @@ static void attn_heads(const struct attn_task *t, int tok, int h0, int nh)
                 l[i] *= corr;
                 m[i] = mx;
             }
-            for (int j = 0; j < n; j++) {
-                s[i][j] = expf(s[i][j] - m[i]);
-                l[i] += s[i][j];
-            }
+            l[i] += t->k->exp_sum(n, s[i], m[i]);
         }
         for (int j = 0; j < n; j++) {
             const float *vr = kv_f32(t, t->vc->type, vbase + (size_t)(c0 + j) * t->vc->nb[1], vbuf);

@@ -76,6 +76,8 @@ struct cpu_kernels {
     void (*axpy_f32)(int n, float a, const float *x, float *y);   /* y += a x */
     void (*cvt_f16)(int n, const uint16_t *x, float *y);          /* y = f32(x) */
     void (*cvt_q8_0)(int n, const struct minfer_block_q8_0 *x, float *y);
+    /* softmax numerators: x[i] = exp(x[i] - m) (x[i] <= m), returns their sum */
+    float (*exp_sum)(int n, float *x, float m);
 };
 
 extern const struct cpu_kernels cpu_kernels_scalar;

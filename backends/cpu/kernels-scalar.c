@@ -375,6 +375,14 @@ static void cvt_q8_0(int n, const struct minfer_block_q8_0 *x, float *y)
     }
 }
 
+static float exp_sum(int n, float *x, float m)
+{
+    float l = 0.0f;
+    for (int i = 0; i < n; i++)
+        l += (x[i] = expf(x[i] - m));
+    return l;
+}
+
 const struct cpu_kernels cpu_kernels_scalar = {
     .name = "scalar",
     .nc = 4,
@@ -390,4 +398,5 @@ const struct cpu_kernels cpu_kernels_scalar = {
     .axpy_f32 = axpy_f32,
     .cvt_f16 = cvt_f16,
     .cvt_q8_0 = cvt_q8_0,
+    .exp_sum = exp_sum,
 };
