@@ -676,13 +676,20 @@ END_TEST
 
 /* Catches: causal masking off by one, kv_len not read at run time, GQA
  * head mapping, split-K combine errors (long KV spreads over many
- * splits), each cache layout, prefill with many query tokens. */
+ * splits), each cache layout, prefill with many query tokens (the tiled
+ * kernel: a dropped partial tile of queries or cells). */
 START_TEST(attention_layouts)
 {
     /* hd, n_head, n_kv, n_cells, kv_len, nt */
-    int cfg[][6] = {{128, 8, 2, 64, 1, 1},     {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
-                    {128, 8, 2, 1000, 999, 2}, {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
-                    {128, 28, 4, 512, 300, 9}, {128, 8, 2, 4100, 2500, 3}};
+    /* nt > 8 with hd 64/128 runs the tiled prefill kernel: a whole prompt
+     * from an empty cache (517 tokens, a partial last query tile), a
+     * continuation after 100 cached cells, and rows of one KV head (136-byte
+     * q8_0 rows) */
+    int cfg[][6] = {{128, 8, 2, 64, 1, 1},      {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
+                    {128, 8, 2, 1000, 999, 2},  {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
+                    {128, 28, 4, 512, 300, 9},  {128, 8, 2, 4100, 2500, 3},
+                    {64, 14, 2, 600, 517, 517}, {128, 8, 2, 300, 200, 100},
+                    {128, 4, 4, 64, 40, 40}};
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {

@@ -190,6 +190,210 @@ __global__ void attn_combine(const float *__restrict__ part, int hd, int n_head,
     }
 }
 
+/* ---- prefill: tiles of queries against tiles of cells ---- */
+
+/* A block takes AP_BQ consecutive query tokens of one head; each of its 4
+ * warps owns 8 of those rows. Cells come in tiles of AP_BC: the K tile is
+ * staged in shared memory (rows padded by 4 floats, so the lanes' float4
+ * reads of 8 different rows fall in different banks), every lane scores
+ * one cell against its warp's 8 rows (the query rows are broadcast reads),
+ * an online softmax per row follows, then the V tile replaces the K tile
+ * and every lane accumulates hd / 32 output dimensions of its 8 rows, the
+ * probabilities passed by shuffle. Each K/V element read from the cache
+ * serves 32 queries (the decode kernel reads it once per query); heavy
+ * (late) query tiles start first. f32 arithmetic throughout. */
+#define AP_BQ 32
+#define AP_BC 32
+#define AP_THREADS 128
+
+/* Cells [c0, c0 + AP_BC) of kv head hk into smem rows ld floats apart, as
+ * f32 (zeros past end). */
+template <int HD, int L>
+__device__ __forceinline__ void ap_stage(float *sm, int ld, const uint8_t *__restrict__ cache,
+                                         int64_t nb1, int hk, int64_t c0, int64_t end)
+{
+    constexpr int CH = L == 0 ? 4 : L == 1 ? 8 : 32; /* values per load chunk */
+    constexpr int PER_ROW = HD / CH;
+    for (int e = threadIdx.x; e < AP_BC * PER_ROW; e += AP_THREADS) {
+        int j = e / PER_ROW, k = e % PER_ROW;
+        float *o = sm + j * ld + k * CH;
+        int64_t c = c0 + j;
+        if (c >= end) {
+#pragma unroll
+            for (int i = 0; i < CH; i++)
+                o[i] = 0.0f;
+            continue;
+        }
+        const uint8_t *row = cache + c * nb1;
+        if (L == 0) {
+            float4 v = ((const float4 *)(row + (size_t)hk * HD * 4))[k];
+            *(float4 *)o = v;
+        } else if (L == 1) {
+            uint4 v = ((const uint4 *)(row + (size_t)hk * HD * 2))[k];
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o[2 * i] = h2f((uint16_t)w[i]);
+                o[2 * i + 1] = h2f((uint16_t)(w[i] >> 16));
+            }
+        } else {
+            const bq8_0 *b = (const bq8_0 *)row + (size_t)hk * (HD / 32) + k;
+            float d = h2f(b->d);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int v = ld_i32_a2(b->qs + 4 * i);
+                o[4 * i] = d * (float)(int8_t)v;
+                o[4 * i + 1] = d * (float)(int8_t)(v >> 8);
+                o[4 * i + 2] = d * (float)(int8_t)(v >> 16);
+                o[4 * i + 3] = d * (float)(int8_t)(v >> 24);
+            }
+        }
+    }
+}
+
+template <int HD, int L>
+__global__ void __launch_bounds__(AP_THREADS)
+    attn_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
+                 int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                 const int32_t *kv_len, const int32_t *pos, float scale, kview dst)
+{
+    constexpr int DPL = HD / 32, LDK = HD + 4, RPW = AP_BQ / (AP_THREADS / 32);
+    __shared__ __align__(16) float Qs[AP_BQ * HD];
+    __shared__ __align__(16) float KV[AP_BC * LDK];
+    __shared__ int32_t Pos[AP_BQ];
+    const int T = (int)q.ne[2], n_qt = (T + AP_BQ - 1) / AP_BQ;
+    const int t0 = (n_qt - 1 - (int)blockIdx.x) * AP_BQ, h = blockIdx.y, hk = h / group;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * RPW;
+
+    for (int e = threadIdx.x; e < AP_BQ * HD; e += AP_THREADS) {
+        int r = e / HD, d = e % HD, t = t0 + r;
+        Qs[e] = t < T ? ((const float *)((const char *)q.data + h * q.nb[1] + t * q.nb[2]))[d] *
+                            scale
+                      : 0.0f;
+    }
+    if (threadIdx.x < AP_BQ)
+        Pos[threadIdx.x] = t0 + (int)threadIdx.x < T ? pos[t0 + threadIdx.x] : -1;
+    __syncthreads();
+    int64_t nvis = kv_len[0] < n_cells ? kv_len[0] : n_cells;
+    int maxpos = -1, rpos[RPW];
+    for (int r = 0; r < AP_BQ; r++)
+        maxpos = Pos[r] > maxpos ? Pos[r] : maxpos;
+#pragma unroll
+    for (int i = 0; i < RPW; i++)
+        rpos[i] = Pos[r0 + i];
+    int64_t end = (int64_t)maxpos + 1 < nvis ? (int64_t)maxpos + 1 : nvis;
+
+    float m[RPW], l[RPW], o[RPW][DPL];
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < DPL; k++)
+            o[i][k] = 0.0f;
+    }
+    for (int64_t c0 = 0; c0 < end; c0 += AP_BC) {
+        ap_stage<HD, L>(KV, LDK, kc, knb1, hk, c0, end);
+        __syncthreads();
+        float s[RPW];
+#pragma unroll
+        for (int i = 0; i < RPW; i++)
+            s[i] = 0.0f;
+        const float *kr = KV + lane * LDK;
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 4) {
+            float4 k4 = *(const float4 *)(kr + d);
+#pragma unroll
+            for (int i = 0; i < RPW; i++) {
+                float4 q4 = *(const float4 *)(Qs + (r0 + i) * HD + d);
+                s[i] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+            }
+        }
+        int64_t c = c0 + lane;
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            bool ok = c < end && c <= rpos[i];
+            float sv = ok ? s[i] : -INFINITY;
+            float mn = fmaxf(m[i], warp_max(sv));
+            float p = ok ? expf(sv - mn) : 0.0f;
+            float corr = m[i] == mn ? 1.0f : expf(m[i] - mn);
+            l[i] = l[i] * corr + p;
+#pragma unroll
+            for (int k = 0; k < DPL; k++)
+                o[i][k] *= corr;
+            m[i] = mn;
+            s[i] = p;
+        }
+        __syncthreads(); /* the K tile is read */
+        ap_stage<HD, L>(KV, HD, vc, vnb1, hk, c0, end);
+        __syncthreads();
+        int jn = end - c0 < AP_BC ? (int)(end - c0) : AP_BC;
+        for (int j = 0; j < jn; j++) {
+            float v[DPL];
+            const float *vr = KV + j * HD + lane * DPL;
+            if (DPL == 4) {
+                float4 v4 = *(const float4 *)vr;
+                v[0] = v4.x; v[1] = v4.y; v[2] = v4.z; v[3] = v4.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < DPL; k++)
+                    v[k] = vr[k];
+            }
+#pragma unroll
+            for (int i = 0; i < RPW; i++) {
+                float pj = __shfl_sync(0xffffffffu, s[i], j);
+#pragma unroll
+                for (int k = 0; k < DPL; k++)
+                    o[i][k] += pj * v[k];
+            }
+        }
+        __syncthreads(); /* the V tile is read before the next K tile lands */
+    }
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        float lsum = warp_sum(l[i]);
+        int t = t0 + r0 + i;
+        if (t >= T)
+            continue;
+        float *out = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]) + lane * DPL;
+#pragma unroll
+        for (int k = 0; k < DPL; k++)
+            out[k] = lsum > 0.0f ? o[i][k] / lsum : 0.0f; /* no visible cell: zeros */
+    }
+}
+
+template <int HD>
+static int launch_prefill(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K,
+                          const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells,
+                          int group, const int32_t *kv_len, const int32_t *pos, float scale,
+                          kview dst)
+{
+    int64_t nt = q.ne[2];
+    dim3 grid((unsigned)((nt + AP_BQ - 1) / AP_BQ), (unsigned)q.ne[1]);
+    switch (kv_type) {
+    case MINFER_TYPE_F32: {
+        auto kf = attn_prefill<HD, 0>;
+        KLAUNCH(k, "attention.prefill<f32>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
+                n_cells, group, kv_len, pos, scale, dst);
+        return 0;
+    }
+    case MINFER_TYPE_F16: {
+        auto kf = attn_prefill<HD, 1>;
+        KLAUNCH(k, "attention.prefill<f16>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
+                n_cells, group, kv_len, pos, scale, dst);
+        return 0;
+    }
+    case MINFER_TYPE_Q8_0: {
+        auto kf = attn_prefill<HD, 2>;
+        KLAUNCH(k, "attention.prefill<q8_0>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
+                n_cells, group, kv_len, pos, scale, dst);
+        return 0;
+    }
+    default:
+        return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
+    }
+}
+
 /* ---- launch ---- */
 
 extern "C" int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells)
@@ -241,9 +445,24 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         return k_fail(k, "attention", "n_kv_head does not divide n_head");
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0)
         return k_fail(k, "attention", "n_head/n_tokens/n_cells out of range");
+    int group = (int)(n_head / n_kv_head);
+    const uint8_t *Kp = (const uint8_t *)kc, *Vp = (const uint8_t *)vc;
+    /* many tokens, no q8_1 output wanted (that is a decode's): the tiled
+     * kernel, for the head sizes it is built for (vector loads of f32/f16 rows
+     * need them 16-byte aligned) */
+    bool aligned = kv_type == MINFER_TYPE_Q8_0 || /* 2-byte loads there */
+                   ((uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 && knb1 % 16 == 0 &&
+                    vnb1 % 16 == 0);
+    if (nt > 8 && !xq && aligned && nt <= 65535LL * AP_BQ) {
+        if (hd == 128)
+            return launch_prefill<128>(k, q, kv_type, Kp, Vp, knb1, vnb1, n_cells, group, kv_len,
+                                       pos, scale, dst);
+        if (hd == 64)
+            return launch_prefill<64>(k, q, kv_type, Kp, Vp, knb1, vnb1, n_cells, group, kv_len,
+                                      pos, scale, dst);
+    }
     int splits = k_attn_splits(n_head, nt, n_cells);
     int chunk = attn_chunk(n_cells, splits);
-    int group = (int)(n_head / n_kv_head);
     dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     float *part = (float *)scratch;
