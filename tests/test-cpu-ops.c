@@ -471,6 +471,12 @@ START_TEST(matmul_all_types)
                     check_matmul(type, ISAS[ii], 1 + (a + b + c) % 3, Ks[a], Ns[b], Ms[c],
                                  false);
         check_matmul(type, ISAS[ii], 3, Ks[1], 33, 5, true);
+        /* long matrices: decode chunks of hundreds of rows, FFN decode in
+         * several gate/up runs, prefill FFN chunks in row sub-runs; catches
+         * a run or sub-run boundary that skips, repeats or misplaces rows */
+        check_matmul(type, ISAS[ii], 2, Ks[0], 600, 1, true);
+        check_matmul(type, ISAS[ii], 2, Ks[0], 600, 1, false);
+        check_matmul(type, ISAS[ii], 2, Ks[0], 600, 3, true);
     }
     ck_assert_int_ge(ran, 1);
 }

@@ -78,6 +78,8 @@ struct cpu_kernels {
     void (*cvt_q8_0)(int n, const struct minfer_block_q8_0 *x, float *y);
     /* softmax numerators: x[i] = exp(x[i] - m) (x[i] <= m), returns their sum */
     float (*exp_sum)(int n, float *x, float m);
+    /* FFN: g[i] = silu(g[i]) * u[i] */
+    void (*silu_mul)(int n, float *g, const float *u);
 };
 
 extern const struct cpu_kernels cpu_kernels_scalar;

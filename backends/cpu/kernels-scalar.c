@@ -383,6 +383,12 @@ static float exp_sum(int n, float *x, float m)
     return l;
 }
 
+static void silu_mul(int n, float *g, const float *u)
+{
+    for (int i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 const struct cpu_kernels cpu_kernels_scalar = {
     .name = "scalar",
     .nc = 4,
@@ -399,4 +405,5 @@ const struct cpu_kernels cpu_kernels_scalar = {
     .cvt_f16 = cvt_f16,
     .cvt_q8_0 = cvt_q8_0,
     .exp_sum = exp_sum,
+    .silu_mul = silu_mul,
 };

@@ -28,6 +28,9 @@
  * rows (the up results wait in a stack buffer). */
 #define FFN_RUN 256
 
+/* Rows per sub-run of a prefill chunk (a chunk has at most 64) */
+#define SUB_ROWS 64
+
 enum act_kind { ACT_F32, ACT_Q8, ACT_Q8K };
 
 static enum act_kind act_kind_of(uint32_t type)
@@ -77,6 +80,7 @@ static void quant_worker(void *arg, int ith, int nth)
 /* ---- the product ---- */
 
 struct mm_task {
+    const struct cpu_kernels *k;
     cpu_mm_fn fn;
     cpu_mm2_fn fn2;          /* two-row tile or NULL */
     cpu_rows_fn rows;        /* decode run or NULL */
@@ -94,9 +98,39 @@ struct mm_task {
     _Alignas(64) atomic_int next;
 };
 
-static inline float silu(float x)
+/* Weight rows [r0, r1) x activation columns [c0, c1): gate (or the only
+ * weight) into dst, up (FFN) into ub[column - c0][row - r0]. */
+static void mm_block(const struct mm_task *t, float (*ub)[SUB_ROWS], int r0, int r1, int c0,
+                     int c1, float **dcol)
 {
-    return x / (1.0f + expf(-x));
+    float g[2 * CPU_MM_NC], u[2 * CPU_MM_NC];
+    for (int r = r0; r < r1;) {
+        /* two weight rows per pass where the kernel set has it */
+        int R = t->fn2 && r + 1 < r1 ? 2 : 1;
+        int ncmax = R == 2 ? t->nc2 : t->nc;
+        size_t woff = (size_t)r * t->w_nb1;
+        for (int c = c0; c < c1; c += ncmax) {
+            int nc = c1 - c < ncmax ? c1 - c : ncmax;
+            const char *a = t->act + (size_t)c * t->act_stride;
+            if (R == 2)
+                t->fn2(t->K, t->w0 + woff, t->w_nb1, a, t->act_stride, nc, g);
+            else
+                t->fn(t->K, t->w0 + woff, a, t->act_stride, nc, g);
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < nc; j++)
+                    dcol[c - c0 + j][r + i] = g[i * CPU_MM_NC + j];
+            if (t->w1) {
+                if (R == 2)
+                    t->fn2(t->K, t->w1 + woff, t->w_nb1, a, t->act_stride, nc, u);
+                else
+                    t->fn(t->K, t->w1 + woff, a, t->act_stride, nc, u);
+                for (int i = 0; i < R; i++)
+                    for (int j = 0; j < nc; j++)
+                        ub[c - c0 + j][r - r0 + i] = u[i * CPU_MM_NC + j];
+            }
+        }
+        r += R;
+    }
 }
 
 static void mm_worker(void *arg, int ith, int nth)
@@ -104,7 +138,7 @@ static void mm_worker(void *arg, int ith, int nth)
     struct mm_task *t = arg;
     (void)ith;
     (void)nth;
-    float g[2 * CPU_MM_NC], u[2 * CPU_MM_NC];
+    float ub[64][SUB_ROWS]; /* FFN up products of one sub-run and column block */
     int n_chunks = (t->N + t->chunk - 1) / t->chunk;
     for (;;) {
         int ch = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
@@ -118,49 +152,28 @@ static void mm_worker(void *arg, int ith, int nth)
                 continue;
             }
             /* gate rows into dst, up rows into u, then silu(gate) * up */
-            float ub[FFN_RUN];
+            float *u1 = ub[0]; /* FFN_RUN <= 64 * SUB_ROWS floats */
             for (int r = r0; r < r1; r += FFN_RUN) {
                 int n = r1 - r < FFN_RUN ? r1 - r : FFN_RUN;
                 size_t off = (size_t)r * t->w_nb1;
                 t->rows(t->K, t->w0 + off, t->w_nb1, n, t->act, d + r);
-                t->rows(t->K, t->w1 + off, t->w_nb1, n, t->act, ub);
-                for (int i = 0; i < n; i++)
-                    d[r + i] = silu(d[r + i]) * ub[i];
+                t->rows(t->K, t->w1 + off, t->w_nb1, n, t->act, u1);
+                t->k->silu_mul(n, d + r, u1);
             }
             continue;
         }
-        for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
-            int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
-            float *dcol[64]; /* dst rows of this column block (cpu_row divides) */
-            for (int c = c0; c < c1; c++)
-                dcol[c - c0] = (float *)cpu_row(t->dst, c);
-            for (int r = r0; r < r1;) {
-                /* two weight rows per pass where the kernel set has it */
-                int R = t->fn2 && r + 1 < r1 ? 2 : 1;
-                int ncmax = R == 2 ? t->nc2 : t->nc;
-                size_t woff = (size_t)r * t->w_nb1;
-                for (int c = c0; c < c1; c += ncmax) {
-                    int nc = c1 - c < ncmax ? c1 - c : ncmax;
-                    const char *a = t->act + (size_t)c * t->act_stride;
-                    if (R == 2)
-                        t->fn2(t->K, t->w0 + woff, t->w_nb1, a, t->act_stride, nc, g);
-                    else
-                        t->fn(t->K, t->w0 + woff, a, t->act_stride, nc, g);
-                    if (t->w1) {
-                        if (R == 2)
-                            t->fn2(t->K, t->w1 + woff, t->w_nb1, a, t->act_stride, nc, u);
-                        else
-                            t->fn(t->K, t->w1 + woff, a, t->act_stride, nc, u);
-                    }
-                    for (int i = 0; i < R; i++)
-                        for (int j = 0; j < nc; j++) {
-                            float v = g[i * CPU_MM_NC + j];
-                            if (t->w1)
-                                v = silu(v) * u[i * CPU_MM_NC + j];
-                            dcol[c - c0 + j][r + i] = v;
-                        }
-                }
-                r += R;
+        /* sub-runs of at most SUB_ROWS rows: the up products of one wait in ub */
+        for (int s0 = r0; s0 < r1; s0 += SUB_ROWS) {
+            int s1 = s0 + SUB_ROWS < r1 ? s0 + SUB_ROWS : r1;
+            for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
+                int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
+                float *dcol[64]; /* dst rows of this column block (cpu_row divides) */
+                for (int c = c0; c < c1; c++)
+                    dcol[c - c0] = (float *)cpu_row(t->dst, c);
+                mm_block(t, ub, s0, s1, c0, c1, dcol);
+                if (t->w1) /* FFN: silu(gate) * up, a vector pass per column */
+                    for (int c = c0; c < c1; c++)
+                        t->k->silu_mul(s1 - s0, dcol[c - c0] + s0, ub[c - c0]);
             }
         }
     }
@@ -211,6 +224,7 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
 
     struct mm_task t;
     memset(&t, 0, sizeof t);
+    t.k = be->k;
     t.fn = fn;
     t.nc = kind == ACT_F32 ? 4 : be->k->nc;
     size_t cb = COL_BYTES / stride;
