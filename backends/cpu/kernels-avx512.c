@@ -363,7 +363,6 @@ AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
     {                                                                                       \
         const __m512i m4 = _mm512_set1_epi8(15);                                            \
         const __m512i shifts = idx_halves(0, 4);                                            \
-        const __m256i pairs = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7); \
         __m512 acc[2][8];                                                                   \
         for (int r = 0; r < R; r++)                                                         \
             for (int c = 0; c < nc; c++)                                                    \
@@ -371,16 +370,16 @@ AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
         for (int b = 0; b < k / 256; b++) {                                                 \
             const BT *x[2];                                                                 \
             __m512i scz[2], isum[2][8];                                                     \
-            __m256i mins[2];                                                                \
-            float d[2], dmin[2];                                                            \
+            __m256 wmin[2]; /* dmin * m_j per sub-block j */                                \
+            float d[2];                                                                     \
             for (int r = 0; r < R; r++) {                                                   \
                 x[r] = (const BT *)WROW(r) + b;                                             \
                 __m128i sc16, mn16;                                                         \
                 k4_unpack(x[r]->scales, &sc16, &mn16);                                      \
                 scz[r] = _mm512_castsi128_si512(sc16);                                      \
-                mins[r] = _mm256_permutexvar_epi16(pairs, _mm256_castsi128_si256(mn16));    \
+                wmin[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(mn16)),    \
+                                        _mm256_set1_ps(h2f(x[r]->dmin)));                   \
                 d[r] = h2f(x[r]->d);                                                        \
-                dmin[r] = h2f(x[r]->dmin);                                                  \
                 for (int c = 0; c < nc; c++)                                                \
                     isum[r][c] = _mm512_setzero_si512();                                    \
             }                                                                               \
@@ -412,13 +411,16 @@ AI void k4_unpack(const uint8_t *q, __m128i *sc16, __m128i *mn16)
             }                                                                               \
             for (int c = 0; c < nc; c++) {                                                  \
                 const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b; \
-                __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);              \
+                /* da * activation sums per 32-element sub-block, for the mins */        \
+                __m256 sa = _mm256_mul_ps(                                                  \
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(                                   \
+                        _mm256_loadu_si256((const __m256i *)a->bsums), _mm256_set1_epi16(1))), \
+                    _mm256_set1_ps(a->d));                                                  \
                 for (int r = 0; r < R; r++) {                                               \
                     acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d),                \
                                                 _mm512_cvtepi32_ps(isum[r][c]), acc[r][c]); \
-                    __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins[r]));      \
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(-dmin[r] * a->d),            \
-                                                _mm512_zextps256_ps512(ms), acc[r][c]);     \
+                    acc[r][c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(wmin[r]),           \
+                                                 _mm512_zextps256_ps512(sa), acc[r][c]);    \
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
@@ -443,13 +445,15 @@ AI void mm512_q6_k_n(int k, const void *w, size_t w_stride, int R, const void *a
     for (int b = 0; b < k / 256; b++) {
         const struct minfer_block_q6_K *x[2];
         float d[2];
-        __m256i sc16[2];
+        __m512 woff[2]; /* -32 d sc_j per 16-element sub-block j: the offset term */
         __m512i scz[2], isum[2][8];
         for (int r = 0; r < R; r++) {
             x[r] = (const struct minfer_block_q6_K *)WROW(r) + b;
             d[r] = h2f(x[r]->d);
-            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r]->scales));
-            scz[r] = _mm512_castsi256_si512(sc16[r]);
+            __m128i sc8 = _mm_loadu_si128((const __m128i *)x[r]->scales);
+            scz[r] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+            woff[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
+                                    _mm512_set1_ps(-32.0f * d[r]));
             for (int c = 0; c < nc; c++)
                 isum[r][c] = _mm512_setzero_si512();
         }
@@ -490,14 +494,14 @@ AI void mm512_q6_k_n(int k, const void *w, size_t w_stride, int R, const void *a
         }
         for (int c = 0; c < nc; c++) {
             const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c) + b;
-            __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
+            /* da * activation sums per 16-element sub-block */
+            __m512 sa = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
+                                          _mm256_loadu_si256((const __m256i *)a->bsums))),
+                                      _mm512_set1_ps(a->d));
             for (int r = 0; r < R; r++) {
-                float da = d[r] * a->d;
-                acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(da), _mm512_cvtepi32_ps(isum[r][c]),
-                                            acc[r][c]);
-                __m256 off = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, sc16[r]));
-                acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f * da),
-                                            _mm512_zextps256_ps512(off), acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d),
+                                            _mm512_cvtepi32_ps(isum[r][c]), acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(woff[r], sa, acc[r][c]);
             }
         }
     }
