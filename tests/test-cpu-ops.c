@@ -508,6 +508,54 @@ START_TEST(matmul_threads_bitwise)
 }
 END_TEST
 
+START_TEST(mul_mat_add_equals_mul_mat_then_add)
+{
+    /* Catches a fused product + addend that differs from the MUL_MAT and
+     * ADD nodes it replaces (the core fuses them whenever the plugin
+     * accepts it, so the bits must not move): the addend dropped, added
+     * to the wrong column, a bias [N, 1] not broadcast, the decode and the
+     * prefill paths, and an addend that is dst itself. */
+    const uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K,
+                              MINFER_TYPE_F16};
+    const int Ms[] = {1, 3, 17};
+    struct minfer_backend *be = make_be(2, NULL);
+    for (int ti = 0; ti < 4; ti++) {
+        float *wd;
+        struct minfer_tensor *w = weight(types[ti], 512, 301, &wd);
+        for (int mi = 0; mi < 3; mi++) {
+            int M = Ms[mi];
+            struct minfer_tensor *x = tensor(MINFER_TYPE_F32, 512, M, 1, 0);
+            fill_f32(x);
+            for (int kind = 0; kind < 3; kind++) { /* residual, bias, in place */
+                struct minfer_tensor *a = tensor(MINFER_TYPE_F32, 301, kind == 1 ? 1 : M, 1, 0);
+                fill_f32(a);
+                struct minfer_tensor *p = tensor(MINFER_TYPE_F32, 301, M, 1, 0);
+                struct minfer_tensor *want = tensor(MINFER_TYPE_F32, 301, M, 1, 0);
+                struct minfer_node mm = node_of(MINFER_OP_MUL_MAT, p, 2, w, x);
+                run_ok(be, &mm);
+                struct minfer_node ad = node_of(MINFER_OP_ADD, want, 2, p, a);
+                run_ok(be, &ad);
+                struct minfer_tensor *got = kind == 2 ? a : tensor(MINFER_TYPE_F32, 301, M, 1, 0);
+                struct minfer_node f = node_of(MINFER_OP_MUL_MAT_ADD, got, 3, w, x, a);
+                run_ok(be, &f);
+                ck_assert_msg(!memcmp(want->data, got->data, want->nb[2]),
+                              "type %u M=%d kind %d: MUL_MAT_ADD differs from MUL_MAT + ADD",
+                              types[ti], M, kind);
+            }
+        }
+    }
+    /* an addend of another width is refused */
+    float *wd;
+    struct minfer_tensor *w = weight(MINFER_TYPE_Q8_0, 64, 10, &wd);
+    struct minfer_tensor *x = tensor(MINFER_TYPE_F32, 64, 2, 1, 0);
+    struct minfer_tensor *a = tensor(MINFER_TYPE_F32, 9, 2, 1, 0);
+    struct minfer_tensor *y = tensor(MINFER_TYPE_F32, 10, 2, 1, 0);
+    struct minfer_node f = node_of(MINFER_OP_MUL_MAT_ADD, y, 3, w, x, a);
+    ck_assert(!IF->supports_op(be, &f));
+    IF->destroy(be);
+}
+END_TEST
+
 /* ---- GET_ROWS ---- */
 
 START_TEST(get_rows_all_types)
@@ -858,6 +906,7 @@ Suite *cpu_ops_suite(void)
     tcase_add_test(tc, hand_values);
     tcase_add_loop_test(tc, matmul_all_types, 0, (int)N_WTYPES);
     tcase_add_test(tc, matmul_threads_bitwise);
+    tcase_add_test(tc, mul_mat_add_equals_mul_mat_then_add);
     tcase_add_loop_test(tc, get_rows_all_types, 0, (int)N_WTYPES);
     tcase_add_test(tc, elementwise_ops);
     tcase_add_test(tc, rope_views);

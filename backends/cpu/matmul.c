@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu-internal.h"
@@ -91,6 +92,8 @@ struct mm_task {
     const char *act;
     size_t act_stride;
     const struct minfer_tensor *dst;
+    const float *add;        /* MUL_MAT_ADD: addend rows add_nb1 bytes apart (0: one row) */
+    size_t add_nb1;
     int chunk;               /* weight rows per chunk */
     int col_block;           /* activation columns per walk */
     /* on its own cache line: every claim would otherwise evict the
@@ -133,6 +136,15 @@ static void mm_block(const struct mm_task *t, float (*ub)[SUB_ROWS], int r0, int
     }
 }
 
+/* MUL_MAT_ADD: dst rows [r0, r1) of column c += the addend's, while they
+ * are in this thread's cache (the same float sum as a separate ADD). */
+static void add_rows(const struct mm_task *t, float *d, int c, int r0, int r1)
+{
+    const float *a = (const float *)((const char *)t->add + (size_t)c * t->add_nb1);
+    for (int r = r0; r < r1; r++)
+        d[r] += a[r];
+}
+
 static void mm_worker(void *arg, int ith, int nth)
 {
     struct mm_task *t = arg;
@@ -149,6 +161,8 @@ static void mm_worker(void *arg, int ith, int nth)
             float *d = (float *)t->dst->data;
             if (!t->w1) {
                 t->rows(t->K, t->w0 + (size_t)r0 * t->w_nb1, t->w_nb1, r1 - r0, t->act, d + r0);
+                if (t->add)
+                    add_rows(t, d, 0, r0, r1);
                 continue;
             }
             /* gate rows into dst, up rows into u, then silu(gate) * up */
@@ -174,6 +188,9 @@ static void mm_worker(void *arg, int ith, int nth)
                 if (t->w1) /* FFN: silu(gate) * up, a vector pass per column */
                     for (int c = c0; c < c1; c++)
                         t->k->silu_mul(s1 - s0, dcol[c - c0] + s0, ub[c - c0]);
+                if (t->add)
+                    for (int c = c0; c < c1; c++)
+                        add_rows(t, dcol[c - c0], c, s0, s1);
             }
         }
     }
@@ -241,6 +258,25 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     t.act = act;
     t.act_stride = stride;
     t.dst = node->dst;
+    float *add_copy = NULL;
+    if (node->op == MINFER_OP_MUL_MAT_ADD) {
+        const struct minfer_tensor *a = node->src[2], *d = node->dst;
+        t.add = a->data;
+        t.add_nb1 = a->ne[1] == 1 ? 0 : a->nb[1];
+        /* an addend sharing dst's bytes would be overwritten by the product
+         * before it is added: add from a copy (the arena never does this) */
+        const char *alo = a->data, *ahi = alo + a->nb[1] * (size_t)a->ne[1];
+        const char *dlo = d->data, *dhi = dlo + d->nb[1] * (size_t)d->ne[1];
+        if (alo < dhi && dlo < ahi) {
+            size_t bytes = a->nb[1] * (size_t)a->ne[1];
+            add_copy = malloc(bytes);
+            if (!add_copy)
+                return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
+                                "out of memory for a %zu-byte copy of the addend", bytes);
+            memcpy(add_copy, a->data, bytes);
+            t.add = add_copy;
+        }
+    }
     int nth = be->n_threads;
     if ((int64_t)K * N * M < 65536)
         nth = 1;
@@ -259,5 +295,6 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     }
     atomic_init(&t.next, 0);
     cpu_pool_run(be->pool, nth, mm_worker, &t);
+    free(add_copy);
     return MINFER_OK;
 }

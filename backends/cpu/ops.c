@@ -29,8 +29,9 @@ static const char *op_name(uint32_t op)
 {
     static const char *names[MINFER_OP_COUNT] = {
         "NONE", "GET_ROWS", "RMS_NORM", "RMS_NORM_MUL", "ADD", "MUL", "MUL_MAT",
-        "ROPE", "SWIGLU", "KV_STORE", "ATTENTION", "FFN_GATE_UP", "COPY", "SCALE"};
-    return op < MINFER_OP_COUNT ? names[op] : "unknown";
+        "ROPE", "SWIGLU", "KV_STORE", "ATTENTION", "FFN_GATE_UP", "COPY", "SCALE",
+        "MUL_MAT_ADD"};
+    return op < MINFER_OP_COUNT && names[op] ? names[op] : "unknown";
 }
 
 /* Types the matmul / get_rows kernels read. */
@@ -159,6 +160,7 @@ static minfer_status check_op(struct minfer_backend *be, const struct minfer_nod
                  SHAPE(s0), SHAPE(s1), SHAPE(d));
         return MINFER_OK;
     case MINFER_OP_MUL_MAT:
+    case MINFER_OP_MUL_MAT_ADD:
     case MINFER_OP_FFN_GATE_UP: {
         bool ffn = node->op == MINFER_OP_FFN_GATE_UP;
         const struct minfer_tensor *x = ffn ? s2 : s1;
@@ -181,6 +183,14 @@ static minfer_status check_op(struct minfer_backend *be, const struct minfer_nod
         if (cpu_nrows(x) > INT32_MAX || s0->ne[0] > INT32_MAX || s0->ne[1] > INT32_MAX)
             UNSUP("matrix too large: K %lld, N %lld, M %lld", (long long)s0->ne[0],
                   (long long)s0->ne[1], (long long)cpu_nrows(x));
+        if (node->op == MINFER_OP_MUL_MAT_ADD) {
+            NEED_TYPE(s2, MINFER_TYPE_F32, "addend");
+            if (s2->ne[0] != d->ne[0] || s2->ne[2] != 1 || s2->ne[3] != 1 ||
+                (s2->ne[1] != 1 && s2->ne[1] != cpu_nrows(d)) || d->ne[2] != 1 ||
+                d->ne[3] != 1)
+                FAIL("addend " SHAPE_FMT " fits neither [N, M] nor [N, 1] of dst " SHAPE_FMT,
+                     SHAPE(s2), SHAPE(d));
+        }
         return MINFER_OK;
     }
     case MINFER_OP_ROPE: {
@@ -255,7 +265,7 @@ static const uint32_t n_src_of[MINFER_OP_COUNT] = {
     [MINFER_OP_ADD] = 2,      [MINFER_OP_MUL] = 2,      [MINFER_OP_MUL_MAT] = 2,
     [MINFER_OP_ROPE] = 2,     [MINFER_OP_SWIGLU] = 2,   [MINFER_OP_KV_STORE] = 2,
     [MINFER_OP_ATTENTION] = 5, [MINFER_OP_FFN_GATE_UP] = 3, [MINFER_OP_COPY] = 1,
-    [MINFER_OP_SCALE] = 1,
+    [MINFER_OP_SCALE] = 1,    [MINFER_OP_MUL_MAT_ADD] = 3,
 };
 
 minfer_status cpu_check_node(struct minfer_backend *be, const struct minfer_node *node)
@@ -537,6 +547,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
         return MINFER_OK;
     }
     case MINFER_OP_MUL_MAT:
+    case MINFER_OP_MUL_MAT_ADD:
     case MINFER_OP_FFN_GATE_UP:
         return cpu_op_matmul(be, node);
     case MINFER_OP_ATTENTION:
