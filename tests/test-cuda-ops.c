@@ -540,6 +540,53 @@ START_TEST(mul_mat_every_type)
 }
 END_TEST
 
+/* Catches a prefill GEMM variant that is only right when the per-shape
+ * choice happens to pick it (32-deep K slices, split-K partial planes and
+ * their fixed-order sum, the 256-row tile): each is forced in turn through
+ * the plugin's test hook and must match the CPU like the default. */
+START_TEST(gemm_every_variant)
+{
+    typedef void (*tune_fn)(int bk, int splits, int bn);
+    tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
+    ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
+    static const int variants[][3] = {{32, 1, 128}, {64, 1, 128}, {64, 3, 128},
+                                      {64, 8, 128}, {64, 1, 256}, {32, 4, 256}};
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_F16};
+    int64_t shapes[][2] = {{512, 200}, {288, 130}}; /* K % 64 == 32 in the second */
+    int Ms[] = {9, 67};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        tune(variants[v][0], variants[v][1], variants[v][2]);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            for (size_t sh = 0; sh < 2; sh++) {
+                int64_t K = shapes[sh][0], N = shapes[sh][1];
+                if (K % 256 && types[ti] != MINFER_TYPE_Q8_0 && types[ti] != MINFER_TYPE_F16)
+                    continue; /* K-quant rows are whole 256-blocks */
+                struct tt *w = tt_new(types[ti], K, N, 1, 1, 0);
+                char name[64];
+                snprintf(name, sizeof name, "t%d.w", g_wid++);
+                tt_place(w, name);
+                for (size_t m = 0; m < 2; m++) {
+                    struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
+                    tt_place(x, NULL);
+                    struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);
+                    struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
+                    struct tt *src[2] = {w, x};
+                    char what[128];
+                    snprintf(what, sizeof what, "gemm bk=%d splits=%d bn=%d %s K=%lld N=%lld nt=%d",
+                             variants[v][0], variants[v][1], variants[v][2], tn(types[ti]),
+                             (long long)K, (long long)N, Ms[m]);
+                    run_both(&n, src, 2, dst, what);
+                    compare(dst, "gemm_variant", what,
+                            is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
+                }
+            }
+        }
+    }
+    tune(0, 0, 0);
+    print_stats("gemm_every_variant");
+}
+END_TEST
+
 /* Runs dst = w . x + a as one MUL_MAT_ADD node on CUDA and as the MUL_MAT
  * and ADD nodes it replaces on the CPU. */
 static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt *dst,
@@ -831,6 +878,7 @@ Suite *cuda_ops_suite(void)
     tcase_add_test(tc, mul_mat_every_type);
     tcase_add_test(tc, ffn_gate_up);
     tcase_add_test(tc, mul_mat_add);
+    tcase_add_test(tc, gemm_every_variant);
     tcase_add_test(tc, kv_store_layouts);
     tcase_add_test(tc, attention_layouts);
     tcase_add_test(tc, oom_then_next_op_runs);

@@ -1265,6 +1265,14 @@ static void x_fail_next_capture(int n)
     __atomic_store_n(&g_fail_next_capture, n, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_test_tune_gemm": void f(int bk, int splits, int bn) — forces
+ * the prefill GEMM's variant process-wide (0, 0, 0: the per-shape choice),
+ * so the op tests can check every one. Tests only. */
+static void x_tune_gemm(int bk, int splits, int bn)
+{
+    k_tune_gemm(bk, splits, bn);
+}
+
 static void x_graph_stats(struct minfer_cuda_graph_stats *out)
 {
     if (!out)
@@ -1314,6 +1322,8 @@ static void *p_get_proc(const char *name)
 {
     if (!name)
         return NULL;
+    if (!strcmp(name, "minfer_cuda_test_tune_gemm"))
+        return (void *)x_tune_gemm;
     if (!strcmp(name, "minfer_cuda_test_fail_next_capture"))
         return (void *)x_fail_next_capture;
     if (!strcmp(name, "minfer_cuda_graph_stats"))

@@ -309,9 +309,9 @@ static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int6
 
 /* ---- setup and launch ---- */
 
-/* Forced configuration (0 = automatic): the bench hook k_tune_gemm or
- * $MINFER_CUDA_GEMM="bk,splits,bn" read by k_prepare, so the op tests
- * can run every kernel variant. */
+/* Forced configuration (0 = automatic): k_tune_gemm, called by the op
+ * benchmark and, through the plugin's "minfer_cuda_test_tune_gemm"
+ * extension, by the op tests, which run every kernel variant. */
 static int g_bk, g_splits, g_bn;
 
 extern "C" void k_tune_gemm(int bk, int splits, int bn)
@@ -344,12 +344,6 @@ template <int BN, int BK> static int optin_one(struct kctx *k)
 extern "C" int k_prepare(struct kctx *k)
 {
     k->gemm_optin_ok = 0;
-    const char *env = getenv("MINFER_CUDA_GEMM");
-    if (env) {
-        int bk = 0, sp = 0, bn = 0;
-        if (sscanf(env, "%d,%d,%d", &bk, &sp, &bn) >= 1)
-            k_tune_gemm(bk, sp, bn);
-    }
     size_t need = gshape<256, 64>::SMEM;
     if (k->smem_optin < (int)need) {
         snprintf(k->err, k->err_len,
