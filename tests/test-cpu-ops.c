@@ -3,7 +3,7 @@
  * core does: its ABI table, buffers and weights, and every IR op against
  * hand-computed values and an in-test double-precision reference, for every
  * weight type, odd shapes and tails, non-dense strides, thread counts 1..9,
- * long KV, and every kernel set (scalar, avx2, avx512) this CPU can run.
+ * long KV, and every kernel set (scalar, avx2, avxvnni, avx512) this CPU can run.
  * Outputs are poisoned with NaN first so an unwritten element fails.
  */
 #include <check.h>
@@ -79,8 +79,8 @@ static struct minfer_backend *make_be(int n_threads, const char *isa)
     return be;
 }
 
-static const char *const ISAS[] = {"scalar", "avx2", "avx512"};
-#define N_ISAS 3
+static const char *const ISAS[] = {"scalar", "avx2", "avxvnni", "avx512"};
+#define N_ISAS 4
 
 /* ---- tensors ---- */
 

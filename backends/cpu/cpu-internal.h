@@ -53,10 +53,14 @@ typedef void (*cpu_rows_fn)(int k, const void *w, size_t w_stride, int nr, const
 typedef void (*cpu_mm2_fn)(int k, const void *w, size_t w_stride, const void *act,
                            size_t act_stride, int nc, float *out);
 
+/* Kernel sets, worst to best. Not a chain of supersets: an AVX-512 CPU may
+ * lack AVX-VNNI (Ice Lake, Sapphire Rapids have it; Skylake-X does not),
+ * so whether a set runs is cpu_isa_supported's answer, not a comparison. */
 enum cpu_isa {
     CPU_ISA_SCALAR = 0,
-    CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    CPU_ISA_AVX512 = 2, /* + AVX-512 F/BW/VL/VNNI */
+    CPU_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C */
+    CPU_ISA_AVXVNNI = 2, /* AVX2 set + AVX-VNNI (VEX vpdpbusd, 256-bit) */
+    CPU_ISA_AVX512 = 3,  /* AVX2 set + AVX-512 F/BW/VL/VNNI */
     CPU_ISA_COUNT
 };
 
@@ -84,10 +88,13 @@ struct cpu_kernels {
 
 extern const struct cpu_kernels cpu_kernels_scalar;
 extern const struct cpu_kernels cpu_kernels_avx2;
+extern const struct cpu_kernels cpu_kernels_avxvnni;
 extern const struct cpu_kernels cpu_kernels_avx512;
 
-/* Highest level this CPU and OS can run (baseline-ISA code). */
+/* Best set this CPU and OS can run (baseline-ISA code). */
 enum cpu_isa cpu_isa_detect(void);
+/* Whether this CPU and OS run every instruction of set isa. */
+bool cpu_isa_supported(enum cpu_isa isa);
 const char *cpu_isa_name(enum cpu_isa isa);
 const struct cpu_kernels *cpu_kernels_for(enum cpu_isa isa);
 

@@ -65,7 +65,9 @@ static int cpu_probe(char *why, size_t why_len)
     (void)why_len;
     /* Every CPU runs the scalar kernels; better ISAs rank the table higher
      * only as information, there is one build of this plugin. */
-    return 10 + 10 * (int)cpu_isa_detect();
+    static const int score[CPU_ISA_COUNT] = {
+        [CPU_ISA_SCALAR] = 10, [CPU_ISA_AVX2] = 20, [CPU_ISA_AVXVNNI] = 25, [CPU_ISA_AVX512] = 30};
+    return score[cpu_isa_detect()];
 }
 
 static int cpu_device_count(void)
@@ -111,9 +113,10 @@ static minfer_status cpu_device_info(int device, struct minfer_device_info *out)
     enum cpu_isa isa = cpu_isa_detect();
     snprintf(out->description, sizeof out->description,
              "%ld online CPUs; kernels %s (%s)", ncpu, cpu_isa_name(isa),
-             isa == CPU_ISA_AVX512   ? "AVX2 FMA F16C AVX-512F/BW/VL/VNNI"
-             : isa == CPU_ISA_AVX2 ? "AVX2 FMA F16C"
-                                   : "portable C");
+             isa == CPU_ISA_AVX512    ? "AVX2 FMA F16C AVX-512F/BW/VL/VNNI"
+             : isa == CPU_ISA_AVXVNNI ? "AVX2 FMA F16C AVX-VNNI"
+             : isa == CPU_ISA_AVX2    ? "AVX2 FMA F16C"
+                                      : "portable C");
     struct sysinfo si;
     if (sysinfo(&si) == 0) {
         out->memory_total = (uint64_t)si.totalram * si.mem_unit;
@@ -191,8 +194,8 @@ static void cpu_destroy(struct minfer_backend *be)
 }
 
 /* Extension "minfer_cpu_set_isa": restricts an instance to a kernel set no
- * higher than the CPU supports ("scalar", "avx2", "avx512"). Used by the
- * tests to check every path on one machine and by benchmarks. */
+ * the CPU runs ("scalar", "avx2", "avxvnni", "avx512"). Used by the tests
+ * to check every path on one machine and by benchmarks. */
 static minfer_status cpu_set_isa(struct minfer_backend *be, const char *name)
 {
     if (!be || !name)
@@ -200,16 +203,17 @@ static minfer_status cpu_set_isa(struct minfer_backend *be, const char *name)
     for (int i = 0; i < CPU_ISA_COUNT; i++) {
         if (strcmp(name, cpu_isa_name((enum cpu_isa)i)))
             continue;
-        if (i > (int)cpu_isa_detect())
+        if (!cpu_isa_supported((enum cpu_isa)i))
             return cpu_fail(be, NULL, MINFER_ERR_UNSUPPORTED,
-                            "kernel set '%s' requested but this CPU runs at most '%s'",
+                            "kernel set '%s' requested but this CPU lacks its instructions "
+                            "(best set here: '%s')",
                             name, cpu_isa_name(cpu_isa_detect()));
         be->isa = (enum cpu_isa)i;
         be->k = cpu_kernels_for(be->isa);
         return MINFER_OK;
     }
     return cpu_fail(be, NULL, MINFER_ERR_INVALID_ARG,
-                    "unknown kernel set '%s'; expected scalar, avx2 or avx512", name);
+                    "unknown kernel set '%s'; expected scalar, avx2, avxvnni or avx512", name);
 }
 
 /* Extension "minfer_cpu_isa": the kernel set an instance uses. */
