@@ -462,22 +462,17 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
-/* nt = 1, two rows per thread: each activation block loaded once serves
- * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb
- * of block blk (the kernel's blockIdx.x, or its index inside a segment of
- * the multi-matrix kernel). */
+/* Two weight rows' dot products with one x (the tpr threads of a row
+ * group, lane = index in it): the unit loop, then the group's reduction;
+ * the sums are valid on lane 0. Every thread of the block must call it
+ * (a barrier when tpr > 32). */
 template <int T>
-__device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ W, int64_t w_nb1,
-                                           const uint8_t *__restrict__ xq, int nb, int nunits,
-                                           int N, float *dst, int tpr, const kepi_d &e)
+__device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
+                                          const uint8_t *__restrict__ xq, int nb, int nunits,
+                                          int lane, int tpr, float &a0, float &a1)
 {
-    int rpb = MV_THREADS / tpr;
-    int ra = blk * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
-    int lane = threadIdx.x % tpr;
-    bool la = ra < N, lb = rb < N;
-    const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
-    const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
-    float a0 = 0.0f, a1 = 0.0f;
+    a0 = 0.0f;
+    a1 = 0.0f;
     for (int u = lane; u < nunits; u += tpr) {
         Unit<T> w0, w1;
         w0.load(wa, u);
@@ -506,6 +501,25 @@ __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ 
             }
         }
     }
+}
+
+/* nt = 1, two rows per thread: each activation block loaded once serves
+ * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb
+ * of block blk (the kernel's blockIdx.x, or its index inside a segment of
+ * the multi-matrix kernel). */
+template <int T>
+__device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ W, int64_t w_nb1,
+                                           const uint8_t *__restrict__ xq, int nb, int nunits,
+                                           int N, float *dst, int tpr, const kepi_d &e)
+{
+    int rpb = MV_THREADS / tpr;
+    int ra = blk * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
+    int lane = threadIdx.x % tpr;
+    bool la = ra < N, lb = rb < N;
+    const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
+    const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
+    float a0, a1;
+    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0) {
         if (la && !e.sum_only)
             dst[ra] = a0;
@@ -585,35 +599,8 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    float a0 = 0.0f, a1 = 0.0f;
-    for (int u = lane; u < nunits; u += tpr) {
-        Unit<T> w0, w1;
-        w0.load(wa, u);
-        w1.load(wb, u);
-        a0 += w0.dot(xq, nb, u);
-        a1 += w1.dot(xq, nb, u);
-    }
-    __shared__ float red[2][MV_THREADS / 32];
-    int span = tpr < 32 ? tpr : 32;
-    for (int o = span / 2; o > 0; o >>= 1) {
-        a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-        a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-    }
-    if (tpr > 32) {
-        if (threadIdx.x % 32 == 0) {
-            red[0][threadIdx.x / 32] = a0;
-            red[1][threadIdx.x / 32] = a1;
-        }
-        __syncthreads();
-        if (lane == 0) {
-            int w0 = threadIdx.x / 32, nw = tpr / 32;
-            a0 = a1 = 0.0f;
-            for (int w = 0; w < nw; w++) {
-                a0 += red[0][w0 + w];
-                a1 += red[1][w0 + w];
-            }
-        }
-    }
+    float a0, a1;
+    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0 && live)
         dst[row] = a0 / (1.0f + expf(-a0)) * a1;
 }
