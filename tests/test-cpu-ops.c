@@ -79,8 +79,8 @@ static struct minfer_backend *make_be(int n_threads, const char *isa)
     return be;
 }
 
-static const char *const ISAS[] = {"scalar", "avx2", "avxvnni", "avx512"};
-#define N_ISAS 4
+static const char *const ISAS[] = {"scalar", "avx2", "avxvnni", "avx512", "avx512bf16"};
+#define N_ISAS 5
 
 /* ---- tensors ---- */
 
@@ -376,12 +376,18 @@ static const uint32_t WTYPES[] = {
     MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K};
 #define N_WTYPES (sizeof WTYPES / sizeof WTYPES[0])
 
-/* The activations as the plugin's integer path sees them (its documented
- * rule: per block of 32, or 256 for K-quants, d = amax/127 and
- * q = nearest-even(x * 127/amax)); f32 weight types see x itself. */
-static void act_ref(uint32_t wtype, const float *x, int K, double *out)
+/* The activations as the plugin's kernels see them (its documented rule:
+ * per block of 32, or 256 for K-quants, d = amax/127 and
+ * q = nearest-even(x * 127/amax)); the avx512bf16 set rounds them to
+ * bf16 for BF16 weights; other float weight types see x itself. */
+static void act_ref(uint32_t wtype, const char *isa, const float *x, int K, double *out)
 {
     const struct minfer_type_traits *tr = minfer_type_traits_of(wtype);
+    if (wtype == MINFER_TYPE_BF16 && !strcmp(isa, "avx512bf16")) {
+        for (int i = 0; i < K; i++)
+            out[i] = minfer_bf16_to_fp32(minfer_fp32_to_bf16(x[i]));
+        return;
+    }
     if (!tr->quantized) {
         for (int i = 0; i < K; i++)
             out[i] = x[i];
@@ -415,7 +421,7 @@ static void check_matmul(uint32_t type, const char *isa, int nt, int K, int N, i
     run_ok(be, &nd);
     double *xa = talloc((size_t)K * sizeof(double));
     for (int m = 0; m < M; m++) {
-        act_ref(type, frow(x, m), K, xa);
+        act_ref(type, isa, frow(x, m), K, xa);
         for (int n = 0; n < N; n++) {
             double s = 0, sa = 0, s2 = 0, sa2 = 0;
             for (int k = 0; k < K; k++) {
@@ -449,10 +455,14 @@ START_TEST(matmul_all_types)
 {
     /* Catches any kernel (any type, any ISA) that misreads a block layout,
      * drops a tail column group (M % 4) or a tail row chunk, ignores the
-     * activation/dst row strides, or leaves an output unwritten. */
+     * activation/dst row strides, or leaves an output unwritten; for the
+     * float types (any K) also a row tail past the last full vector step
+     * (K = 7, 45, 301: under one step, one step + tail, many + tail). */
     uint32_t type = WTYPES[_i];
-    bool kq = minfer_type_traits_of(type)->block_size == 256;
-    const int Ks[] = {kq ? 256 : 32, kq ? 768 : 96, kq ? 1280 : 544};
+    const struct minfer_type_traits *tr = minfer_type_traits_of(type);
+    bool kq = tr->block_size == 256;
+    const int Ks[] = {!tr->quantized ? 7 : kq ? 256 : 32, !tr->quantized ? 45 : kq ? 768 : 96,
+                      !tr->quantized ? 301 : kq ? 1280 : 544};
     const int Ns[] = {1, 7, 37};
     const int Ms[] = {1, 3, 6, 9};
     int ran = 0;

@@ -36,8 +36,9 @@
 
 /* out[c] = dot(weight row w (k elements), activation column c) for
  * c < nc (1..the table's nc, at most CPU_MM_NC). act points at column 0 in the activation format
- * of the weight type (f32 for F32/F16/BF16, a Q8 row for the 32-blocks,
- * struct minfer_block_q8_K for the K-quants); columns are act_stride bytes
+ * of the weight type (f32 for F32/F16 and for BF16 unless the table has
+ * quant_bf16, a Q8 row for the 32-blocks, struct minfer_block_q8_K for the
+ * K-quants); columns are act_stride bytes
  * apart. */
 typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stride,
                           int nc, float *out);
@@ -61,6 +62,7 @@ enum cpu_isa {
     CPU_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C */
     CPU_ISA_AVXVNNI = 2, /* AVX2 set + AVX-VNNI (VEX vpdpbusd, 256-bit) */
     CPU_ISA_AVX512 = 3,  /* AVX2 set + AVX-512 F/BW/VL/VNNI */
+    CPU_ISA_AVX512BF16 = 4, /* avx512 set + AVX512-BF16 (BF16 weights) */
     CPU_ISA_COUNT
 };
 
@@ -75,6 +77,9 @@ struct cpu_kernels {
     /* activation quantizers: n multiple of 32 / 256 */
     void (*quant_q8)(const float *x, void *row, int n);
     void (*quant_q8k)(const float *x, struct minfer_block_q8_K *y, int n);
+    /* Set only where the BF16 kernels take bf16 activations (a row of K
+     * uint16, rounded to nearest even); NULL: they take f32 rows. */
+    void (*quant_bf16)(const float *x, uint16_t *y, int n);
     /* attention helpers over one KV row slice of n elements */
     float (*dot_f32)(int n, const float *x, const float *y);
     void (*axpy_f32)(int n, float a, const float *x, float *y);   /* y += a x */
@@ -90,6 +95,7 @@ extern const struct cpu_kernels cpu_kernels_scalar;
 extern const struct cpu_kernels cpu_kernels_avx2;
 extern const struct cpu_kernels cpu_kernels_avxvnni;
 extern const struct cpu_kernels cpu_kernels_avx512;
+extern const struct cpu_kernels cpu_kernels_avx512bf16;
 
 /* Best set this CPU and OS can run (baseline-ISA code). */
 enum cpu_isa cpu_isa_detect(void);

@@ -1,8 +1,8 @@
 /*
  * isa.c — run-time choice of the kernel set. Compiled for the baseline
  * ISA: it only asks the CPU (cpuid, and the OS through xgetbv, both done
- * by __builtin_cpu_supports) which sets it may run. The AVX2 and AVX-512
- * sets live in their own translation units built with those -m flags and
+ * by __builtin_cpu_supports) which sets it may run. The AVX2, AVX-VNNI and
+ * AVX-512 sets live in their own translation units built with those -m flags and
  * are reached only through the table chosen here, so a CPU without an
  * instruction set never executes it (docs/decisions/cpu-isa-dispatch.md).
  */
@@ -26,6 +26,8 @@ bool cpu_isa_supported(enum cpu_isa isa)
     case CPU_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case CPU_ISA_AVX512BF16:
+        return cpu_isa_supported(CPU_ISA_AVX512) && __builtin_cpu_supports("avx512bf16");
     default:
         return false;
     }
@@ -51,6 +53,8 @@ const char *cpu_isa_name(enum cpu_isa isa)
         return "avxvnni";
     case CPU_ISA_AVX512:
         return "avx512";
+    case CPU_ISA_AVX512BF16:
+        return "avx512bf16";
     default:
         return "scalar";
     }
@@ -59,6 +63,8 @@ const char *cpu_isa_name(enum cpu_isa isa)
 const struct cpu_kernels *cpu_kernels_for(enum cpu_isa isa)
 {
 #if defined(__x86_64__) && defined(MINFER_CPU_X86_KERNELS)
+    if (isa == CPU_ISA_AVX512BF16)
+        return &cpu_kernels_avx512bf16;
     if (isa == CPU_ISA_AVX512)
         return &cpu_kernels_avx512;
     if (isa == CPU_ISA_AVXVNNI)

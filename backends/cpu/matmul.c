@@ -1,7 +1,8 @@
 /*
  * matmul.c — MUL_MAT and FFN_GATE_UP: quantizes the activations once per
- * row (Q8 for the 32-element weight types, Q8_K for the K-quants; f32
- * weights types use the activations as they are), then splits the weight
+ * row (Q8 for the 32-element weight types, Q8_K for the K-quants, bf16
+ * for BF16 weights where the kernel set has native bf16 products; the
+ * other float weight types use the activations as they are), then splits the weight
  * rows over the thread pool in chunks handed out by an atomic counter.
  * Inside a chunk, activation columns are walked in L2-sized blocks and
  * each weight row is paired with CPU_MM_NC columns per kernel call, so a
@@ -32,12 +33,14 @@
 /* Rows per sub-run of a prefill chunk (a chunk has at most 64) */
 #define SUB_ROWS 64
 
-enum act_kind { ACT_F32, ACT_Q8, ACT_Q8K };
+enum act_kind { ACT_F32, ACT_Q8, ACT_Q8K, ACT_BF16 };
 
-static enum act_kind act_kind_of(uint32_t type)
+static enum act_kind act_kind_of(const struct cpu_kernels *k, uint32_t type)
 {
     switch (type) {
-    case MINFER_TYPE_F32: case MINFER_TYPE_F16: case MINFER_TYPE_BF16:
+    case MINFER_TYPE_BF16:
+        return k->quant_bf16 ? ACT_BF16 : ACT_F32;
+    case MINFER_TYPE_F32: case MINFER_TYPE_F16:
         return ACT_F32;
     case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
         return ACT_Q8K;
@@ -73,6 +76,8 @@ static void quant_worker(void *arg, int ith, int nth)
             t->k->quant_q8(x, y, t->K);
         else if (t->kind == ACT_Q8K)
             t->k->quant_q8k(x, y, t->K);
+        else if (t->kind == ACT_BF16)
+            t->k->quant_bf16(x, y, t->K);
         else
             memcpy(y, x, (size_t)t->K * sizeof(float));
     }
@@ -207,12 +212,14 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
         return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "no %s kernel for weight type %u",
                         be->k->name, w->type);
 
-    enum act_kind kind = act_kind_of(w->type);
+    enum act_kind kind = act_kind_of(be->k, w->type);
     size_t stride;
     if (kind == ACT_Q8)
         stride = CPU_Q8_ROW_BYTES(K);
     else if (kind == ACT_Q8K)
         stride = (size_t)(K / 256) * sizeof(struct minfer_block_q8_K);
+    else if (kind == ACT_BF16)
+        stride = (size_t)K * sizeof(uint16_t);
     else
         stride = (size_t)K * sizeof(float);
 

@@ -66,7 +66,8 @@ static int cpu_probe(char *why, size_t why_len)
     /* Every CPU runs the scalar kernels; better ISAs rank the table higher
      * only as information, there is one build of this plugin. */
     static const int score[CPU_ISA_COUNT] = {
-        [CPU_ISA_SCALAR] = 10, [CPU_ISA_AVX2] = 20, [CPU_ISA_AVXVNNI] = 25, [CPU_ISA_AVX512] = 30};
+        [CPU_ISA_SCALAR] = 10, [CPU_ISA_AVX2] = 20, [CPU_ISA_AVXVNNI] = 25, [CPU_ISA_AVX512] = 30,
+        [CPU_ISA_AVX512BF16] = 35};
     return score[cpu_isa_detect()];
 }
 
@@ -113,7 +114,8 @@ static minfer_status cpu_device_info(int device, struct minfer_device_info *out)
     enum cpu_isa isa = cpu_isa_detect();
     snprintf(out->description, sizeof out->description,
              "%ld online CPUs; kernels %s (%s)", ncpu, cpu_isa_name(isa),
-             isa == CPU_ISA_AVX512    ? "AVX2 FMA F16C AVX-512F/BW/VL/VNNI"
+             isa == CPU_ISA_AVX512BF16 ? "AVX2 FMA F16C AVX-512F/BW/VL/VNNI/BF16"
+             : isa == CPU_ISA_AVX512  ? "AVX2 FMA F16C AVX-512F/BW/VL/VNNI"
              : isa == CPU_ISA_AVXVNNI ? "AVX2 FMA F16C AVX-VNNI"
              : isa == CPU_ISA_AVX2    ? "AVX2 FMA F16C"
                                       : "portable C");
@@ -194,7 +196,7 @@ static void cpu_destroy(struct minfer_backend *be)
 }
 
 /* Extension "minfer_cpu_set_isa": restricts an instance to a kernel set no
- * the CPU runs ("scalar", "avx2", "avxvnni", "avx512"). Used by the tests
+ * the CPU runs ("scalar", "avx2", "avxvnni", "avx512", "avx512bf16"). Used by the tests
  * to check every path on one machine and by benchmarks. */
 static minfer_status cpu_set_isa(struct minfer_backend *be, const char *name)
 {
