@@ -69,6 +69,7 @@ enum cpu_isa {
 struct cpu_kernels {
     const char *name;
     int nc; /* activation columns per mm call, 1..CPU_MM_NC, for the quantized types */
+    int nc_float; /* the same for the f32-activation types (F32, F16, BF16 by default) */
     /* matmul tiles per weight type (NULL: type not readable) */
     cpu_mm_fn mm[MINFER_TYPE_COUNT];
     cpu_mm2_fn mm2[MINFER_TYPE_COUNT]; /* optional two-row tiles (prefill) */

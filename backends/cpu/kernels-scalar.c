@@ -392,6 +392,7 @@ static void silu_mul(int n, float *g, const float *u)
 const struct cpu_kernels cpu_kernels_scalar = {
     .name = "scalar",
     .nc = 4,
+    .nc_float = 4,
     .mm = {
         [MINFER_TYPE_F32] = mm_f32,   [MINFER_TYPE_F16] = mm_f16,   [MINFER_TYPE_BF16] = mm_bf16,
         [MINFER_TYPE_Q4_0] = mm_q4_0, [MINFER_TYPE_Q4_1] = mm_q4_1, [MINFER_TYPE_Q5_0] = mm_q5_0,

@@ -250,7 +250,7 @@ minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node 
     memset(&t, 0, sizeof t);
     t.k = be->k;
     t.fn = fn;
-    t.nc = kind == ACT_F32 ? 4 : be->k->nc;
+    t.nc = kind == ACT_F32 ? be->k->nc_float : be->k->nc;
     size_t cb = COL_BYTES / stride;
     t.col_block = cb < 8 ? 8 : cb > 64 ? 64 : (int)cb;
     t.rows = be->k->rows[w->type];
