@@ -821,16 +821,22 @@ START_TEST(attention_kv_types)
 {
     /* Catches wrong GQA head mapping (including groups split over several
      * tasks), a causal mask off by one, online softmax rescaling mistakes
-     * across cell chunks (long KV), and F16 / Q8_0 caches misread, on
-     * every kernel set. */
+     * across cell chunks (long KV), a prefill block of tokens whose
+     * visible cells end in different chunks, head_dim over one register
+     * slice or with a tail, and F16 / Q8_0 caches misread, on every
+     * kernel set. */
     uint32_t type = KVTYPES[_i];
     for (int ii = 0; ii < N_ISAS; ii++) {
         check_attention(type, ISAS[ii], 64, 4, 2, 1, 300, 320, 2);   /* decode, long KV */
         check_attention(type, ISAS[ii], 32, 6, 3, 7, 70, 80, 3);     /* prefill */
         check_attention(type, ISAS[ii], 64, 2, 1, 1, 1, 4, 1);       /* one cell */
         check_attention(type, ISAS[ii], 32, 10, 1, 3, 40, 48, 2);    /* > 8 heads per kv head */
-        if (type != MINFER_TYPE_Q8_0)
+        check_attention(type, ISAS[ii], 128, 4, 2, 70, 130, 140, 2); /* prefill, 3 chunks */
+        check_attention(type, ISAS[ii], 224, 2, 1, 6, 70, 72, 2);    /* head_dim > 128 */
+        if (type != MINFER_TYPE_Q8_0) {
             check_attention(type, ISAS[ii], 40, 3, 1, 5, 133, 140, 9); /* odd head_dim */
+            check_attention(type, ISAS[ii], 200, 3, 1, 5, 67, 70, 2);  /* 128 + 72 */
+        }
     }
 }
 END_TEST

@@ -1,11 +1,16 @@
 /*
  * attention.c — causal grouped-query attention over the KV cache, for
- * decode and prefill alike: one task per (query token, kv head, up to 8
- * of its query heads), handed out by an atomic counter; each walks its
- * visible cells in chunks with an online softmax (running max and sum),
- * so nothing larger than one chunk of scores and one head_dim accumulator
- * per head is ever materialised. F16 and Q8_0 cache rows are read
- * directly, converted once per row for all the heads that share them.
+ * decode and prefill alike. One task is (up to TOKENS_PER_TASK query
+ * tokens, one kv head, up to HEADS_PER_TASK of its query heads), handed
+ * out by an atomic counter. A task walks its visible cells in chunks of
+ * CPU_ATTN_CHUNK: it converts the chunk's K rows once, transposed, and its
+ * V rows once (F16 and Q8_0 caches are read directly; an F32 cache's V
+ * rows are used in place), then for every query of the task scores the
+ * chunk, updates its online softmax (running max and sum) and adds the
+ * weighted V rows to its accumulator. Nothing larger than one chunk of
+ * scores and one head_dim accumulator per query is ever materialised, and
+ * the conversions are shared by all the queries of the task (up to 32 in
+ * prefill, the heads of one group in decode).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -13,19 +18,32 @@
 
 #include "cpu-internal.h"
 
-#define CELL_CHUNK 64
-#define HEADS_PER_TASK 8 /* query heads of one kv head handled together */
+#define HEADS_PER_TASK 8  /* query heads of one kv head handled together */
+#define TOKENS_PER_TASK 4 /* prefill query tokens sharing each converted chunk */
+#define QUERIES_PER_TASK (HEADS_PER_TASK * TOKENS_PER_TASK)
 
 struct attn_task {
     const struct cpu_kernels *k;
     const struct minfer_tensor *q, *kc, *vc, *dst;
     const int32_t *pos;
-    int kv_len, hd, nh, group, n_kv, subs; /* subs: tasks per kv head */
+    int nt, kv_len, hd, group, n_kv, subs; /* subs: tasks per kv head and token block */
+    int tok_blocks;
     size_t head_bytes; /* bytes of one kv head inside a cache row */
     float scale;
     int n_tasks;
+    float *scratch; /* per participant: scratch_floats floats */
+    size_t scratch_floats;
     atomic_int next;
 };
+
+/* Floats of one participant's scratch: the transposed K chunk, the
+ * converted V chunk, one chunk of scores and one accumulator per query. */
+static size_t scratch_floats(int hd)
+{
+    size_t f = (size_t)hd * CPU_ATTN_CHUNK * 2 + (size_t)QUERIES_PER_TASK * CPU_ATTN_CHUNK +
+               (size_t)QUERIES_PER_TASK * hd + (size_t)hd;
+    return (f + 15) & ~(size_t)15; /* keep each participant's block 64-byte aligned */
+}
 
 /* A cache row slice as f32: the row itself for an F32 cache, else
  * converted into buf. */
@@ -42,73 +60,110 @@ static const float *kv_f32(const struct attn_task *t, uint32_t type, const void 
     return src;
 }
 
-/* Query token tok, heads h0 .. h0 + nh - 1 (all reading kv head g): each
- * cache row is converted once and used by every head of the group. */
-static void attn_heads(const struct attn_task *t, int tok, int h0, int nh)
+/* Query tokens tok0 .. tok0 + ntok - 1, heads h0 .. h0 + nh - 1 (all
+ * reading kv head h0 / group). */
+static void attn_block(const struct attn_task *t, float *scratch, int tok0, int ntok, int h0,
+                       int nh)
 {
+    const int hd = t->hd, CC = CPU_ATTN_CHUNK;
     int g = h0 / t->group;
-    int n_vis = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
     const char *kbase = (const char *)t->kc->data + (size_t)g * t->head_bytes;
     const char *vbase = (const char *)t->vc->data + (size_t)g * t->head_bytes;
-    const float *q[HEADS_PER_TASK];
-    float acc[HEADS_PER_TASK][1024], s[HEADS_PER_TASK][CELL_CHUNK];
-    float m[HEADS_PER_TASK], l[HEADS_PER_TASK], kbuf[1024], vbuf[1024];
-    for (int i = 0; i < nh; i++) {
-        q[i] = (const float *)((const char *)t->q->data + (size_t)(h0 + i) * t->q->nb[1] +
-                               (size_t)tok * t->q->nb[2]);
-        memset(acc[i], 0, (size_t)t->hd * sizeof(float));
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-    }
-    for (int c0 = 0; c0 < n_vis; c0 += CELL_CHUNK) {
-        int n = n_vis - c0 < CELL_CHUNK ? n_vis - c0 : CELL_CHUNK;
-        for (int j = 0; j < n; j++) {
-            const float *kr = kv_f32(t, t->kc->type, kbase + (size_t)(c0 + j) * t->kc->nb[1], kbuf);
-            for (int i = 0; i < nh; i++)
-                s[i][j] = t->scale * t->k->dot_f32(t->hd, kr, q[i]);
-        }
+    float *kt = scratch;                    /* [hd][CC] */
+    float *vbuf = kt + (size_t)hd * CC;      /* [CC][hd] */
+    float *s = vbuf + (size_t)hd * CC;       /* [queries][CC] */
+    float *acc = s + (size_t)QUERIES_PER_TASK * CC; /* [queries][hd] */
+    float *row = acc + (size_t)QUERIES_PER_TASK * hd; /* [hd] */
+    const float *q[QUERIES_PER_TASK];
+    float m[QUERIES_PER_TASK], l[QUERIES_PER_TASK];
+    int n_vis[TOKENS_PER_TASK], max_vis = 0;
+    for (int a = 0; a < ntok; a++) {
+        int tok = tok0 + a;
+        n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
+        max_vis = n_vis[a] > max_vis ? n_vis[a] : max_vis;
         for (int i = 0; i < nh; i++) {
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++)
-                mx = s[i][j] > mx ? s[i][j] : mx;
-            if (mx > m[i]) {
-                float corr = expf(m[i] - mx); /* 0 on the first chunk */
-                for (int e = 0; e < t->hd; e++)
-                    acc[i][e] *= corr;
-                l[i] *= corr;
-                m[i] = mx;
-            }
-            l[i] += t->k->exp_sum(n, s[i], m[i]);
+            int qi = a * nh + i;
+            q[qi] = (const float *)((const char *)t->q->data + (size_t)(h0 + i) * t->q->nb[1] +
+                                    (size_t)tok * t->q->nb[2]);
+            memset(acc + (size_t)qi * hd, 0, (size_t)hd * sizeof(float));
+            m[qi] = -INFINITY;
+            l[qi] = 0.0f;
         }
+    }
+    bool v_in_place = t->vc->type == MINFER_TYPE_F32;
+    for (int c0 = 0; c0 < max_vis; c0 += CC) {
+        int n = max_vis - c0 < CC ? max_vis - c0 : CC;
+        /* K rows of the chunk, transposed (cells past n score zeros) */
         for (int j = 0; j < n; j++) {
-            const float *vr = kv_f32(t, t->vc->type, vbase + (size_t)(c0 + j) * t->vc->nb[1], vbuf);
-            for (int i = 0; i < nh; i++)
-                t->k->axpy_f32(t->hd, s[i][j], vr, acc[i]);
+            const float *kr = kv_f32(t, t->kc->type, kbase + (size_t)(c0 + j) * t->kc->nb[1], row);
+            for (int e = 0; e < hd; e++)
+                kt[(size_t)e * CC + j] = kr[e];
+        }
+        if (n < CC)
+            for (int e = 0; e < hd; e++)
+                memset(kt + (size_t)e * CC + n, 0, (size_t)(CC - n) * sizeof(float));
+        const void *v = vbase + (size_t)c0 * t->vc->nb[1];
+        size_t v_stride = t->vc->nb[1];
+        if (!v_in_place) {
+            for (int j = 0; j < n; j++)
+                kv_f32(t, t->vc->type, vbase + (size_t)(c0 + j) * t->vc->nb[1],
+                       vbuf + (size_t)j * hd);
+            v = vbuf;
+            v_stride = (size_t)hd * sizeof(float);
+        }
+        for (int a = 0; a < ntok; a++) {
+            int na = n_vis[a] - c0 < n ? n_vis[a] - c0 : n; /* this token's cells */
+            if (na <= 0)
+                continue;
+            for (int i = 0; i < nh; i++) {
+                int qi = a * nh + i;
+                float *sq = s + (size_t)qi * CC, *aq = acc + (size_t)qi * hd;
+                t->k->attn_scores(hd, t->scale, q[qi], kt, sq);
+                float mx = -INFINITY;
+                for (int j = 0; j < na; j++)
+                    mx = sq[j] > mx ? sq[j] : mx;
+                if (mx > m[qi]) {
+                    float corr = expf(m[qi] - mx); /* 0 on the first chunk */
+                    if (c0)
+                        for (int e = 0; e < hd; e++)
+                            aq[e] *= corr;
+                    l[qi] *= corr;
+                    m[qi] = mx;
+                }
+                l[qi] += t->k->exp_sum(na, sq, m[qi]);
+                t->k->attn_pv(hd, na, sq, v, v_stride, aq);
+            }
         }
     }
-    for (int i = 0; i < nh; i++) {
-        float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
-                               (size_t)tok * t->dst->nb[2]);
-        float inv = 1.0f / l[i];
-        for (int e = 0; e < t->hd; e++)
-            out[e] = acc[i][e] * inv;
-    }
+    for (int a = 0; a < ntok; a++)
+        for (int i = 0; i < nh; i++) {
+            int qi = a * nh + i;
+            float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
+                                   (size_t)(tok0 + a) * t->dst->nb[2]);
+            float inv = 1.0f / l[qi];
+            for (int e = 0; e < hd; e++)
+                out[e] = acc[(size_t)qi * hd + e] * inv;
+        }
 }
 
 static void attn_worker(void *arg, int ith, int nth)
 {
     struct attn_task *t = arg;
-    (void)ith;
     (void)nth;
+    float *scratch = t->scratch + (size_t)ith * t->scratch_floats;
+    int per_block = t->n_kv * t->subs;
     for (;;) {
         int i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (i >= t->n_tasks)
             break;
-        int per_tok = t->n_kv * t->subs;
-        int tok = i / per_tok, g = i % per_tok / t->subs, sub = i % t->subs;
+        /* the last token blocks see the most cells: hand them out first */
+        int tb = t->tok_blocks - 1 - i / per_block;
+        int g = i % per_block / t->subs, sub = i % t->subs;
+        int tok0 = tb * TOKENS_PER_TASK;
+        int ntok = t->nt - tok0 < TOKENS_PER_TASK ? t->nt - tok0 : TOKENS_PER_TASK;
         int h0 = g * t->group + sub * HEADS_PER_TASK;
         int nh = t->group - sub * HEADS_PER_TASK;
-        attn_heads(t, tok, h0, nh < HEADS_PER_TASK ? nh : HEADS_PER_TASK);
+        attn_block(t, scratch, tok0, ntok, h0, nh < HEADS_PER_TASK ? nh : HEADS_PER_TASK);
     }
 }
 
@@ -138,17 +193,24 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     t.vc = node->src[2];
     t.dst = node->dst;
     t.pos = pos;
+    t.nt = (int)nt;
     t.kv_len = kv_len;
     t.hd = (int)q->ne[0];
-    t.nh = (int)q->ne[1];
     t.group = (int)(q->ne[1] / node->iparams[0]);
     t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
     t.scale = node->fparams[0];
     t.n_kv = node->iparams[0];
     t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
-    t.n_tasks = (int)(nt * t.n_kv * t.subs);
-    atomic_init(&t.next, 0);
+    t.tok_blocks = (int)((nt + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK);
+    t.n_tasks = t.tok_blocks * t.n_kv * t.subs;
     int nth = t.n_tasks > 1 ? be->n_threads : 1;
+    t.scratch_floats = scratch_floats(t.hd);
+    size_t bytes = (size_t)nth * t.scratch_floats * sizeof(float);
+    t.scratch = cpu_scratch(be, bytes);
+    if (!t.scratch)
+        return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
+                        "out of memory for %zu bytes of attention scratch", bytes);
+    atomic_init(&t.next, 0);
     cpu_pool_run(be->pool, nth, attn_worker, &t);
     return MINFER_OK;
 }

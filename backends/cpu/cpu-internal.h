@@ -45,6 +45,8 @@ typedef void (*cpu_mm_fn)(int k, const void *w, const void *act, size_t act_stri
 
 #define CPU_MM_NC 8 /* most activation columns per weight pass */
 
+#define CPU_ATTN_CHUNK 64 /* cache cells per attention step */
+
 /* Optional two-row tile: weight rows w and w + w_stride against nc
  * columns (1..the table's nc2 of the type); out[r * CPU_MM_NC + c]. */
 /* Optional decode run: out[r] = dot(row r, the one activation column) for
@@ -81,9 +83,13 @@ struct cpu_kernels {
     /* Set only where the BF16 kernels take bf16 activations (a row of K
      * uint16, rounded to nearest even); NULL: they take f32 rows. */
     void (*quant_bf16)(const float *x, uint16_t *y, int n);
-    /* attention helpers over one KV row slice of n elements */
-    float (*dot_f32)(int n, const float *x, const float *y);
-    void (*axpy_f32)(int n, float a, const float *x, float *y);   /* y += a x */
+    /* attention over one chunk of CPU_ATTN_CHUNK cache cells: scores
+     * s[j] = scale * sum_e q[e] * kt[e * CPU_ATTN_CHUNK + j] for every
+     * j < CPU_ATTN_CHUNK (kt: the chunk's K rows transposed), and
+     * acc[e] += sum_{j < n} p[j] * v_j[e] over V rows v_j at
+     * (const char *)v + j * v_stride; hd elements per row */
+    void (*attn_scores)(int hd, float scale, const float *q, const float *kt, float *s);
+    void (*attn_pv)(int hd, int n, const float *p, const void *v, size_t v_stride, float *acc);
     void (*cvt_f16)(int n, const uint16_t *x, float *y);          /* y = f32(x) */
     void (*cvt_q8_0)(int n, const struct minfer_block_q8_0 *x, float *y);
     /* softmax numerators: x[i] = exp(x[i] - m) (x[i] <= m), returns their sum */

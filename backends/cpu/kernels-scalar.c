@@ -341,22 +341,24 @@ static void mm_q6_k(int k, const void *w, const void *act, size_t act_stride, in
 
 /* ---- attention row helpers ---- */
 
-static float dot_f32(int n, const float *x, const float *y)
+static void attn_scores(int hd, float scale, const float *q, const float *kt, float *s)
 {
-    float s[4] = {0};
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++)
-            s[j] += x[i + j] * y[i + j];
-    for (; i < n; i++)
-        s[0] += x[i] * y[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    for (int j = 0; j < CPU_ATTN_CHUNK; j++)
+        s[j] = 0.0f;
+    for (int e = 0; e < hd; e++)
+        for (int j = 0; j < CPU_ATTN_CHUNK; j++)
+            s[j] += q[e] * kt[(size_t)e * CPU_ATTN_CHUNK + j];
+    for (int j = 0; j < CPU_ATTN_CHUNK; j++)
+        s[j] *= scale;
 }
 
-static void axpy_f32(int n, float a, const float *x, float *y)
+static void attn_pv(int hd, int n, const float *p, const void *v, size_t v_stride, float *acc)
 {
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
+    for (int j = 0; j < n; j++) {
+        const float *vr = (const float *)((const char *)v + (size_t)j * v_stride);
+        for (int e = 0; e < hd; e++)
+            acc[e] += p[j] * vr[e];
+    }
 }
 
 static void cvt_f16(int n, const uint16_t *x, float *y)
@@ -401,8 +403,8 @@ const struct cpu_kernels cpu_kernels_scalar = {
     },
     .quant_q8 = quant_q8,
     .quant_q8k = quant_q8k,
-    .dot_f32 = dot_f32,
-    .axpy_f32 = axpy_f32,
+    .attn_scores = attn_scores,
+    .attn_pv = attn_pv,
     .cvt_f16 = cvt_f16,
     .cvt_q8_0 = cvt_q8_0,
     .exp_sum = exp_sum,

@@ -2,11 +2,15 @@
  * bench-cpu-ops.c — op micro-benchmark of the CPU plugin: matrix-vector
  * products (decode) per weight type at Qwen2.5-0.5B/1.5B shapes, reported
  * as weight bytes read per second, and prefill matrix products (M
- * activation rows) as GFLOP/s, plus decode attention. Loads the plugin
- * with dlopen exactly as the core does and drives it through its table.
+ * activation rows) as GFLOP/s; with -a, attention instead: decode of one
+ * token over 4096 cached cells (reported as KV bytes read per second) and
+ * a 512-token prefill from an empty cache (GFLOP/s of its QK and PV
+ * products), per head shape and KV cache type. Loads the plugin with
+ * dlopen exactly as the core does and drives it through its table.
  *
- *   minfer-bench-cpu-ops [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type]
- *                        [-S shape] [-p plugin.so] [-s seconds] [-c]
+ *   minfer-bench-cpu-ops [-t threads] [-i scalar|avx2|avx512|...] [-m M]
+ *                        [-T type] [-S shape] [-p plugin.so] [-s seconds]
+ *                        [-c] [-f] [-a]
  *
  * -S keeps the shapes whose name contains the string ("1.5B ffn_up").
  * -f times FFN_GATE_UP (gate and up both of the shape, silu(gate) * up)
@@ -147,6 +151,113 @@ static const struct shape SHAPES[] = {
     {"1.5B output 1536x151936", 1536, 151936},
 };
 
+/* ---- attention ---- */
+
+struct attn_shape {
+    const char *name;
+    int hd, nh, nkv;
+};
+
+static const struct attn_shape ATTN_SHAPES[] = {
+    {"0.5B hd64 14/2 heads", 64, 14, 2},
+    {"1.5B hd128 12/2 heads", 128, 12, 2},
+    {"7B hd128 28/4 heads", 128, 28, 4},
+};
+
+/* Seconds per ATTENTION node of nt query tokens at positions
+ * kv_len - nt .. kv_len - 1 over a cache of kv_len cells of type kvt. */
+static double run_attn(const struct attn_shape *a, uint32_t kvt, int nt, int kv_len,
+                       double seconds)
+{
+    int rl = a->hd * a->nkv;
+    size_t row = minfer_row_size(kvt, rl);
+    char *kc = aligned_alloc(64, (row * (size_t)kv_len + 63) & ~(size_t)63);
+    char *vc = aligned_alloc(64, (row * (size_t)kv_len + 63) & ~(size_t)63);
+    size_t qn = (size_t)a->hd * a->nh * nt;
+    float *q = malloc(qn * sizeof *q), *o = malloc(qn * sizeof *o), *tmp = malloc(rl * sizeof *tmp);
+    int32_t *pos = malloc((size_t)nt * sizeof *pos);
+    if (!kc || !vc || !q || !o || !tmp || !pos) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int c = 0; c < kv_len; c++) {
+        for (int i = 0; i < rl; i++)
+            tmp[i] = frand();
+        minfer_quantize_row_ref(kvt, tmp, kc + (size_t)c * row, rl);
+        minfer_quantize_row_ref(kvt, tmp, vc + (size_t)c * row, rl);
+    }
+    for (size_t i = 0; i < qn; i++)
+        q[i] = frand();
+    for (int t = 0; t < nt; t++)
+        pos[t] = kv_len - nt + t;
+    int32_t len = kv_len;
+    struct minfer_tensor qt, ot, kt, vt, lt, pt;
+    dense(&qt, MINFER_TYPE_F32, a->hd, a->nh, q);
+    qt.ne[2] = nt;
+    qt.nb[3] = qt.nb[2] * (size_t)nt;
+    ot = qt;
+    ot.data = o;
+    dense(&kt, kvt, rl, kv_len, kc);
+    dense(&vt, kvt, rl, kv_len, vc);
+    dense(&lt, MINFER_TYPE_I32, 1, 1, &len);
+    dense(&pt, MINFER_TYPE_I32, nt, 1, pos);
+    struct minfer_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = MINFER_OP_ATTENTION;
+    nd.n_src = 5;
+    nd.src[0] = &qt;
+    nd.src[1] = &kt;
+    nd.src[2] = &vt;
+    nd.src[3] = &lt;
+    nd.src[4] = &pt;
+    nd.dst = &ot;
+    nd.iparams[0] = a->nkv;
+    nd.fparams[0] = 0.125f;
+    nd.label = "bench";
+    double best = 1e30;
+    for (int trial = 0; trial < 4; trial++) {
+        int reps = 0;
+        double t0 = now(), t;
+        do {
+            if (IF->execute_node(BE, &nd) != MINFER_OK) {
+                fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
+                exit(1);
+            }
+            reps++;
+            t = now() - t0;
+        } while (t < seconds / 4);
+        if (trial > 0 && t / reps < best)
+            best = t / reps;
+    }
+    free(kc);
+    free(vc);
+    free(q);
+    free(o);
+    free(tmp);
+    free(pos);
+    return best;
+}
+
+static void bench_attention(double seconds)
+{
+    const uint32_t kvts[] = {MINFER_TYPE_F16, MINFER_TYPE_Q8_0, MINFER_TYPE_F32};
+    const int dec_len = 4096, pre = 512;
+    printf("%-5s %-22s %14s %9s %16s %10s\n", "kv", "heads", "decode@4096 us", "KV GB/s",
+           "prefill512 ms", "GFLOP/s");
+    for (size_t si = 0; si < sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]; si++)
+        for (size_t ki = 0; ki < sizeof kvts / sizeof kvts[0]; ki++) {
+            const struct attn_shape *a = &ATTN_SHAPES[si];
+            double td = run_attn(a, kvts[ki], 1, dec_len, seconds);
+            double tp = run_attn(a, kvts[ki], pre, pre, seconds);
+            double kv_bytes = 2.0 * dec_len * minfer_row_size(kvts[ki], a->hd * a->nkv);
+            /* causal: token t sees t + 1 cells; QK and PV are 2 flops per MAC each */
+            double flops = 4.0 * a->hd * a->nh * (pre * (pre + 1) / 2.0);
+            printf("%-5s %-22s %14.1f %9.2f %16.2f %10.1f\n", minfer_type_traits_of(kvts[ki])->name,
+                   a->name, td * 1e6, kv_bytes / td * 1e-9, tp * 1e3, flops / tp * 1e-9);
+            fflush(stdout);
+        }
+}
+
 static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,
                                  MINFER_TYPE_Q5_1, MINFER_TYPE_Q8_0, MINFER_TYPE_Q4_K,
                                  MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_F16,
@@ -158,6 +269,7 @@ int main(int argc, char **argv)
     const char *isa = NULL, *only = NULL, *shape_only = NULL;
     const char *path = MINFER_PLUGIN_DIR "/libminfer-cpu.so";
     double seconds = 1.0;
+    int attention = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
             nt = atoi(argv[++i]);
@@ -175,11 +287,14 @@ int main(int argc, char **argv)
             g_ffn = 1;
         else if (!strcmp(argv[i], "-c"))
             g_cpu_clock = 1;
+        else if (!strcmp(argv[i], "-a"))
+            attention = 1;
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             seconds = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-i scalar|avx2|avx512] [-m M] [-T type] "
-                            "[-S shape] [-p plugin.so] [-s seconds] [-c] [-f]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-i scalar|avx2|avxvnni|avx512|avx512bf16] "
+                            "[-m M] [-T type] [-S shape] [-p plugin.so] [-s seconds] [-c] "
+                            "[-f] [-a]\n", argv[0]);
             return 2;
         }
     }
@@ -212,6 +327,13 @@ int main(int argc, char **argv)
     IF->device_info(0, &info);
     printf("# %s | %s | threads %d | kernels %s | prefill M = %d | %s time\n", info.name,
            info.description, nt, get_isa(BE), M, g_cpu_clock ? "CPU" : "wall");
+    if (attention) {
+        bench_attention(seconds);
+        IF->destroy(BE);
+        IF->shutdown();
+        dlclose(dl);
+        return 0;
+    }
     printf("%-6s %-26s %10s %10s %9s %12s %10s\n", "type", "shape", "MiB", "decode us", "GB/s",
            "prefill ms", "GFLOP/s");
 
