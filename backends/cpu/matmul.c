@@ -106,10 +106,14 @@ struct mm_task {
     _Alignas(64) atomic_int next;
 };
 
-/* Weight rows [r0, r1) x activation columns [c0, c1): gate (or the only
- * weight) into dst, up (FFN) into ub[column - c0][row - r0]. */
-static void mm_block(const struct mm_task *t, float (*ub)[SUB_ROWS], int r0, int r1, int c0,
-                     int c1, float **dcol)
+/* Weight rows [r0, r1) x activation columns [c0, c1) into row-major
+ * blocks local to the thread: gate (or the only weight) into
+ * gb[column - c0][row - r0], up (FFN) into ub. Writing the tiles' outputs
+ * straight into dst would scatter single floats over up to 64 dst rows
+ * per tile; the blocks stay in L1 and reach dst one contiguous run per
+ * column (mm_worker's epilogue). */
+static void mm_block(const struct mm_task *t, float (*gb)[SUB_ROWS], float (*ub)[SUB_ROWS],
+                     int r0, int r1, int c0, int c1)
 {
     float g[2 * CPU_MM_NC], u[2 * CPU_MM_NC];
     for (int r = r0; r < r1;) {
@@ -126,7 +130,7 @@ static void mm_block(const struct mm_task *t, float (*ub)[SUB_ROWS], int r0, int
                 t->fn(t->K, t->w0 + woff, a, t->act_stride, nc, g);
             for (int i = 0; i < R; i++)
                 for (int j = 0; j < nc; j++)
-                    dcol[c - c0 + j][r + i] = g[i * CPU_MM_NC + j];
+                    gb[c - c0 + j][r - r0 + i] = g[i * CPU_MM_NC + j];
             if (t->w1) {
                 if (R == 2)
                     t->fn2(t->K, t->w1 + woff, t->w_nb1, a, t->act_stride, nc, u);
@@ -141,11 +145,18 @@ static void mm_block(const struct mm_task *t, float (*ub)[SUB_ROWS], int r0, int
     }
 }
 
-/* MUL_MAT_ADD: dst rows [r0, r1) of column c += the addend's, while they
- * are in this thread's cache (the same float sum as a separate ADD). */
-static void add_rows(const struct mm_task *t, float *d, int c, int r0, int r1)
+/* d[i] = p[i] + a[i]: MUL_MAT_ADD's sum, the same float add as an ADD node */
+static void add_to(int n, float *restrict d, const float *restrict p, const float *restrict a)
 {
-    const float *a = (const float *)((const char *)t->add + (size_t)c * t->add_nb1);
+    for (int i = 0; i < n; i++)
+        d[i] = p[i] + a[i];
+}
+
+/* MUL_MAT_ADD, decode: dst rows [r0, r1) += the addend's, while they are
+ * in this thread's cache. */
+static void add_rows(const struct mm_task *t, float *d, int r0, int r1)
+{
+    const float *a = t->add;
     for (int r = r0; r < r1; r++)
         d[r] += a[r];
 }
@@ -155,7 +166,9 @@ static void mm_worker(void *arg, int ith, int nth)
     struct mm_task *t = arg;
     (void)ith;
     (void)nth;
-    float ub[64][SUB_ROWS]; /* FFN up products of one sub-run and column block */
+    /* products of one sub-run and column block: gate (or the only weight)
+     * and FFN up (2 x 16 KiB) */
+    float gb[64][SUB_ROWS], ub[64][SUB_ROWS];
     int n_chunks = (t->N + t->chunk - 1) / t->chunk;
     for (;;) {
         int ch = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
@@ -167,7 +180,7 @@ static void mm_worker(void *arg, int ith, int nth)
             if (!t->w1) {
                 t->rows(t->K, t->w0 + (size_t)r0 * t->w_nb1, t->w_nb1, r1 - r0, t->act, d + r0);
                 if (t->add)
-                    add_rows(t, d, 0, r0, r1);
+                    add_rows(t, d, r0, r1);
                 continue;
             }
             /* gate rows into dst, up rows into u, then silu(gate) * up */
@@ -181,21 +194,24 @@ static void mm_worker(void *arg, int ith, int nth)
             }
             continue;
         }
-        /* sub-runs of at most SUB_ROWS rows: the up products of one wait in ub */
+        /* sub-runs of at most SUB_ROWS rows: the products of one wait in
+         * gb (and the FFN's up products in ub) */
         for (int s0 = r0; s0 < r1; s0 += SUB_ROWS) {
             int s1 = s0 + SUB_ROWS < r1 ? s0 + SUB_ROWS : r1;
             for (int c0 = 0; c0 < t->M; c0 += t->col_block) {
                 int c1 = c0 + t->col_block < t->M ? c0 + t->col_block : t->M;
-                float *dcol[64]; /* dst rows of this column block (cpu_row divides) */
-                for (int c = c0; c < c1; c++)
-                    dcol[c - c0] = (float *)cpu_row(t->dst, c);
-                mm_block(t, ub, s0, s1, c0, c1, dcol);
-                if (t->w1) /* FFN: silu(gate) * up, a vector pass per column */
-                    for (int c = c0; c < c1; c++)
-                        t->k->silu_mul(s1 - s0, dcol[c - c0] + s0, ub[c - c0]);
-                if (t->add)
-                    for (int c = c0; c < c1; c++)
-                        add_rows(t, dcol[c - c0], c, s0, s1);
+                mm_block(t, gb, ub, s0, s1, c0, c1);
+                for (int c = c0; c < c1; c++) {
+                    float *d = (float *)cpu_row(t->dst, c) + s0, *p = gb[c - c0];
+                    if (t->w1) /* FFN: silu(gate) * up */
+                        t->k->silu_mul(s1 - s0, p, ub[c - c0]);
+                    if (t->add)
+                        add_to(s1 - s0, d, p,
+                               (const float *)((const char *)t->add + (size_t)c * t->add_nb1) +
+                                   s0);
+                    else
+                        memcpy(d, p, (size_t)(s1 - s0) * sizeof(float));
+                }
             }
         }
     }
