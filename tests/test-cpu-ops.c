@@ -821,7 +821,9 @@ START_TEST(attention_kv_types)
 {
     /* Catches wrong GQA head mapping (including groups split over several
      * tasks), a causal mask off by one, online softmax rescaling mistakes
-     * across cell chunks (long KV), a prefill block of tokens whose
+     * across cell chunks (long KV), decode split into cell runs and
+     * recombined wrongly (a run's scale, a run a token cannot see), a
+     * prefill block of tokens whose
      * visible cells end in different chunks, head_dim over one register
      * slice or with a tail, and F16 / Q8_0 caches misread, on every
      * kernel set. */
@@ -832,6 +834,10 @@ START_TEST(attention_kv_types)
         check_attention(type, ISAS[ii], 64, 2, 1, 1, 1, 4, 1);       /* one cell */
         check_attention(type, ISAS[ii], 32, 10, 1, 3, 40, 48, 2);    /* > 8 heads per kv head */
         check_attention(type, ISAS[ii], 128, 4, 2, 70, 130, 140, 2); /* prefill, 3 chunks */
+        /* decode over runs of 512 cells combined afterwards: 3 runs, and 2
+         * runs where the first query token sees none of the second */
+        check_attention(type, ISAS[ii], 64, 4, 2, 1, 1500, 1600, 4);
+        check_attention(type, ISAS[ii], 64, 6, 2, 4, 514, 520, 3);
         check_attention(type, ISAS[ii], 224, 2, 1, 6, 70, 72, 2);    /* head_dim > 128 */
         if (type != MINFER_TYPE_Q8_0) {
             check_attention(type, ISAS[ii], 40, 3, 1, 5, 133, 140, 9); /* odd head_dim */

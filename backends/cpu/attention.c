@@ -11,6 +11,13 @@
  * scores and one head_dim accumulator per query is ever materialised, and
  * the conversions are shared by all the queries of the task (up to 32 in
  * prefill, the heads of one group in decode).
+ *
+ * Decode has only (kv heads x head groups) such tasks, too few to keep
+ * many cores busy over a long cache; when the queries fit one token block,
+ * the cells are also split into runs of SPLIT_CELLS, each task writes its
+ * run's (max, sum, accumulator) per query, and the caller combines the
+ * runs. The split depends on the cache length only, never on the thread
+ * count, so the result's bits do not depend on -t.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -21,6 +28,7 @@
 #define HEADS_PER_TASK 8  /* query heads of one kv head handled together */
 #define TOKENS_PER_TASK 4 /* prefill query tokens sharing each converted chunk */
 #define QUERIES_PER_TASK (HEADS_PER_TASK * TOKENS_PER_TASK)
+#define SPLIT_CELLS 512 /* decode: cells per task over a long cache */
 
 struct attn_task {
     const struct cpu_kernels *k;
@@ -28,6 +36,8 @@ struct attn_task {
     const int32_t *pos;
     int nt, kv_len, hd, group, n_kv, subs; /* subs: tasks per kv head and token block */
     int tok_blocks;
+    int splits;        /* cell runs per (token block, kv head, head group) */
+    float *partial;    /* splits > 1: per (task, query) max, sum, hd accumulator */
     size_t head_bytes; /* bytes of one kv head inside a cache row */
     float scale;
     int n_tasks;
@@ -60,10 +70,17 @@ static const float *kv_f32(const struct attn_task *t, uint32_t type, const void 
     return src;
 }
 
+/* Floats of one (task, query) partial result: max, sum, accumulator. */
+static size_t partial_floats(int hd)
+{
+    return (size_t)hd + 2;
+}
+
 /* Query tokens tok0 .. tok0 + ntok - 1, heads h0 .. h0 + nh - 1 (all
- * reading kv head h0 / group). */
+ * reading kv head h0 / group), over the cells [cb, ce) of their visible
+ * ones; the result goes to dst, or with part to part[query]. */
 static void attn_block(const struct attn_task *t, float *scratch, int tok0, int ntok, int h0,
-                       int nh)
+                       int nh, int cb, int ce, float *part)
 {
     const int hd = t->hd, CC = CPU_ATTN_CHUNK;
     int g = h0 / t->group;
@@ -80,6 +97,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
     for (int a = 0; a < ntok; a++) {
         int tok = tok0 + a;
         n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
+        n_vis[a] = n_vis[a] < ce ? n_vis[a] : ce;
         max_vis = n_vis[a] > max_vis ? n_vis[a] : max_vis;
         for (int i = 0; i < nh; i++) {
             int qi = a * nh + i;
@@ -91,7 +109,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
         }
     }
     bool v_in_place = t->vc->type == MINFER_TYPE_F32;
-    for (int c0 = 0; c0 < max_vis; c0 += CC) {
+    for (int c0 = cb; c0 < max_vis; c0 += CC) {
         int n = max_vis - c0 < CC ? max_vis - c0 : CC;
         /* K rows of the chunk, transposed (cells past n score zeros) */
         for (int j = 0; j < n; j++) {
@@ -124,7 +142,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
                     mx = sq[j] > mx ? sq[j] : mx;
                 if (mx > m[qi]) {
                     float corr = expf(m[qi] - mx); /* 0 on the first chunk */
-                    if (c0)
+                    if (m[qi] > -INFINITY)
                         for (int e = 0; e < hd; e++)
                             aq[e] *= corr;
                     l[qi] *= corr;
@@ -138,6 +156,13 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
     for (int a = 0; a < ntok; a++)
         for (int i = 0; i < nh; i++) {
             int qi = a * nh + i;
+            if (part) { /* a run of a split: the caller combines */
+                float *pq = part + (size_t)qi * partial_floats(hd);
+                pq[0] = m[qi];
+                pq[1] = l[qi];
+                memcpy(pq + 2, acc + (size_t)qi * hd, (size_t)hd * sizeof(float));
+                continue;
+            }
             float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
                                    (size_t)(tok0 + a) * t->dst->nb[2]);
             float inv = 1.0f / l[qi];
@@ -146,24 +171,78 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
         }
 }
 
+/* Task i: its token block, heads and cell run. */
+struct task_at {
+    int tok0, ntok, h0, nh, split;
+};
+
+static struct task_at task_at(const struct attn_task *t, int i)
+{
+    struct task_at a;
+    int per_block = t->n_kv * t->subs * t->splits;
+    /* the last token blocks see the most cells: hand them out first */
+    int tb = t->tok_blocks - 1 - i / per_block;
+    int j = i % per_block / t->splits;
+    int g = j / t->subs, sub = j % t->subs;
+    a.split = i % t->splits;
+    a.tok0 = tb * TOKENS_PER_TASK;
+    a.ntok = t->nt - a.tok0 < TOKENS_PER_TASK ? t->nt - a.tok0 : TOKENS_PER_TASK;
+    a.h0 = g * t->group + sub * HEADS_PER_TASK;
+    a.nh = t->group - sub * HEADS_PER_TASK < HEADS_PER_TASK ? t->group - sub * HEADS_PER_TASK
+                                                           : HEADS_PER_TASK;
+    return a;
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
     struct attn_task *t = arg;
     (void)nth;
     float *scratch = t->scratch + (size_t)ith * t->scratch_floats;
-    int per_block = t->n_kv * t->subs;
     for (;;) {
         int i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (i >= t->n_tasks)
             break;
-        /* the last token blocks see the most cells: hand them out first */
-        int tb = t->tok_blocks - 1 - i / per_block;
-        int g = i % per_block / t->subs, sub = i % t->subs;
-        int tok0 = tb * TOKENS_PER_TASK;
-        int ntok = t->nt - tok0 < TOKENS_PER_TASK ? t->nt - tok0 : TOKENS_PER_TASK;
-        int h0 = g * t->group + sub * HEADS_PER_TASK;
-        int nh = t->group - sub * HEADS_PER_TASK;
-        attn_block(t, scratch, tok0, ntok, h0, nh < HEADS_PER_TASK ? nh : HEADS_PER_TASK);
+        struct task_at a = task_at(t, i);
+        if (t->splits == 1) {
+            attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, 0, t->kv_len, NULL);
+            continue;
+        }
+        float *part = t->partial + (size_t)i * QUERIES_PER_TASK * partial_floats(t->hd);
+        attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, a.split * SPLIT_CELLS,
+                   (a.split + 1) * SPLIT_CELLS, part);
+    }
+}
+
+/* splits > 1: each query's output from its runs' partial results */
+static void combine_splits(const struct attn_task *t)
+{
+    const int hd = t->hd;
+    const size_t pf = partial_floats(hd);
+    for (int i = 0; i < t->n_tasks; i += t->splits) {
+        struct task_at a = task_at(t, i);
+        for (int qi = 0; qi < a.ntok * a.nh; qi++) {
+            const float *p0 = t->partial + ((size_t)i * QUERIES_PER_TASK + qi) * pf;
+            size_t step = (size_t)QUERIES_PER_TASK * pf; /* the next run of this query */
+            float mx = -INFINITY, l = 0.0f;
+            for (int s = 0; s < t->splits; s++)
+                mx = p0[s * step] > mx ? p0[s * step] : mx;
+            float *out = (float *)((char *)t->dst->data +
+                                   (size_t)(a.h0 + qi % a.nh) * t->dst->nb[1] +
+                                   (size_t)(a.tok0 + qi / a.nh) * t->dst->nb[2]);
+            memset(out, 0, (size_t)hd * sizeof(float));
+            for (int s = 0; s < t->splits; s++) {
+                const float *ps = p0 + s * step;
+                if (ps[1] == 0.0f) /* no visible cell in this run */
+                    continue;
+                float w = expf(ps[0] - mx);
+                l += ps[1] * w;
+                for (int e = 0; e < hd; e++)
+                    out[e] += ps[2 + e] * w;
+            }
+            float inv = 1.0f / l;
+            for (int e = 0; e < hd; e++)
+                out[e] *= inv;
+        }
     }
 }
 
@@ -202,15 +281,21 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     t.n_kv = node->iparams[0];
     t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     t.tok_blocks = (int)((nt + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK);
-    t.n_tasks = t.tok_blocks * t.n_kv * t.subs;
+    t.splits = t.tok_blocks == 1 ? (kv_len + SPLIT_CELLS - 1) / SPLIT_CELLS : 1;
+    t.n_tasks = t.tok_blocks * t.n_kv * t.subs * t.splits;
     int nth = t.n_tasks > 1 ? be->n_threads : 1;
     t.scratch_floats = scratch_floats(t.hd);
-    size_t bytes = (size_t)nth * t.scratch_floats * sizeof(float);
+    size_t per_threads = (size_t)nth * t.scratch_floats;
+    size_t parts = t.splits > 1 ? (size_t)t.n_tasks * QUERIES_PER_TASK * partial_floats(t.hd) : 0;
+    size_t bytes = (per_threads + parts) * sizeof(float);
     t.scratch = cpu_scratch(be, bytes);
     if (!t.scratch)
         return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
                         "out of memory for %zu bytes of attention scratch", bytes);
+    t.partial = t.scratch + per_threads;
     atomic_init(&t.next, 0);
     cpu_pool_run(be->pool, nth, attn_worker, &t);
+    if (t.splits > 1)
+        combine_splits(&t);
     return MINFER_OK;
 }
