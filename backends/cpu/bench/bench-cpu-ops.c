@@ -8,6 +8,10 @@
  * products), per head shape and KV cache type. Loads the plugin with
  * dlopen exactly as the core does and drives it through its table.
  *
+ * Before the matrix table it measures the machine's streaming read rate
+ * with the same thread count (1 GiB, best of 7 passes), and prints each
+ * decode figure also as a percentage of it.
+ *
  *   minfer-bench-cpu-ops [-t threads] [-i scalar|avx2|avx512|...] [-m M]
  *                        [-T type] [-S shape] [-p plugin.so] [-s seconds]
  *                        [-c] [-f] [-a]
@@ -25,6 +29,8 @@
  * are counted, so it is still an upper bound on the time).
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +156,72 @@ static const struct shape SHAPES[] = {
     {"1.5B ffn_down 8960x1536", 8960, 1536},
     {"1.5B output 1536x151936", 1536, 151936},
 };
+
+/* ---- memory bandwidth ---- */
+
+#define BW_BYTES ((size_t)1 << 30)
+
+struct bw_part {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+};
+
+/* Sums n words with 8 independent lanes; the widest vectors the CPU has
+ * (the clones are chosen at load time) so that one core is not limited by
+ * its instructions. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static uint64_t
+read_words(const uint64_t *p, size_t n)
+{
+    uint64_t s[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += p[i + j];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static void *bw_thread(void *arg)
+{
+    struct bw_part *b = arg;
+    b->sum = read_words(b->p, b->n);
+    return NULL;
+}
+
+/* Streaming read rate of nt threads over BW_BYTES, bytes per second; 0 if
+ * the buffer or the threads cannot be had. */
+static double read_bandwidth(int nt)
+{
+    uint64_t *buf = aligned_alloc(64, BW_BYTES);
+    if (!buf || nt < 1 || nt > 256) {
+        free(buf);
+        return 0.0;
+    }
+    memset(buf, 1, BW_BYTES);
+    size_t words = BW_BYTES / 8, per = words / (size_t)nt;
+    double best = 1e30;
+    uint64_t sink = 0;
+    for (int pass = 0; pass < 7; pass++) {
+        pthread_t th[256];
+        struct bw_part part[256];
+        double t0 = now();
+        int started = 0;
+        for (int i = 0; i < nt; i++) {
+            part[i] = (struct bw_part){buf + (size_t)i * per, per, 0};
+            if (pthread_create(&th[i], NULL, bw_thread, &part[i]))
+                break;
+            started++;
+        }
+        for (int i = 0; i < started; i++) {
+            pthread_join(th[i], NULL);
+            sink += part[i].sum;
+        }
+        double t = now() - t0;
+        if (started == nt && t < best)
+            best = t;
+    }
+    free(buf);
+    return best < 1e30 && sink ? (double)per * 8 * nt / best : 0.0;
+}
 
 /* ---- attention ---- */
 
@@ -334,8 +406,10 @@ int main(int argc, char **argv)
         dlclose(dl);
         return 0;
     }
-    printf("%-6s %-26s %10s %10s %9s %12s %10s\n", "type", "shape", "MiB", "decode us", "GB/s",
-           "prefill ms", "GFLOP/s");
+    double bw = read_bandwidth(nt);
+    printf("# streaming read, %d threads, 1 GiB, best of 7: %.1f GB/s\n", nt, bw * 1e-9);
+    printf("%-6s %-26s %10s %10s %9s %7s %12s %10s\n", "type", "shape", "MiB", "decode us", "GB/s",
+           "% read", "prefill ms", "GFLOP/s");
 
     float *x = aligned_alloc(64, (size_t)8960 * M * sizeof(float));
     float *y = aligned_alloc(64, (size_t)151936 * M * sizeof(float)); /* largest N */
@@ -363,8 +437,9 @@ int main(int argc, char **argv)
             double td = run_mm(TYPES[ti], s->K, s->N, 1, w, ncopies, bytes, x, y, seconds, &reps);
             double tp = run_mm(TYPES[ti], s->K, s->N, M, w, 1, bytes, x, y, seconds, &reps);
             int nw = g_ffn ? 2 : 1;
-            printf("%-6s %-26s %10.2f %10.1f %9.2f %12.2f %10.1f\n", tn, s->name,
-                   nw * bytes / 1048576.0, td * 1e6, nw * bytes / td * 1e-9, tp * 1e3,
+            printf("%-6s %-26s %10.2f %10.1f %9.2f %7.0f %12.2f %10.1f\n", tn, s->name,
+                   nw * bytes / 1048576.0, td * 1e6, nw * bytes / td * 1e-9,
+                   bw > 0 ? 100.0 * nw * bytes / td / bw : 0.0, tp * 1e3,
                    nw * 2.0 * s->K * s->N * (double)M / tp * 1e-9);
             fflush(stdout);
             free(w);
