@@ -101,8 +101,54 @@ static char *make_weights(uint32_t type, int K, int N, size_t total, int *n_copi
 
 static int g_ffn; /* -f: FFN_GATE_UP (gate and up = two consecutive copies) */
 
+/* Best seconds per execution of nd over 3 timed trials of ~seconds/4 each
+ * after a warm-up trial; prep(ctx), if given, runs before each execution
+ * (inside the timing: it only repoints tensors). */
+static double time_node(struct minfer_node *nd, double seconds, void (*prep)(void *), void *ctx)
+{
+    double best = 1e30;
+    for (int trial = 0; trial < 4; trial++) {
+        int reps = 0;
+        double t0 = now(), t;
+        do {
+            if (prep)
+                prep(ctx);
+            if (IF->execute_node(BE, nd) != MINFER_OK) {
+                fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
+                exit(1);
+            }
+            reps++;
+            t = now() - t0;
+        } while (t < seconds / 4);
+        if (trial > 0 && t / reps < best) /* trial 0 is the warm-up */
+            best = t / reps;
+    }
+    return best;
+}
+
+/* The weight copies a product reads, rotated per execution so that decode
+ * reads memory, not cache. */
+struct rotation {
+    struct minfer_tensor *wt, *ut;
+    uint32_t type;
+    int K, N, n_copies, ci;
+    char *w;
+    size_t bytes;
+};
+
+static void rotate(void *arg)
+{
+    struct rotation *r = arg;
+    dense(r->wt, r->type, r->K, r->N, r->w + (size_t)r->ci * r->bytes);
+    r->ci = (r->ci + 1) % r->n_copies;
+    if (g_ffn) { /* up: the next copy (the same copy if there is one) */
+        dense(r->ut, r->type, r->K, r->N, r->w + (size_t)r->ci * r->bytes);
+        r->ci = (r->ci + 1) % r->n_copies;
+    }
+}
+
 static double run_mm(uint32_t type, int K, int N, int M, char *w, int n_copies, size_t bytes,
-                     float *x, float *y, double seconds, int *reps_out)
+                     float *x, float *y, double seconds)
 {
     struct minfer_tensor wt, ut, xt, yt;
     dense(&xt, MINFER_TYPE_F32, K, M, x);
@@ -116,31 +162,8 @@ static double run_mm(uint32_t type, int K, int N, int M, char *w, int n_copies, 
     nd.src[2] = g_ffn ? &xt : NULL;
     nd.dst = &yt;
     nd.label = "bench";
-    double best = 1e30;
-    int reps = 0;
-    for (int trial = 0; trial < 4; trial++) {
-        int ci = 0;
-        reps = 0;
-        double t0 = now(), t;
-        do {
-            dense(&wt, type, K, N, w + (size_t)ci * bytes);
-            ci = (ci + 1) % n_copies;
-            if (g_ffn) { /* up: the next copy (the same copy if there is one) */
-                dense(&ut, type, K, N, w + (size_t)ci * bytes);
-                ci = (ci + 1) % n_copies;
-            }
-            if (IF->execute_node(BE, &nd) != MINFER_OK) {
-                fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
-                exit(1);
-            }
-            reps++;
-            t = now() - t0;
-        } while (t < seconds / 4);
-        if (trial > 0 && t / reps < best) /* trial 0 is the warm-up */
-            best = t / reps;
-    }
-    *reps_out = reps;
-    return best;
+    struct rotation rot = {&wt, &ut, type, K, N, n_copies, 0, w, bytes};
+    return time_node(&nd, seconds, rotate, &rot);
 }
 
 struct shape {
@@ -286,21 +309,7 @@ static double run_attn(const struct attn_shape *a, uint32_t kvt, int nt, int kv_
     nd.iparams[0] = a->nkv;
     nd.fparams[0] = 0.125f;
     nd.label = "bench";
-    double best = 1e30;
-    for (int trial = 0; trial < 4; trial++) {
-        int reps = 0;
-        double t0 = now(), t;
-        do {
-            if (IF->execute_node(BE, &nd) != MINFER_OK) {
-                fprintf(stderr, "execute_node: %s\n", IF->last_error(BE));
-                exit(1);
-            }
-            reps++;
-            t = now() - t0;
-        } while (t < seconds / 4);
-        if (trial > 0 && t / reps < best)
-            best = t / reps;
-    }
+    double best = time_node(&nd, seconds, NULL, NULL);
     free(kc);
     free(vc);
     free(q);
@@ -428,14 +437,14 @@ int main(int argc, char **argv)
             size_t bytes = minfer_row_size(TYPES[ti], s->K) * (size_t)s->N;
             if (!bytes)
                 continue; /* K not a whole number of blocks (e.g. 896 for K-quants) */
-            int ncopies, reps;
+            int ncopies;
             char *w = make_weights(TYPES[ti], s->K, s->N, (size_t)512 << 20, &ncopies);
             if (!w) {
                 fprintf(stderr, "out of memory\n");
                 return 1;
             }
-            double td = run_mm(TYPES[ti], s->K, s->N, 1, w, ncopies, bytes, x, y, seconds, &reps);
-            double tp = run_mm(TYPES[ti], s->K, s->N, M, w, 1, bytes, x, y, seconds, &reps);
+            double td = run_mm(TYPES[ti], s->K, s->N, 1, w, ncopies, bytes, x, y, seconds);
+            double tp = run_mm(TYPES[ti], s->K, s->N, M, w, 1, bytes, x, y, seconds);
             int nw = g_ffn ? 2 : 1;
             printf("%-6s %-26s %10.2f %10.1f %9.2f %7.0f %12.2f %10.1f\n", tn, s->name,
                    nw * bytes / 1048576.0, td * 1e6, nw * bytes / td * 1e-9,
