@@ -22,6 +22,7 @@
 #include "testutil.h"
 
 #define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"
+#include "chat-turns.h"
 
 /* ---- helpers ---- */
 
@@ -718,91 +719,19 @@ END_TEST
 
 /* ---- minfer chat ---- */
 
-static char *run_capture(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;)
-        n += got;
-    buf[n] = 0;
-    ck_assert_int_eq(pclose(p), 0);
-    return buf;
-}
-
 START_TEST(chat_turn2_equals_fresh_run)
 {
     /* Catches KV reuse across chat turns that drifts from recomputing the
      * whole conversation, and a second turn that re-prefills everything. */
     if (access(FIX_GGUF, R_OK))
         MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
-    char cmd[1024], errpath[64];
-    snprintf(errpath, sizeof errpath, "/tmp/minfer-chat-test-%d.err", (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "printf 'Hello there\\nWhat is 2+2?\\n' | MINFER_PLUGIN_PATH=%s %s/bin/minfer chat "
-             "-m %s -n 6 --temp 0 -c 256 2>%s",
-             MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF, errpath);
-    char *out = run_capture(cmd);
-    char *nl = strchr(out, '\n');
-    ck_assert_ptr_nonnull(nl);
-    *nl = 0;
-    const char *reply1 = out, *reply2 = nl + 1;
-    char *nl2 = strchr(reply2, '\n');
-    ck_assert_ptr_nonnull(nl2);
-    *nl2 = 0;
-    snprintf(cmd, sizeof cmd, "cat %s", errpath);
-    char *log = run_capture(cmd);
-    unlink(errpath);
+    struct minfer_runtime *rt = runtime();
+    char *log = check_chat_turn2(rt, NULL, 6);
     ck_assert_msg(strstr(log, "[chat: 0 cached tokens reused") &&
                       !strstr(strstr(log, "\n") ? strstr(log, "\n") + 1 : log, "[chat: 0 cached"),
                   "turn 2 did not reuse the cache: %s", log);
-
-    /* Fresh: render the conversation, prefill it all, greedy 6 tokens. */
-    struct minfer_runtime *rt = runtime();
-    minfer_status st;
-    char err[512];
-    struct minfer_model *m = minfer_model_load(rt, FIX_GGUF, NULL, &st, err, sizeof err);
-    ck_assert_msg(m, "%s", err);
-    struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(minfer_model_gguf(m), &st, err,
-                                                              sizeof err);
-    ck_assert_ptr_nonnull(tok);
-    struct minfer_chat_msg msgs[3] = {
-        {"user", "Hello there"}, {"assistant", reply1}, {"user", "What is 2+2?"}};
-    char text[4096];
-    size_t len;
-    ck_assert_int_eq(minfer_chat_render(tok, MINFER_CHAT_UNKNOWN, msgs, 3, true, text,
-                                        sizeof text, &len, err, sizeof err),
-                     MINFER_OK);
-    int32_t ids[512];
-    size_t n;
-    ck_assert_int_eq(minfer_tokenize(tok, text, len, true, ids, 512, &n), MINFER_OK);
-    struct minfer_ctx *c = ctx_of(m, 256, 512, MINFER_TYPE_F16);
-    decode_ok(c, ids, (int32_t)n, 0);
-    int32_t gen[6];
-    int ng = 0;
-    for (; ng < 6; ng++) {
-        gen[ng] = 0;
-        const float *l = minfer_ctx_logits(c, -1);
-        for (int32_t i = 1; i < 151936; i++)
-            if (l[i] > l[gen[ng]])
-                gen[ng] = i;
-        if (minfer_tokenizer_is_eog(tok, gen[ng]))
-            break;
-        decode_ok(c, &gen[ng], 1, 0);
-    }
-    char fresh[1024];
-    size_t flen;
-    ck_assert_int_eq(minfer_detokenize(tok, gen, (size_t)ng, false, fresh, sizeof fresh - 1, &flen),
-                     MINFER_OK);
-    fresh[flen] = 0;
-    ck_assert_str_eq(reply2, fresh);
-    minfer_ctx_free(c);
-    minfer_tokenizer_free(tok);
-    minfer_model_free(m);
-    minfer_runtime_free(rt);
-    free(out);
     free(log);
+    minfer_runtime_free(rt);
 }
 END_TEST
 
