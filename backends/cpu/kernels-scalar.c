@@ -130,52 +130,14 @@ static void mm_bf16(int k, const void *w, const void *act, size_t act_stride, in
 
 /* ---- 32-element blocks against Q8 activation rows ---- */
 
-static void mm_q4_0(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q4_0 *x = w;
-    int nb = k / 32;
-    for (int c = 0; c < nc; c++) {
-        const int8_t *aq = (const int8_t *)ACT(c);
-        const float *ad = CPU_Q8_D(aq, k);
-        const int32_t *as = CPU_Q8_SUM(aq, k);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            int isum = 0;
-            for (int j = 0; j < 16; j++)
-                isum += (x[b].qs[j] & 15) * aq[32 * b + j] + (x[b].qs[j] >> 4) * aq[32 * b + j + 16];
-            isum -= 8 * as[b];
-            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;
-        }
-        out[c] = acc;
-    }
-}
-
-static void mm_q4_1(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q4_1 *x = w;
-    int nb = k / 32;
-    for (int c = 0; c < nc; c++) {
-        const int8_t *aq = (const int8_t *)ACT(c);
-        const float *ad = CPU_Q8_D(aq, k);
-        const int32_t *as = CPU_Q8_SUM(aq, k);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            int isum = 0;
-            for (int j = 0; j < 16; j++)
-                isum += (x[b].qs[j] & 15) * aq[32 * b + j] + (x[b].qs[j] >> 4) * aq[32 * b + j + 16];
-            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum +
-                   minfer_fp16_to_fp32(x[b].m) * ad[b] * (float)as[b];
-        }
-        out[c] = acc;
-    }
-}
-
 static inline uint32_t load_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static inline int q5_dot(const uint8_t *qs, uint32_t qh, const int8_t *a)
+/* sum of q * a over one block of packed nibbles (low nibbles are elements
+ * 0..15, high ones 16..31), with the fifth bits from qh (0 for 4-bit) */
+static inline int nib_dot(const uint8_t *qs, uint32_t qh, const int8_t *a)
 {
     int isum = 0;
     for (int j = 0; j < 16; j++) {
@@ -186,40 +148,38 @@ static inline int q5_dot(const uint8_t *qs, uint32_t qh, const int8_t *a)
     return isum;
 }
 
-static void mm_q5_0(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q5_0 *x = w;
-    int nb = k / 32;
-    for (int c = 0; c < nc; c++) {
-        const int8_t *aq = (const int8_t *)ACT(c);
-        const float *ad = CPU_Q8_D(aq, k);
-        const int32_t *as = CPU_Q8_SUM(aq, k);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), aq + 32 * b) - 16 * as[b];
-            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;
-        }
-        out[c] = acc;
+/* One body for Q4_0/Q4_1/Q5_0/Q5_1: per block d * da * (sum q a - offset *
+ * sum a), plus m * da * sum a for the types with a min. */
+#define MM_Q32(name, BT, HAS_QH, OFFSET, HAS_M)                                             \
+    static void name(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        const BT *x = w;                                                                    \
+        int nb = k / 32;                                                                    \
+        for (int c = 0; c < nc; c++) {                                                      \
+            const int8_t *aq = (const int8_t *)ACT(c);                                      \
+            const float *ad = CPU_Q8_D(aq, k);                                              \
+            const int32_t *as = CPU_Q8_SUM(aq, k);                                          \
+            float acc = 0.0f;                                                               \
+            for (int b = 0; b < nb; b++) {                                                  \
+                uint32_t qh = HAS_QH ? load_u32((const uint8_t *)&x[b] + 2 + 2 * HAS_M) : 0; \
+                int isum = nib_dot(x[b].qs, qh, aq + 32 * b) - (OFFSET) * as[b];            \
+                float m = HAS_M ? minfer_fp16_to_fp32(*(const uint16_t *)((const char *)&x[b] + 2)) \
+                                : 0.0f;                                                     \
+                if (HAS_M)                                                                  \
+                    acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum +              \
+                           m * ad[b] * (float)as[b];                                        \
+                else                                                                        \
+                    acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum;               \
+            }                                                                               \
+            out[c] = acc;                                                                   \
+        }                                                                                   \
     }
-}
 
-static void mm_q5_1(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q5_1 *x = w;
-    int nb = k / 32;
-    for (int c = 0; c < nc; c++) {
-        const int8_t *aq = (const int8_t *)ACT(c);
-        const float *ad = CPU_Q8_D(aq, k);
-        const int32_t *as = CPU_Q8_SUM(aq, k);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            int isum = q5_dot(x[b].qs, load_u32(x[b].qh), aq + 32 * b);
-            acc += minfer_fp16_to_fp32(x[b].d) * ad[b] * (float)isum +
-                   minfer_fp16_to_fp32(x[b].m) * ad[b] * (float)as[b];
-        }
-        out[c] = acc;
-    }
-}
+MM_Q32(mm_q4_0, struct minfer_block_q4_0, 0, 8, 0)
+MM_Q32(mm_q4_1, struct minfer_block_q4_1, 0, 0, 1)
+MM_Q32(mm_q5_0, struct minfer_block_q5_0, 1, 16, 0)
+MM_Q32(mm_q5_1, struct minfer_block_q5_1, 1, 0, 1)
 
 static void mm_q8_0(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
 {
