@@ -253,6 +253,9 @@ START_TEST(create_config)
     ck_assert_str_eq(IF->last_error(be), "");
     ck_assert_int_ne(g_set_isa(be, "mmx"), MINFER_OK);
     ck_assert_ptr_nonnull(strstr(IF->last_error(be), "mmx"));
+    for (int i = 0; i < N_ISAS; i++) /* the refusal lists every set it knows */
+        ck_assert_msg(strstr(IF->last_error(be), ISAS[i]), "'%s' missing from: %s", ISAS[i],
+                      IF->last_error(be));
     IF->destroy(be);
     IF->destroy(NULL);
 }

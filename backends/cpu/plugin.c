@@ -214,8 +214,12 @@ static minfer_status cpu_set_isa(struct minfer_backend *be, const char *name)
         be->k = cpu_kernels_for(be->isa);
         return MINFER_OK;
     }
-    return cpu_fail(be, NULL, MINFER_ERR_INVALID_ARG,
-                    "unknown kernel set '%s'; expected scalar, avx2, avxvnni or avx512", name);
+    char names[128] = "";
+    for (int i = 0; i < CPU_ISA_COUNT; i++) /* the list follows the enum */
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 cpu_isa_name((enum cpu_isa)i));
+    return cpu_fail(be, NULL, MINFER_ERR_INVALID_ARG, "unknown kernel set '%s'; expected one of %s",
+                    name, names);
 }
 
 /* Extension "minfer_cpu_isa": the kernel set an instance uses. */
