@@ -38,6 +38,7 @@ struct attn_task {
     int tok_blocks;
     int splits;        /* cell runs per (token block, kv head, head group) */
     float *partial;    /* splits > 1: per (task, query) max, sum, hd accumulator */
+    int task_queries;  /* splits > 1: partial slots per task (most queries a task has) */
     size_t head_bytes; /* bytes of one kv head inside a cache row */
     float scale;
     int n_tasks;
@@ -207,7 +208,7 @@ static void attn_worker(void *arg, int ith, int nth)
             attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, 0, t->kv_len, NULL);
             continue;
         }
-        float *part = t->partial + (size_t)i * QUERIES_PER_TASK * partial_floats(t->hd);
+        float *part = t->partial + (size_t)i * t->task_queries * partial_floats(t->hd);
         attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, a.split * SPLIT_CELLS,
                    (a.split + 1) * SPLIT_CELLS, part);
     }
@@ -221,8 +222,8 @@ static void combine_splits(const struct attn_task *t)
     for (int i = 0; i < t->n_tasks; i += t->splits) {
         struct task_at a = task_at(t, i);
         for (int qi = 0; qi < a.ntok * a.nh; qi++) {
-            const float *p0 = t->partial + ((size_t)i * QUERIES_PER_TASK + qi) * pf;
-            size_t step = (size_t)QUERIES_PER_TASK * pf; /* the next run of this query */
+            const float *p0 = t->partial + ((size_t)i * t->task_queries + qi) * pf;
+            size_t step = (size_t)t->task_queries * pf; /* the next run of this query */
             float mx = -INFINITY, l = 0.0f;
             for (int s = 0; s < t->splits; s++)
                 mx = p0[s * step] > mx ? p0[s * step] : mx;
@@ -286,7 +287,11 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     int nth = t.n_tasks > 1 ? be->n_threads : 1;
     t.scratch_floats = scratch_floats(t.hd);
     size_t per_threads = (size_t)nth * t.scratch_floats;
-    size_t parts = t.splits > 1 ? (size_t)t.n_tasks * QUERIES_PER_TASK * partial_floats(t.hd) : 0;
+    /* splits happen with one token block: at most nt tokens x the heads of a task */
+    t.task_queries = (int)nt * (t.group < HEADS_PER_TASK ? t.group : HEADS_PER_TASK);
+    if (t.task_queries > QUERIES_PER_TASK)
+        t.task_queries = QUERIES_PER_TASK;
+    size_t parts = t.splits > 1 ? (size_t)t.n_tasks * t.task_queries * partial_floats(t.hd) : 0;
     size_t bytes = (per_threads + parts) * sizeof(float);
     t.scratch = cpu_scratch(be, bytes);
     if (!t.scratch)
