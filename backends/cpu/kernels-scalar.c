@@ -2,7 +2,7 @@
  * kernels-scalar.c — the portable kernel set: activation quantization to
  * Q8 (32-element blocks) and Q8_K, integer dot products of every weight
  * type against them, f32-accumulating F32/F16/BF16 products, and the
- * attention row helpers. Baseline C, used on CPUs without AVX2 and as
+ * attention chunk kernels. Baseline C, used on CPUs without AVX2 and as
  * the model the SIMD sets are tested against.
  */
 #include <math.h>
@@ -299,7 +299,7 @@ static void mm_q6_k(int k, const void *w, const void *act, size_t act_stride, in
     }
 }
 
-/* ---- attention row helpers ---- */
+/* ---- attention: chunk kernels and KV row converters ---- */
 
 static void attn_scores(int hd, float scale, const float *q, const float *kt, float *s)
 {
