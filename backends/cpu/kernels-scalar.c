@@ -79,54 +79,31 @@ static void quant_q8k(const float *x, struct minfer_block_q8_K *y, int n)
 
 #define ACT(c) ((const char *)act + (size_t)(c) * act_stride)
 
-static void mm_f32(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const float *x = w;
-    for (int c = 0; c < nc; c++) {
-        const float *a = (const float *)ACT(c);
-        float s[4] = {0};
-        int i = 0;
-        for (; i + 4 <= k; i += 4)
-            for (int j = 0; j < 4; j++)
-                s[j] += x[i + j] * a[i + j];
-        for (; i < k; i++)
-            s[0] += x[i] * a[i];
-        out[c] = (s[0] + s[1]) + (s[2] + s[3]);
+/* F32/F16/BF16 weights against f32 activations: four partial sums per
+ * column, then the tail; CONV turns a stored weight into f32 */
+#define MM_FLOAT(name, T, CONV, PREP)                                                       \
+    static void name(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        const T *x = w;                                                                     \
+        PREP;                                                                               \
+        for (int c = 0; c < nc; c++) {                                                      \
+            const float *a = (const float *)ACT(c);                                         \
+            float s[4] = {0};                                                               \
+            int i = 0;                                                                      \
+            for (; i + 4 <= k; i += 4)                                                      \
+                for (int j = 0; j < 4; j++)                                                 \
+                    s[j] += CONV(x[i + j]) * a[i + j];                                      \
+            for (; i < k; i++)                                                              \
+                s[0] += CONV(x[i]) * a[i];                                                  \
+            out[c] = (s[0] + s[1]) + (s[2] + s[3]);                                         \
+        }                                                                                   \
     }
-}
 
-static void mm_f16(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const uint16_t *x = w;
-    f16_ready();
-    for (int c = 0; c < nc; c++) {
-        const float *a = (const float *)ACT(c);
-        float s[4] = {0};
-        int i = 0;
-        for (; i + 4 <= k; i += 4)
-            for (int j = 0; j < 4; j++)
-                s[j] += h2f(x[i + j]) * a[i + j];
-        for (; i < k; i++)
-            s[0] += h2f(x[i]) * a[i];
-        out[c] = (s[0] + s[1]) + (s[2] + s[3]);
-    }
-}
-
-static void mm_bf16(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const uint16_t *x = w;
-    for (int c = 0; c < nc; c++) {
-        const float *a = (const float *)ACT(c);
-        float s[4] = {0};
-        int i = 0;
-        for (; i + 4 <= k; i += 4)
-            for (int j = 0; j < 4; j++)
-                s[j] += minfer_bf16_to_fp32(x[i + j]) * a[i + j];
-        for (; i < k; i++)
-            s[0] += minfer_bf16_to_fp32(x[i]) * a[i];
-        out[c] = (s[0] + s[1]) + (s[2] + s[3]);
-    }
-}
+#define F32_OF(v) (v)
+MM_FLOAT(mm_f32, float, F32_OF, (void)0)
+MM_FLOAT(mm_f16, uint16_t, h2f, f16_ready())
+MM_FLOAT(mm_bf16, uint16_t, minfer_bf16_to_fp32, (void)0)
 
 /* ---- 32-element blocks against Q8 activation rows ---- */
 
@@ -238,33 +215,25 @@ static float dot_qk45(const uint8_t *scales, const uint8_t *qs, const uint8_t *q
     return a->d * (d * (float)isum - dmin * (float)msum);
 }
 
-static void mm_q4_k(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q4_K *x = w;
-    int nb = k / 256;
-    for (int c = 0; c < nc; c++) {
-        const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++)
-            acc += dot_qk45(x[b].scales, x[b].qs, NULL, &a[b], minfer_fp16_to_fp32(x[b].d),
-                            minfer_fp16_to_fp32(x[b].dmin));
-        out[c] = acc;
+/* Q4_K and Q5_K: the same walk, qh only for Q5_K */
+#define MM_QK45(name, BT, QH)                                                               \
+    static void name(int k, const void *w, const void *act, size_t act_stride, int nc,      \
+                     float *out)                                                            \
+    {                                                                                       \
+        const BT *x = w;                                                                    \
+        int nb = k / 256;                                                                   \
+        for (int c = 0; c < nc; c++) {                                                      \
+            const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c);   \
+            float acc = 0.0f;                                                               \
+            for (int b = 0; b < nb; b++)                                                    \
+                acc += dot_qk45(x[b].scales, x[b].qs, QH, &a[b], minfer_fp16_to_fp32(x[b].d), \
+                                minfer_fp16_to_fp32(x[b].dmin));                            \
+            out[c] = acc;                                                                   \
+        }                                                                                   \
     }
-}
 
-static void mm_q5_k(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
-{
-    const struct minfer_block_q5_K *x = w;
-    int nb = k / 256;
-    for (int c = 0; c < nc; c++) {
-        const struct minfer_block_q8_K *a = (const struct minfer_block_q8_K *)ACT(c);
-        float acc = 0.0f;
-        for (int b = 0; b < nb; b++)
-            acc += dot_qk45(x[b].scales, x[b].qs, x[b].qh, &a[b], minfer_fp16_to_fp32(x[b].d),
-                            minfer_fp16_to_fp32(x[b].dmin));
-        out[c] = acc;
-    }
-}
+MM_QK45(mm_q4_k, struct minfer_block_q4_K, NULL)
+MM_QK45(mm_q5_k, struct minfer_block_q5_K, x[b].qh)
 
 static void mm_q6_k(int k, const void *w, const void *act, size_t act_stride, int nc, float *out)
 {
