@@ -214,6 +214,20 @@ static void tt_place(struct tt *x, const char *weight_name)
     }
 }
 
+static int g_wid; /* unique weight names */
+
+/* A weight [n0, n1] of random content registered on both plugins under a
+ * name no other test uses ("t<n>.<role>"; the name lives as long as the
+ * test's allocations). */
+static struct tt *tt_weight(uint32_t type, int64_t n0, int64_t n1, size_t pad, const char *role)
+{
+    struct tt *w = tt_new(type, n0, n1, 1, 1, pad);
+    char *name = talloc(64);
+    snprintf(name, 64, "t%d.%s", g_wid++, role);
+    tt_place(w, name);
+    return w;
+}
+
 /* An output: poisoned with 0xFF bytes (NaN for f32/f16/bf16) on both. */
 static struct tt *tt_out(uint32_t type, int64_t n0, int64_t n1, int64_t n2, int64_t n3, size_t pad)
 {
@@ -333,7 +347,6 @@ static int is_float(uint32_t t)
     return t == MINFER_TYPE_F32 || t == MINFER_TYPE_F16 || t == MINFER_TYPE_BF16;
 }
 
-static int g_wid; /* unique weight names */
 
 /* ---- tests ---- */
 
@@ -361,10 +374,7 @@ START_TEST(get_rows_every_type)
         uint32_t t = WTYPES[ti];
         int64_t ns[2] = {512, is_float(t) ? 13 : 256};
         for (int k = 0; k < 2; k++) {
-            struct tt *tab = tt_new(t, ns[k], 37, 1, 1, k ? 16 : 0);
-            char name[64];
-            snprintf(name, sizeof name, "t%d.tok_embd", g_wid++);
-            tt_place(tab, name);
+            struct tt *tab = tt_weight(t, ns[k], 37, k ? 16 : 0, "tok_embd");
             struct tt *ids = tt_new(MINFER_TYPE_I32, 9, 1, 1, 1, 0);
             int32_t v[9] = {0, 36, 5, 5, 17, 1, 35, 20, 9};
             memcpy(ids->host, v, sizeof v);
@@ -497,10 +507,7 @@ START_TEST(mul_mat_every_type)
         uint32_t t = WTYPES[ti];
         for (size_t s = 0; s < 3; s++) {
             int64_t K = shapes[s][0], N = shapes[s][1];
-            struct tt *w = tt_new(t, K, N, 1, 1, 0);
-            char name[64];
-            snprintf(name, sizeof name, "t%d.w", g_wid++);
-            tt_place(w, name);
+            struct tt *w = tt_weight(t, K, N, 0, "w");
             for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
                 int M = nts[m];
                 struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, m % 3 == 1 ? 16 : 0);
@@ -519,10 +526,7 @@ START_TEST(mul_mat_every_type)
         /* float weights with K not a multiple of 8 or 32 */
         if (is_float(t)) {
             int64_t K = 100, N = 9;
-            struct tt *w = tt_new(t, K, N, 1, 1, 0);
-            char name[64];
-            snprintf(name, sizeof name, "t%d.w", g_wid++);
-            tt_place(w, name);
+            struct tt *w = tt_weight(t, K, N, 0, "w");
             for (int M = 1; M <= 12; M += 11) {
                 struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
                 tt_place(x, NULL);
@@ -561,10 +565,7 @@ START_TEST(gemm_every_variant)
                 int64_t K = shapes[sh][0], N = shapes[sh][1];
                 if (K % 256 && types[ti] != MINFER_TYPE_Q8_0 && types[ti] != MINFER_TYPE_F16)
                     continue; /* K-quant rows are whole 256-blocks */
-                struct tt *w = tt_new(types[ti], K, N, 1, 1, 0);
-                char name[64];
-                snprintf(name, sizeof name, "t%d.w", g_wid++);
-                tt_place(w, name);
+                struct tt *w = tt_weight(types[ti], K, N, 0, "w");
                 for (size_t m = 0; m < 2; m++) {
                     struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
                     tt_place(x, NULL);
@@ -624,10 +625,7 @@ START_TEST(mul_mat_add)
     int nts[] = {1, 3, 8, 9, 33};
     int64_t K = 512, N = 72;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        struct tt *w = tt_new(types[ti], K, N, 1, 1, 0);
-        char name[64];
-        snprintf(name, sizeof name, "t%d.w", g_wid++);
-        tt_place(w, name);
+        struct tt *w = tt_weight(types[ti], K, N, 0, "w");
         for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
             int M = nts[m];
             struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
@@ -671,12 +669,8 @@ START_TEST(ffn_gate_up)
     int nts[] = {1, 4, 9, 33};
     for (size_t ti = 0; ti < 5; ti++) {
         int64_t K = 512, N = 96;
-        struct tt *g = tt_new(types[ti], K, N, 1, 1, 0), *u = tt_new(types[ti], K, N, 1, 1, 0);
-        char name[64];
-        snprintf(name, sizeof name, "t%d.gate", g_wid++);
-        tt_place(g, name);
-        snprintf(name, sizeof name, "t%d.up", g_wid++);
-        tt_place(u, name);
+        struct tt *g = tt_weight(types[ti], K, N, 0, "gate");
+        struct tt *u = tt_weight(types[ti], K, N, 0, "up");
         for (int m = 0; m < 4; m++) {
             struct tt *x = tt_new(MINFER_TYPE_F32, K, nts[m], 1, 1, 0);
             tt_place(x, NULL);

@@ -282,8 +282,13 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     t.n_kv = node->iparams[0];
     t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     t.tok_blocks = (int)((nt + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK);
-    t.splits = t.tok_blocks == 1 ? (kv_len + SPLIT_CELLS - 1) / SPLIT_CELLS : 1;
-    t.n_tasks = t.tok_blocks * t.n_kv * t.subs * t.splits;
+    t.splits = t.tok_blocks == 1 ? (kv_len - 1) / SPLIT_CELLS + 1 : 1;
+    int64_t n_tasks = (int64_t)t.tok_blocks * t.n_kv * t.subs * t.splits;
+    if (n_tasks > INT32_MAX)
+        return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED,
+                        "too many attention tasks (%lld) for %d heads over %d cells",
+                        (long long)n_tasks, t.n_kv * t.group, kv_len);
+    t.n_tasks = (int)n_tasks;
     int nth = t.n_tasks > 1 ? be->n_threads : 1;
     t.scratch_floats = scratch_floats(t.hd);
     size_t per_threads = (size_t)nth * t.scratch_floats;

@@ -145,20 +145,12 @@ static void mm_block(const struct mm_task *t, float (*gb)[SUB_ROWS], float (*ub)
     }
 }
 
-/* d[i] = p[i] + a[i]: MUL_MAT_ADD's sum, the same float add as an ADD node */
-static void add_to(int n, float *restrict d, const float *restrict p, const float *restrict a)
+/* d[i] = p[i] + a[i]: MUL_MAT_ADD's sum, the same float add as an ADD
+ * node (d may be p: decode adds in place) */
+static void add_to(int n, float *d, const float *p, const float *a)
 {
     for (int i = 0; i < n; i++)
         d[i] = p[i] + a[i];
-}
-
-/* MUL_MAT_ADD, decode: dst rows [r0, r1) += the addend's, while they are
- * in this thread's cache. */
-static void add_rows(const struct mm_task *t, float *d, int r0, int r1)
-{
-    const float *a = t->add;
-    for (int r = r0; r < r1; r++)
-        d[r] += a[r];
 }
 
 static void mm_worker(void *arg, int ith, int nth)
@@ -180,7 +172,7 @@ static void mm_worker(void *arg, int ith, int nth)
             if (!t->w1) {
                 t->rows(t->K, t->w0 + (size_t)r0 * t->w_nb1, t->w_nb1, r1 - r0, t->act, d + r0);
                 if (t->add)
-                    add_rows(t, d, r0, r1);
+                    add_to(r1 - r0, d + r0, d + r0, t->add + r0);
                 continue;
             }
             /* gate rows into dst, up rows into u, then silu(gate) * up */
