@@ -39,15 +39,28 @@ Version: @PROJECT_VERSION@
 Libs: -L\${libdir} -lminfer
 Cflags: -I\${includedir}
 ")
-install(FILES ${CMAKE_BINARY_DIR}/minfer.pc
+# The reference (de)quantizers for plugins (static: they end up hidden
+# inside the plugin that links them).
+file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/minfer-quant.pc @ONLY CONTENT
+"prefix=\${pcfiledir}/@MINFER_PC_TO_PREFIX@
+libdir=\${prefix}/@CMAKE_INSTALL_LIBDIR@
+includedir=\${prefix}/@CMAKE_INSTALL_INCLUDEDIR@
+
+Name: minfer-quant
+Description: minfer's GGUF block (de)quantizers for backend plugins (static)
+Version: @PROJECT_VERSION@
+Libs: -L\${libdir} -lminfer-quant -lm
+Cflags: -I\${includedir}
+")
+install(FILES ${CMAKE_BINARY_DIR}/minfer.pc ${CMAKE_BINARY_DIR}/minfer-quant.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
-# ---- CMake package: find_package(minfer) -> minfer::minfer ----
+# ---- CMake package: find_package(minfer) -> minfer::minfer, minfer::quant ----
 set(MINFER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/minfer)
 install(EXPORT minferTargets NAMESPACE minfer:: FILE minferTargets.cmake
   DESTINATION ${MINFER_CMAKE_DIR} COMPONENT dev)
 file(WRITE ${CMAKE_BINARY_DIR}/minferConfig.cmake.in
-"# minferConfig.cmake — imports minfer::minfer; sets MINFER_INCLUDE_DIR and
+"# minferConfig.cmake — imports minfer::minfer and minfer::quant; sets MINFER_INCLUDE_DIR and
 # MINFER_PLUGIN_DIR (where backend plugins of this install live).
 @PACKAGE_INIT@
 include(\"\${CMAKE_CURRENT_LIST_DIR}/minferTargets.cmake\")

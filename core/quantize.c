@@ -15,7 +15,7 @@
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 #include "tensor-stream.h"
 
 #define QUANT_VERSION 2 /* general.quantization_version llama.cpp writes */

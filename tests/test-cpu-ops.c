@@ -17,7 +17,7 @@
 
 #include "minfer/backend.h"
 #include "minfer/quant.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 #include "testutil.h"
 
 /* ---- plugin ---- */

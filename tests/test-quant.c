@@ -11,7 +11,7 @@
 
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 #include "testutil.h"
 
 #define ROWS 16

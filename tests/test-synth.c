@@ -14,7 +14,7 @@
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 #include "tensor-stream.h"
 #include "testutil.h"
 

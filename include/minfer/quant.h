@@ -8,7 +8,7 @@
  * The header compiles as C11 and as C++11 (CUDA sources can include it).
  * fp16 and bf16 values inside blocks are stored as raw uint16_t bits.
  * The reference (de)quantizers that use these layouts live in the
- * minfer-quant static library (core/quant/quant-ref.h).
+ * minfer-quant static library (minfer/quant-ref.h, built from quant/).
  */
 #ifndef MINFER_QUANT_H
 #define MINFER_QUANT_H

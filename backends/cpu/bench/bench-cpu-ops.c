@@ -38,7 +38,7 @@
 
 #include "minfer/backend.h"
 #include "minfer/quant.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 
 static const struct minfer_backend_iface *IF;
 static struct minfer_backend *BE;

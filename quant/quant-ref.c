@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "quant-internal.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 
 /* ---- helpers ---- */
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "quant-internal.h"
-#include "quant-ref.h"
+#include "minfer/quant-ref.h"
 
 #define GROUP_MAX_EPS 1e-15f
 

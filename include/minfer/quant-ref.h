@@ -2,7 +2,10 @@
  * quant-ref.h — reference (scalar) quantization and dequantization of
  * rows for every type this build supports, bit-exact with llama.cpp's
  * reference quantizers (no importance matrix). Part of the minfer-quant
- * static library that the core and each plugin link; internal, hidden.
+ * static library that the core and each plugin link. Installed with the
+ * SDK (minfer-dev: libminfer-quant.a, minfer::quant, minfer-quant.pc) so
+ * an out-of-tree plugin gets the same routines; the symbols stay hidden
+ * inside whatever links them.
  */
 #ifndef MINFER_QUANT_REF_H
 #define MINFER_QUANT_REF_H
