@@ -51,21 +51,6 @@ void graph_fail(struct graph *g, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *graph_op_name(uint32_t op)
-{
-    static const char *const names[MINFER_OP_COUNT] = {
-        [MINFER_OP_NONE] = "NONE",         [MINFER_OP_GET_ROWS] = "GET_ROWS",
-        [MINFER_OP_RMS_NORM] = "RMS_NORM", [MINFER_OP_RMS_NORM_MUL] = "RMS_NORM_MUL",
-        [MINFER_OP_ADD] = "ADD",           [MINFER_OP_MUL] = "MUL",
-        [MINFER_OP_MUL_MAT] = "MUL_MAT",   [MINFER_OP_ROPE] = "ROPE",
-        [MINFER_OP_SWIGLU] = "SWIGLU",     [MINFER_OP_KV_STORE] = "KV_STORE",
-        [MINFER_OP_ATTENTION] = "ATTENTION", [MINFER_OP_FFN_GATE_UP] = "FFN_GATE_UP",
-        [MINFER_OP_COPY] = "COPY",         [MINFER_OP_SCALE] = "SCALE",
-        [MINFER_OP_MUL_MAT_ADD] = "MUL_MAT_ADD",
-    };
-    return op < MINFER_OP_COUNT && names[op] ? names[op] : "UNKNOWN";
-}
-
 /* ---- tensors ---- */
 
 static struct gtensor *new_tensor(struct graph *g, const char *name)
@@ -563,7 +548,7 @@ size_t graph_fuse(struct graph *g, graph_supports_fn supports, void *user)
 void graph_describe_node(const struct minfer_node *n, char *buf, size_t len)
 {
     size_t used = (size_t)snprintf(buf, len, "node %u %s (%s", n->index,
-                                   n->label && *n->label ? n->label : "?", graph_op_name(n->op));
+                                   n->label && *n->label ? n->label : "?", minfer_op_name(n->op));
     for (uint32_t s = 0; s < n->n_src && used < len; s++) {
         const struct minfer_tensor *t = n->src[s];
         used += (size_t)snprintf(buf + used, len - used, ", src%u %s [%lld, %lld, %lld]", s,

@@ -131,6 +131,5 @@ void graph_bind(struct graph *g, void *base);
 /* Human description of a node for errors: "node 12 blk.0.attn_q
  * (MUL_MAT, src0 q4_K [896, 896], src1 f32 [896, 7])". */
 void graph_describe_node(const struct minfer_node *n, char *buf, size_t len);
-const char *graph_op_name(uint32_t op);
 
 #endif /* MINFER_CORE_GRAPH_H */

@@ -125,7 +125,7 @@ void sched_profile_report(const struct sched_profile *prof, const char *what)
     for (int op = 0; op < MINFER_OP_COUNT; op++)
         if (prof->count[op])
             plugin_log(MINFER_LOG_WARN, "  %-13s %8llu nodes %10.3f ms/pass %5.1f%%",
-                       graph_op_name((uint32_t)op), (unsigned long long)prof->count[op],
+                       minfer_op_name((uint32_t)op), (unsigned long long)prof->count[op],
                        prof->ms[op] / (double)prof->passes, 100.0 * prof->ms[op] / total);
 }
 

@@ -374,46 +374,22 @@ static void cpu_shutdown(void)
 
 /* ---- entry ---- */
 
-static const struct minfer_backend_iface cpu_iface = {
-    .struct_size = sizeof(struct minfer_backend_iface),
-    .abi_major = MINFER_ABI_MAJOR,
-    .abi_minor = MINFER_ABI_MINOR,
-    .name = "cpu",
-    .version = CPU_PLUGIN_VERSION,
-    .probe = cpu_probe,
-    .device_count = cpu_device_count,
-    .device_info = cpu_device_info,
-    .create = cpu_create,
-    .destroy = cpu_destroy,
-    .supports_op = cpu_supports_op,
-    .buffer_alloc = cpu_buffer_alloc,
-    .buffer_free = cpu_buffer_free,
-    .buffer_write = cpu_buffer_write,
-    .buffer_read = cpu_buffer_read,
-    .weight_register = cpu_weight_register,
-    .execute_node = cpu_execute_node,
-    .graph_replay = NULL,
-    .synchronize = cpu_synchronize,
-    .copy_cells = cpu_copy_cells,
-    .last_error = cpu_last_error,
-    .get_proc = cpu_get_proc,
-    .shutdown = cpu_shutdown,
-};
-
-MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *
-minfer_plugin_entry(uint32_t *abi, const struct minfer_host *host)
-{
-    if (!abi)
-        return NULL;
-    uint32_t want = *abi;
-    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
-    if (MINFER_ABI_PACK_MAJOR(want) != MINFER_ABI_MAJOR)
-        return NULL;
-    /* same major: speak the lower minor */
-    uint32_t minor = MINFER_ABI_MINOR;
-    if (MINFER_ABI_PACK_MINOR(want) < minor)
-        minor = MINFER_ABI_PACK_MINOR(want);
-    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, minor);
-    g_host = host;
-    return &cpu_iface;
-}
+MINFER_PLUGIN_DEFINE(g_host, "cpu", CPU_PLUGIN_VERSION,
+                     .probe = cpu_probe,
+                     .device_count = cpu_device_count,
+                     .device_info = cpu_device_info,
+                     .create = cpu_create,
+                     .destroy = cpu_destroy,
+                     .supports_op = cpu_supports_op,
+                     .buffer_alloc = cpu_buffer_alloc,
+                     .buffer_free = cpu_buffer_free,
+                     .buffer_write = cpu_buffer_write,
+                     .buffer_read = cpu_buffer_read,
+                     .weight_register = cpu_weight_register,
+                     .execute_node = cpu_execute_node,
+                     .graph_replay = NULL, /* execute_node is synchronous, nothing to replay */
+                     .synchronize = cpu_synchronize,
+                     .copy_cells = cpu_copy_cells,
+                     .last_error = cpu_last_error,
+                     .get_proc = cpu_get_proc,
+                     .shutdown = cpu_shutdown);

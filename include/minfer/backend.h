@@ -189,6 +189,56 @@ minfer_plugin_entry(uint32_t *abi, const struct minfer_host *host);
 #define MINFER_ABI_PACK_MAJOR(v) ((uint32_t)(v) >> 16)
 #define MINFER_ABI_PACK_MINOR(v) ((uint32_t)(v)&0xffffu)
 
+/* ---- writing a plugin's entry once ---- */
+
+/* The negotiation every entry does: *abi holds the core's offer. Within
+ * this header's major, writes back the lower of the two minors and
+ * returns true; for another major (or abi NULL) writes this header's
+ * version, so the loader can say what the plugin wanted, and returns
+ * false. */
+static inline bool minfer_plugin_negotiate(uint32_t *abi)
+{
+    if (!abi)
+        return false;
+    uint32_t offer = *abi;
+    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+    if (MINFER_ABI_PACK_MAJOR(offer) != MINFER_ABI_MAJOR)
+        return false;
+    uint32_t minor = MINFER_ABI_PACK_MINOR(offer);
+    if (minor > MINFER_ABI_MINOR)
+        minor = MINFER_ABI_MINOR;
+    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, minor);
+    return true;
+}
+
+/* Defines the plugin's table and its exported minfer_plugin_entry (the
+ * GST_PLUGIN_DEFINE way), from the name, the version string and the
+ * slots as designated initializers; slots left out are NULL (absent).
+ * host_slot is a `const struct minfer_host *` variable of the plugin that
+ * receives the host table on a successful negotiation. Use once, in one
+ * C file of the plugin, after the slot functions:
+ *
+ *   MINFER_PLUGIN_DEFINE(g_host, "cpu", "0.1.0",
+ *                        .probe = cpu_probe, .create = cpu_create, ...);
+ */
+#define MINFER_PLUGIN_DEFINE(host_slot, name_, version_, ...)                          \
+    static const struct minfer_backend_iface minfer_plugin_table_ = {                  \
+        .struct_size = sizeof(struct minfer_backend_iface),                            \
+        .abi_major = MINFER_ABI_MAJOR,                                                 \
+        .abi_minor = MINFER_ABI_MINOR,                                                 \
+        .name = (name_),                                                               \
+        .version = (version_),                                                         \
+        __VA_ARGS__};                                                                  \
+    MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *minfer_plugin_entry(       \
+        uint32_t *abi, const struct minfer_host *minfer_host_arg_)                     \
+    {                                                                                  \
+        if (!minfer_plugin_negotiate(abi))                                             \
+            return NULL;                                                               \
+        (host_slot) = minfer_host_arg_;                                                \
+        return &minfer_plugin_table_;                                                  \
+    }                                                                                  \
+    typedef int minfer_plugin_define_needs_a_semicolon_
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,17 @@
  * This header only grows by appending (new enum values at the end, new
  * struct fields at the end behind a size or version check). Changing the
  * meaning of an existing value is an ABI major bump (see backend.h).
+ * One exception: struct minfer_node travels as an array (a replay window's
+ * nodes), indexed by the sizeof each side was compiled with, so its size
+ * and layout are fixed for the whole major: a field added to it, even at
+ * the end, is a major bump. A new op carries its extra parameters in the
+ * spare iparams/fparams slots (unused slots are zero). struct
+ * minfer_tensor is reached only through pointers the core owns, so it may
+ * grow at the end (a minor bump; older plugins read the prefix they know).
+ * docs/decisions/ir-node-layout-fixed-per-major.md says why.
+ *
+ * What each op accepts (types, shapes, source counts, params) is written
+ * at its enum value below; minfer/ir-check.h enforces exactly that.
  *
  * Conventions (ggml's, so GGUF shapes map one to one):
  *   ne[0] is the innermost, contiguous dimension; ne[1..3] are outer.
@@ -168,13 +179,58 @@ enum minfer_op {
     MINFER_OP_COUNT /* one past the last op; grows by appending above */
 };
 
+/* Every op once: X(NAME, n_src). The one table of op names and source
+ * counts (the core, the plugins and minfer/ir-check.h read it); a new op
+ * appends a line here as well as its enum value above. */
+#define MINFER_OP_TABLE(X)                                                   \
+    X(NONE, 0)                                                               \
+    X(GET_ROWS, 2)                                                           \
+    X(RMS_NORM, 1)                                                           \
+    X(RMS_NORM_MUL, 2)                                                       \
+    X(ADD, 2)                                                                \
+    X(MUL, 2)                                                                \
+    X(MUL_MAT, 2)                                                            \
+    X(ROPE, 2)                                                               \
+    X(SWIGLU, 2)                                                             \
+    X(KV_STORE, 2)                                                           \
+    X(ATTENTION, 5)                                                          \
+    X(FFN_GATE_UP, 3)                                                        \
+    X(COPY, 1)                                                               \
+    X(SCALE, 1)                                                              \
+    X(MUL_MAT_ADD, 3)
+
+/* "ADD", "MUL_MAT", ...; "UNKNOWN" for a value this header does not name.
+ * The string is static. */
+static inline const char *minfer_op_name(uint32_t op)
+{
+    switch (op) {
+#define MINFER_OP_NAME_CASE_(name, n_src) case MINFER_OP_##name: return #name;
+    MINFER_OP_TABLE(MINFER_OP_NAME_CASE_)
+#undef MINFER_OP_NAME_CASE_
+    default: return "UNKNOWN";
+    }
+}
+
+/* How many sources a node of op carries (node.n_src must equal it);
+ * 0 for NONE and for a value this header does not name. */
+static inline uint32_t minfer_op_n_src(uint32_t op)
+{
+    switch (op) {
+#define MINFER_OP_NSRC_CASE_(name, n_src) case MINFER_OP_##name: return n_src;
+    MINFER_OP_TABLE(MINFER_OP_NSRC_CASE_)
+#undef MINFER_OP_NSRC_CASE_
+    default: return 0;
+    }
+}
+
+/* Size and layout fixed for ABI major 1 (see the top of this file). */
 struct minfer_node {
     uint32_t op;                                 /* enum minfer_op */
-    uint32_t n_src;
+    uint32_t n_src;                              /* == minfer_op_n_src(op) */
     const struct minfer_tensor *src[MINFER_MAX_SRC];
     struct minfer_tensor *dst;
-    int32_t iparams[8];
-    float fparams[8];
+    int32_t iparams[8];                          /* per-op; unused slots zero */
+    float fparams[8];                            /* per-op; unused slots zero */
     uint32_t index;                              /* position in the graph */
     const char *label;                           /* e.g. "blk.3.attn_q"; may be NULL */
 };

@@ -5,10 +5,12 @@
  * shape. Start a real backend by copying this file: rename "template",
  * make probe() check your hardware, and grow supports_op/execute_node.
  *
- * Only <minfer/backend.h> is included: a plugin needs nothing else from
+ * Only SDK headers are included (<minfer/backend.h>, and the header-only
+ * node checker <minfer/ir-check.h>): a plugin needs nothing else from
  * minfer and does not link libminfer.so.
  */
 #include <minfer/backend.h>
+#include <minfer/ir-check.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,29 +104,48 @@ static int64_t n_elems(const struct minfer_tensor *t)
     return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
 }
 
+/* First the ops this plugin implements at all (ADD, MUL, SCALE); then
+ * what ir.h documents for them (types, shapes, source counts), checked by
+ * minfer/ir-check.h; then only what this plugin's loops can run: dense f32
+ * and, for ADD/MUL, no broadcast of src1. flags is 0 for supports_op and
+ * MINFER_IR_CHECK_DATA for execute_node; be NULL writes no error text. */
+static minfer_status t_check(struct minfer_backend *be, const struct minfer_node *n,
+                             uint32_t flags)
+{
+    if (!n)
+        return be ? fail(be, MINFER_ERR_INVALID_ARG, "template: NULL node") : MINFER_ERR_INVALID_ARG;
+    const char *label = n->label ? n->label : "?";
+    if (n->op != MINFER_OP_ADD && n->op != MINFER_OP_MUL && n->op != MINFER_OP_SCALE)
+        return be ? fail(be, MINFER_ERR_UNSUPPORTED,
+                         "template: node %u (%s): op %s is not implemented (add, mul, scale only)",
+                         n->index, label, minfer_op_name(n->op))
+                  : MINFER_ERR_UNSUPPORTED;
+    char why[200];
+    minfer_status st = minfer_ir_check_node(n, flags, why, sizeof why);
+    if (st != MINFER_OK)
+        return be ? fail(be, st, "template: node %u (%s): %s", n->index, label, why) : st;
+    bool ok = is_dense_f32(n->src[0]) && is_dense_f32(n->dst);
+    if (n->op != MINFER_OP_SCALE)
+        ok = ok && is_dense_f32(n->src[1]) && n_elems(n->src[1]) == n_elems(n->dst);
+    if (!ok)
+        return be ? fail(be, MINFER_ERR_UNSUPPORTED,
+                         "template: node %u (%s): %s needs dense f32 tensors and no broadcast",
+                         n->index, label, minfer_op_name(n->op))
+                  : MINFER_ERR_UNSUPPORTED;
+    return MINFER_OK;
+}
+
 static bool t_supports_op(struct minfer_backend *be, const struct minfer_node *n)
 {
-    (void)be;
-    switch (n->op) {
-    case MINFER_OP_ADD:
-    case MINFER_OP_MUL:
-        return n->n_src == 2 && is_dense_f32(n->src[0]) && is_dense_f32(n->src[1]) &&
-               is_dense_f32(n->dst) && n_elems(n->src[0]) == n_elems(n->dst) &&
-               n_elems(n->src[1]) == n_elems(n->dst);
-    case MINFER_OP_SCALE:
-        return n->n_src == 1 && is_dense_f32(n->src[0]) && is_dense_f32(n->dst) &&
-               n_elems(n->src[0]) == n_elems(n->dst);
-    default:
-        return false;
-    }
+    (void)be; /* leave the instance's last error alone */
+    return t_check(NULL, n, 0) == MINFER_OK;
 }
 
 static minfer_status t_execute_node(struct minfer_backend *be, const struct minfer_node *n)
 {
-    if (!t_supports_op(be, n))
-        return fail(be, MINFER_ERR_UNSUPPORTED,
-                    "template: node %u (%s) op %u is not supported as given", n->index,
-                    n->label ? n->label : "?", n->op);
+    minfer_status st = t_check(be, n, MINFER_IR_CHECK_DATA);
+    if (st != MINFER_OK)
+        return st;
     const float *a = n->src[0]->data;
     const float *b = n->n_src > 1 ? n->src[1]->data : NULL;
     float *d = n->dst->data;
@@ -199,44 +220,25 @@ static void t_shutdown(void)
 
 /* ---- the table and the entry point ---- */
 
-static const struct minfer_backend_iface table = {
-    .struct_size = sizeof(struct minfer_backend_iface),
-    .abi_major = MINFER_ABI_MAJOR,
-    .abi_minor = MINFER_ABI_MINOR,
-    .name = "template",
-    .version = TEMPLATE_VERSION,
-    .probe = t_probe,
-    .device_count = t_device_count,
-    .device_info = t_device_info,
-    .create = t_create,
-    .destroy = t_destroy,
-    .supports_op = t_supports_op,
-    .buffer_alloc = t_buffer_alloc,
-    .buffer_free = t_buffer_free,
-    .buffer_write = t_buffer_write,
-    .buffer_read = t_buffer_read,
-    .weight_register = t_weight_register,
-    .execute_node = t_execute_node,
-    .graph_replay = NULL, /* optional */
-    .synchronize = t_synchronize,
-    .copy_cells = NULL,   /* optional */
-    .last_error = t_last_error,
-    .get_proc = NULL,     /* optional */
-    .shutdown = t_shutdown,
-};
-
-MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *
-minfer_plugin_entry(uint32_t *abi, const struct minfer_host *h)
-{
-    /* Speak the offered minor or ours, whichever is lower; refuse another major. */
-    uint32_t major = MINFER_ABI_PACK_MAJOR(*abi), minor = MINFER_ABI_PACK_MINOR(*abi);
-    if (major != MINFER_ABI_MAJOR) {
-        *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
-        return NULL;
-    }
-    if (minor > MINFER_ABI_MINOR)
-        minor = MINFER_ABI_MINOR;
-    *abi = MINFER_ABI_PACK(major, minor);
-    host = h;
-    return &table;
-}
+/* One macro writes the table, the ABI negotiation (speak the offered
+ * minor or ours, whichever is lower; refuse another major) and the
+ * exported minfer_plugin_entry. Slots left out are absent (NULL). */
+MINFER_PLUGIN_DEFINE(host, "template", TEMPLATE_VERSION,
+                     .probe = t_probe,
+                     .device_count = t_device_count,
+                     .device_info = t_device_info,
+                     .create = t_create,
+                     .destroy = t_destroy,
+                     .supports_op = t_supports_op,
+                     .buffer_alloc = t_buffer_alloc,
+                     .buffer_free = t_buffer_free,
+                     .buffer_write = t_buffer_write,
+                     .buffer_read = t_buffer_read,
+                     .weight_register = t_weight_register,
+                     .execute_node = t_execute_node,
+                     .graph_replay = NULL, /* optional */
+                     .synchronize = t_synchronize,
+                     .copy_cells = NULL,   /* optional */
+                     .last_error = t_last_error,
+                     .get_proc = NULL,     /* optional */
+                     .shutdown = t_shutdown);
