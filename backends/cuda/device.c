@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define STAGING_SLOTS 2
 #define STAGING_BYTES ((size_t)8 << 20)

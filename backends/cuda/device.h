@@ -1,8 +1,8 @@
 /*
  * device.h — the CUDA device layer's C interface. device.c is the only
  * code that calls the CUDA runtime API directly (the kernel launchers in
- * kernel launchers only launch and read their own launch error). Nothing here
- * knows IR nodes: backend.c is the only code that does.
+ * kernels/ only launch and read their own launch error). Nothing here
+ * knows IR nodes: the plugin's node-level files (cuda-internal.h) do.
  *
  * Every function that can fail returns minfer_status and writes a message
  * naming what failed into the instance's error text (cu_ctx_error) or the
