@@ -632,16 +632,24 @@ START_TEST(decode_steps_reuse_one_graph)
         ck_assert_int_eq(spy_w[k].nt_hint, 1);
     }
     ck_assert_uint_ne(spy_w[1].uid, spy_w[0].uid);
-    /* The CPU plugin accepts the fused forms, so fusion must have used them. */
-    int fused_norm = 0, fused_ffn = 0, plain_swiglu = 0;
+    /* The CPU plugin accepts the fused forms, so fusion must have used them.
+     * Every ADD of qwen2 (Q/K/V biases, both residuals) has a product as an
+     * operand, so none may be left: a backend that accepts MUL_MAT_ADD never
+     * sees a MUL_MAT + ADD pair (the CUDA plugin's capture-time pair fusion
+     * was deleted on that ground). */
+    int fused_norm = 0, fused_ffn = 0, plain_swiglu = 0, fused_add = 0, plain_add = 0;
     for (uint32_t k = spy_w[1].first; k <= spy_w[1].last; k++) {
         fused_norm += spy_w[1].nodes[k].op == MINFER_OP_RMS_NORM_MUL;
         fused_ffn += spy_w[1].nodes[k].op == MINFER_OP_FFN_GATE_UP;
         plain_swiglu += spy_w[1].nodes[k].op == MINFER_OP_SWIGLU;
+        fused_add += spy_w[1].nodes[k].op == MINFER_OP_MUL_MAT_ADD;
+        plain_add += spy_w[1].nodes[k].op == MINFER_OP_ADD;
     }
     ck_assert_int_eq(fused_norm, 2 * 2 + 1);
     ck_assert_int_eq(fused_ffn, 2);
     ck_assert_int_eq(plain_swiglu, 0);
+    ck_assert_int_eq(fused_add, 2 * 5);
+    ck_assert_int_eq(plain_add, 0);
     minfer_ctx_free(c);
 
     struct minfer_ctx_params cp;

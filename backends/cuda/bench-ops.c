@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "minfer/quant.h"
 
 /* ---- random weights with sane scales ---- */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define STAGING_SLOTS 2
 #define STAGING_BYTES ((size_t)8 << 20)
@@ -66,6 +66,16 @@ int cu_probe(char *why, size_t why_len)
         return 0;
     }
     return n;
+}
+
+int cu_device_cc(int device, int *major, int *minor)
+{
+    if (cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
 }
 
 minfer_status cu_device_info(int device, struct minfer_device_info *out, char *err,

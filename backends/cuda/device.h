@@ -1,8 +1,8 @@
 /*
  * device.h — the CUDA device layer's C interface. device.c is the only
  * code that calls the CUDA runtime API directly (the kernel launchers in
- * kernel launchers only launch and read their own launch error). Nothing here
- * knows IR nodes: backend.c is the only code that does.
+ * kernels/ only launch and read their own launch error). Nothing here
+ * knows IR nodes: the plugin's node-level files (cuda-internal.h) do.
  *
  * Every function that can fail returns minfer_status and writes a message
  * naming what failed into the instance's error text (cu_ctx_error) or the
@@ -26,6 +26,10 @@ extern "C" {
 /* Number of CUDA devices, or 0 with "no CUDA device: <runtime text>" in
  * why[why_len]. Calls only cudaGetDeviceCount (no context creation). */
 int cu_probe(char *why, size_t why_len);
+
+/* Compute capability of a device (attributes only, no context): 0, or -1
+ * when the runtime cannot say. */
+int cu_device_cc(int device, int *major, int *minor);
 
 /* Fills *out (name, cc, memory total/free, description). */
 minfer_status cu_device_info(int device, struct minfer_device_info *out, char *err,

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../kernels.h"
+#include "kernels.h"
 #include "minfer/ir.h"
 
 /* ---- block layouts (GGUF, packed, little-endian) ---- */

@@ -5,7 +5,7 @@
  * Three stages, each a plain launch:
  *   1. k_gemm_act rounds the f32 activations to f16 once per call, token
  *      major ([M][K]), optionally with the f16 remainder (the hi/lo split
- *      of float-weight models, see backend.c's run_gemm).
+ *      of float-weight models, see exec.c's run_gemm).
  *   2. k_gemm dequantizes the weights to f16 rows ([N][K], in chunks of
  *      rows bounded by G_CHUNK_BYTES) into caller scratch; f16 weights
  *      with 16-byte aligned rows are read in place. This is the only

@@ -1,7 +1,7 @@
 /*
  * kernels.h — C interface of the CUDA kernel launchers (the kernels/ directory).
  *
- * A launcher validates nothing about IR semantics (backend.c does that);
+ * A launcher validates nothing about IR semantics (validate.c does that);
  * it launches on k->stream, reads its own launch error and returns 0, or
  * writes "<site>: <cuda error name>: <text>" into k->err and returns -1.
  * Device-side contract violations (an id or cell out of range) are OR-ed

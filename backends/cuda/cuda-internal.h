@@ -1,0 +1,199 @@
+/*
+ * cuda-internal.h — what the CUDA plugin's node-level files share: the
+ * instance, the replay-window cache entry, the scratch slots and the
+ * helpers that read IR tensors. plugin.c is the entry and instance,
+ * validate.c decides what a node may be, exec.c runs one node, graph.c
+ * captures and replays windows, fuse.c fuses nodes inside a capture,
+ * arch.c matches a device's compute capability with the built
+ * architectures and hooks.c answers get_proc. Nothing here crosses the plugin boundary;
+ * the CUDA runtime is reached only through device.h.
+ */
+#ifndef MINFER_CUDA_INTERNAL_H
+#define MINFER_CUDA_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "kernels/kernels.h"
+#include "minfer/backend.h"
+#include "minfer/quant.h"
+
+/* Scratch slots of an instance (cu_scratch). */
+enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2, SLOT_SPLIT = 3 };
+
+/* Above this many tokens MUL_MAT / FFN_GATE_UP use the tensor-core GEMM. */
+#define MMV_MAX_NT 8
+
+/* Windows remembered per instance (least recently used one is dropped). */
+#define GRAPH_CACHE 32
+
+/* One replay window (uid, first, last): warm-up count, then a captured
+ * and instantiated graph valid while both generations hold. */
+struct gentry {
+    uint64_t uid;
+    uint32_t first, last;
+    uint64_t win_gen;  /* the scheduler's generation (arena, KV layout) */
+    uint64_t pool_gen; /* the plugin's pool generation (scratch growth) */
+    int warm;          /* direct passes seen at these generations */
+    void *exec;        /* cudaGraphExec_t once captured */
+    uint64_t used;     /* LRU tick */
+};
+
+/* What SLOT_XQ holds: the q8_1 blocks of activations x [K, M] (rows nb1
+ * bytes apart) at xq. Valid only inside one FFN_GATE_UP node (gate and up
+ * share x) or one capture window, where every node's dst is checked
+ * against x and a write anywhere into x drops it (cuda_xq_note_write). */
+struct xq_cache {
+    bool valid;
+    const void *x;
+    int64_t K, M, nb1;
+    void *xq;
+};
+
+struct minfer_backend {
+    struct cu_ctx *c;
+    struct xq_cache xq;
+    bool graphs_off;   /* config switch, $MINFER_CUDA_NO_GRAPHS, or a failed capture */
+    bool fuse_off;     /* $MINFER_CUDA_NO_FUSE: captures keep every node separate */
+    struct gentry gc[GRAPH_CACHE];
+    uint64_t tick;
+};
+
+/* The host's table (logging), set by minfer_plugin_entry. */
+extern const struct minfer_host *cuda_host;
+
+/* Process-wide counters, read through get_proc (hooks.c); updated with
+ * relaxed atomics. */
+struct minfer_cuda_graph_stats {
+    uint64_t captures;  /* graphs captured and instantiated */
+    uint64_t replays;   /* windows run from a captured graph */
+    uint64_t aborts;    /* captures aborted (graphs then off for that instance) */
+};
+struct cuda_counters {
+    struct minfer_cuda_graph_stats graph;
+    uint64_t norm_ropes; /* (norm, norm, RoPE, RoPE) captured as one launch */
+    uint64_t rope_seq;   /* RoPE pairs captured by the read-first kernel */
+    uint64_t rope_kv;    /* ... of which with the K and V stores in the same launch */
+    uint64_t groups;     /* decode products of one x (Q, K, V) captured as one launch */
+    int fail_next_capture; /* captures still to fail on purpose (test hook) */
+};
+extern struct cuda_counters cuda_count;
+
+#define CUDA_COUNT(field) __atomic_add_fetch(&cuda_count.field, 1, __ATOMIC_RELAXED)
+
+/* ---- tensor helpers ---- */
+
+static inline int is_float_type(uint32_t t)
+{
+    return t == MINFER_TYPE_F32 || t == MINFER_TYPE_F16 || t == MINFER_TYPE_BF16;
+}
+
+static inline struct kview view_of(const struct minfer_tensor *t)
+{
+    struct kview v;
+    v.data = t->data;
+    for (int i = 0; i < 4; i++) {
+        v.ne[i] = t->ne[i];
+        v.nb[i] = (int64_t)t->nb[i];
+    }
+    return v;
+}
+
+static inline int same_ne(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] != b->ne[i])
+            return 0;
+    return 1;
+}
+
+/* Byte range a tensor's elements can touch (conservative for block types). */
+static inline void byte_range(const struct minfer_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t b = (uintptr_t)t->data, span = (uintptr_t)t->ne[0] * t->nb[0];
+    for (int i = 1; i < 4; i++)
+        span += (uintptr_t)(t->ne[i] - 1) * t->nb[i];
+    *lo = b;
+    *hi = b + span;
+}
+
+static inline int overlaps(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* ---- validate.c ---- */
+
+const char *cuda_op_name(uint32_t op);
+/* 0 when the plugin runs n; else -1 with the reason in why[why_len]
+ * (why may be NULL). check_ptrs: also check data pointers (execute time;
+ * supports_op sees placeholder addresses). */
+int cuda_validate(const struct minfer_node *n, int check_ptrs, char *why, size_t why_len);
+
+/* ---- exec.c ---- */
+
+/* Sets the instance error "cuda: node I (label, OP): what" and returns st. */
+minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node *n,
+                             minfer_status st, const char *what);
+
+/* Runs a launcher's result inside a function with be, n and k in scope:
+ * -1 -> BACKEND error naming the node and the launch site. */
+#define LAUNCH(expr)                                                                       \
+    do {                                                                                   \
+        if ((expr) != 0)                                                                   \
+            return cuda_node_fail(be, n, MINFER_ERR_BACKEND, k->err);                      \
+    } while (0)
+
+/* Runs one validated node by direct launches on k's stream. */
+minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k);
+/* q8_1 blocks of x [K, M] in SLOT_XQ, reusing be->xq when it holds this x. */
+minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
+                               struct kctx *k, const float *xd, int64_t K, int64_t M,
+                               int64_t xnb1, void **out);
+/* ATTENTION; xq_next (NULL: none) is the product that reads its output as
+ * quantized activations: the combine pass writes those q8_1 blocks too. */
+minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_node *n,
+                                 struct kctx *k, const struct minfer_node *xq_next);
+/* The matvec epilogue of a MUL_MAT_ADD node: dst = product + src2. */
+struct kepi cuda_sum_epi(const struct minfer_node *n);
+
+/* ---- graph.c ---- */
+
+minfer_status cuda_graph_replay(struct minfer_backend *be, const struct minfer_replay_window *w,
+                                bool *replayed);
+/* Destroys every captured graph of the instance. */
+void cuda_graphs_drop(struct minfer_backend *be);
+
+/* ---- fuse.c ---- */
+
+/* A node wrote t: drops be->xq if t may overlap the activations it holds. */
+void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t);
+/* Runs nodes i.. of a capturing window as one fused launch when a fusion
+ * applies there: returns how many nodes it ran (0: none applies, run node
+ * i alone) with the launch's failure in *st. Node i is already validated. */
+uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_window *w, uint32_t i,
+                      struct kctx *k, minfer_status *st);
+
+/* ---- arch.c ---- */
+
+/* The architectures this build's kernels carry ("80-real,86-real,89-real,90"). */
+const char *cuda_built_archs(void);
+/* 1 when code built for archs (comma-separated CUDA_ARCHITECTURES entries)
+ * runs on compute capability major.minor, saying how in why; 0 with the
+ * reason and the fix in why. */
+int cuda_arch_runs(int major, int minor, const char *archs, char *why, size_t why_len);
+/* The same for device `device` of this machine and this build ("device N: ..."). */
+int cuda_device_runs(int device, char *why, size_t why_len);
+/* Test hook: every device reports compute capability major.minor (-1: the real one). */
+void cuda_arch_fake(int major, int minor);
+
+/* ---- hooks.c ---- */
+
+void *cuda_get_proc(const char *name);
+
+#endif /* MINFER_CUDA_INTERNAL_H */

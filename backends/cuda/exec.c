@@ -1,0 +1,262 @@
+/*
+ * exec.c — runs one validated node by direct launches: picks the kernel
+ * family (dp4a matvec for decode, tensor-core GEMM for prefill, split-K
+ * or flash attention) and calls the launchers in kernels/ on the
+ * instance's stream. execute_node and the capture path (graph.c) both
+ * end up here for every node that is not fused.
+ */
+#include <stdio.h>
+
+#include "cuda-internal.h"
+
+minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node *n,
+                             minfer_status st, const char *what)
+{
+    return cu_ctx_fail(be->c, st, "cuda: node %u (%s, %s): %s", n->index,
+                       n->label ? n->label : "?", cuda_op_name(n->op), what);
+}
+
+/* ---- products ---- */
+
+static size_t round256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+/* The tensor-core GEMM (kernels/gemm.cu). Its f16 activations and
+ * dequantized weights live in SLOT_SPLIT. Float weights keep the f32
+ * activations: x = hi + lo with hi = f16(x) and lo = f16(x - hi), dst =
+ * W.hi + W.lo. Rounding the activations to f16 alone costs ~3e-3 on
+ * logits (fixture-A, a 24-token pass); the split brings prefill to the
+ * f32 path's accuracy (relative error ~2^-22 per activation) for twice
+ * the GEMM work. Quantized weights need none of this: both backends
+ * quantize activations to 8 bits there. */
+static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_node *n,
+                              struct kctx *k, const struct minfer_tensor *w,
+                              const struct minfer_tensor *x, float *dst, int64_t dst_nb1)
+{
+    int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
+    bool split = is_float_type(w->type);
+    if ((size_t)K > SIZE_MAX / 16 / (size_t)M)
+        return cuda_node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
+    size_t act = round256(k_gemm_act_bytes(K, M));
+    size_t ws = k_gemm_scratch_bytes(k, w->type, w->data, K, N, M, (int64_t)w->nb[1]);
+    if (ws > SIZE_MAX / 2 - 3 * act)
+        return cuda_node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
+    void *base = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_SPLIT, (split ? 2 : 1) * act + ws, &base);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
+    LAUNCH(k_gemm_act(k, x->data, K, M, (int64_t)x->nb[1], xh, xl));
+    LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
+                  ws ? wh : NULL));
+    return MINFER_OK;
+}
+
+/* q8_1 blocks of x [K, M] in SLOT_XQ: launches the quantization unless
+ * be->xq says the slot already holds exactly this x. */
+minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
+                               struct kctx *k, const float *xd, int64_t K, int64_t M,
+                               int64_t xnb1, void **out)
+{
+    void *xq = NULL;
+    *out = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    struct xq_cache *qc = &be->xq;
+    if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
+          qc->nb1 == xnb1 && qc->xq == xq)) {
+        qc->valid = false;
+        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, xq));
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq};
+    }
+    *out = xq;
+    return MINFER_OK;
+}
+
+/* dst[N, M] = W . x, choosing the kernel family by token count. epi
+ * (NULL: none) asks the matvec for a fused ADD; the caller only passes
+ * one when M <= MMV_MAX_NT. Quantized activations are reused from
+ * be->xq when it holds exactly this x. */
+static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_node *n,
+                                struct kctx *k, const struct minfer_tensor *w,
+                                const struct minfer_tensor *x, float *dst, int64_t dst_nb1,
+                                const struct kepi *epi)
+{
+    int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
+    const float *xd = x->data;
+    int64_t xnb1 = (int64_t)x->nb[1];
+    if (epi && M > MMV_MAX_NT)
+        return cuda_node_fail(be, n, MINFER_ERR_STATE, "fused ADD on a GEMM-sized product");
+    if (M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && K % 32 == 0)
+        return run_gemm(be, n, k, w, x, dst, dst_nb1);
+    if (is_float_type(w->type)) {
+        LAUNCH(k_matvec_f_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
+                              dst_nb1, epi));
+        return MINFER_OK;
+    }
+    void *xq = NULL;
+    minfer_status st = cuda_quantized_x(be, n, k, xd, K, M, xnb1, &xq);
+    if (st != MINFER_OK)
+        return st;
+    size_t xrow = k_q8_1_bytes(K, 1);
+    for (int64_t m0 = 0; m0 < M; m0 += MMV_MAX_NT) {
+        int64_t mc = M - m0 < MMV_MAX_NT ? M - m0 : MMV_MAX_NT;
+        LAUNCH(k_matvec_q_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1],
+                              (const char *)xq + (size_t)m0 * xrow, mc,
+                              (float *)((char *)dst + m0 * dst_nb1), dst_nb1, epi));
+    }
+    return MINFER_OK;
+}
+
+/* The epilogue of a MUL_MAT_ADD node for the matvec kernels: dst = the
+ * product + src2, the product itself not kept. */
+struct kepi cuda_sum_epi(const struct minfer_node *n)
+{
+    const struct minfer_tensor *a = n->src[2], *d = n->dst;
+    return (struct kepi){a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1], d->data,
+                         (int64_t)d->nb[1], 1};
+}
+
+/* MUL_MAT_ADD: the matvec adds in its epilogue (each output read-then-
+ * written by one thread, so src2 may even be dst); GEMM-sized products
+ * go to dst, or to scratch when src2 shares dst's bytes, then one ADD. */
+static minfer_status run_matmul_add(struct minfer_backend *be, const struct minfer_node *n,
+                                    struct kctx *k)
+{
+    const struct minfer_tensor *w = n->src[0], *x = n->src[1], *a = n->src[2], *d = n->dst;
+    int64_t N = d->ne[0], M = d->ne[1];
+    if (M <= MMV_MAX_NT) {
+        struct kepi e = cuda_sum_epi(n);
+        return run_matmul(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
+    }
+    float *prod = d->data;
+    int64_t prod_nb1 = (int64_t)d->nb[1];
+    if (overlaps(a, d)) {
+        void *tmp = NULL;
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, (size_t)N * (size_t)M * 4, &tmp);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        prod = tmp;
+        prod_nb1 = N * 4;
+    }
+    minfer_status st = run_matmul(be, n, k, w, x, prod, prod_nb1, NULL);
+    if (st != MINFER_OK)
+        return st;
+    struct kview vp = {prod, {N, M, 1, 1}, {4, prod_nb1, prod_nb1 * M, prod_nb1 * M}};
+    LAUNCH(k_binary(k, KBIN_ADD, vp, view_of(a), view_of(d)));
+    return MINFER_OK;
+}
+
+/* ---- attention and the dispatch ---- */
+
+/* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
+ * as quantized activations: the combine pass then writes the q8_1 blocks
+ * into SLOT_XQ too and be->xq records them. */
+minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_node *n,
+                                 struct kctx *k, const struct minfer_node *xq_next)
+{
+    const struct minfer_tensor *s0 = n->src[0], *d = n->dst;
+    const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
+    size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+    void *part = NULL, *xq = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
+    if (x) {
+        be->xq.valid = false;
+        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    }
+    LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                         (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                         n->src[4]->data, n->fparams[0], view_of(d), part, xq));
+    if (x)
+        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
+    return MINFER_OK;
+}
+
+/* Runs one validated node by direct launches. */
+minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k)
+{
+    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *d = n->dst;
+    switch (n->op) {
+    case MINFER_OP_GET_ROWS:
+        LAUNCH(k_get_rows(k, s0->type, s0->data, s0->ne[0], s0->ne[1], (int64_t)s0->nb[1],
+                          s1->data, s1->ne[0], d->data, (int64_t)d->nb[1]));
+        return MINFER_OK;
+    case MINFER_OP_RMS_NORM:
+        LAUNCH(k_rms_norm(k, view_of(s0), NULL, view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_RMS_NORM_MUL:
+        LAUNCH(k_rms_norm(k, view_of(s0), s1->data, view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_ADD:
+        LAUNCH(k_binary(k, KBIN_ADD, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL:
+        LAUNCH(k_binary(k, KBIN_MUL, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_SWIGLU:
+        LAUNCH(k_binary(k, KBIN_SWIGLU, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_SCALE:
+        LAUNCH(k_scale(k, view_of(s0), view_of(d), n->fparams[0]));
+        return MINFER_OK;
+    case MINFER_OP_COPY:
+        LAUNCH(k_copy(k, s0->type, view_of(s0), d->type, view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT:
+        return run_matmul(be, n, k, s0, s1, d->data, (int64_t)d->nb[1], NULL);
+    case MINFER_OP_MUL_MAT_ADD:
+        return run_matmul_add(be, n, k);
+    case MINFER_OP_FFN_GATE_UP: {
+        int64_t N = s0->ne[1], M = n->src[2]->ne[1];
+        if (M == 1 && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] && !be->fuse_off) {
+            /* decode: one launch for gate, up and SwiGLU */
+            const struct minfer_tensor *x = n->src[2];
+            int64_t K = s0->ne[0];
+            void *xq = NULL;
+            minfer_status st =
+                cuda_quantized_x(be, n, k, x->data, K, 1, (int64_t)x->nb[1], &xq);
+            if (st != MINFER_OK)
+                return st;
+            LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xq,
+                                  d->data));
+            return MINFER_OK;
+        }
+        size_t plane = (size_t)N * (size_t)M * sizeof(float);
+        void *gu = NULL;
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, 2 * plane, &gu);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        float *g = gu, *u = (float *)((char *)gu + plane);
+        /* gate and up quantize x once (be->xq: the second call finds it) */
+        st = run_matmul(be, n, k, s0, n->src[2], g, N * 4, NULL);
+        if (st == MINFER_OK)
+            st = run_matmul(be, n, k, s1, n->src[2], u, N * 4, NULL);
+        if (st != MINFER_OK)
+            return st;
+        struct kview vg = {g, {N, M, 1, 1}, {4, N * 4, N * 4 * M, N * 4 * M}};
+        struct kview vu = {u, {N, M, 1, 1}, {4, N * 4, N * 4 * M, N * 4 * M}};
+        LAUNCH(k_binary(k, KBIN_SWIGLU, vg, vu, view_of(d)));
+        return MINFER_OK;
+    }
+    case MINFER_OP_ROPE:
+        LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
+                      n->fparams[1]));
+        return MINFER_OK;
+    case MINFER_OP_KV_STORE:
+        LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
+                          d->ne[1]));
+        return MINFER_OK;
+    case MINFER_OP_ATTENTION:
+        return cuda_run_attention(be, n, k, NULL);
+    default:
+        return cuda_node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
+    }
+}

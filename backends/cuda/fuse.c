@@ -1,0 +1,395 @@
+/*
+ * fuse.c — fusion inside a capture window (docs/decisions/cuda-capture-fusion.md).
+ * Only a capture sees the nodes that follow, so only graph.c's
+ * capture_window asks here; direct launches stay one node at a time.
+ * Every pattern is decided from addresses and shapes alone, which are
+ * fixed for the life of a captured graph, and each fused launch gives the
+ * bits of the separate kernels (the replay-vs-direct e2e test checks it):
+ *   - decode products of one x (Q, K, V; MUL_MAT or MUL_MAT_ADD): one
+ *     multi-matrix matvec;
+ *   - one token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store):
+ *     one read-first launch; otherwise RoPE + RoPE or KV_STORE + KV_STORE
+ *     pairs that do not overlap: one launch each;
+ *   - an RMS norm or ATTENTION feeding a quantized product: it writes the
+ *     product's q8_1 activations too.
+ */
+#include "cuda-internal.h"
+
+/* ---- patterns ---- */
+
+/* A node wrote t: drop be->xq if t may overlap the activations it holds. */
+void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t)
+{
+    struct xq_cache *qc = &be->xq;
+    if (!qc->valid || !t)
+        return;
+    uintptr_t lo, hi;
+    byte_range(t, &lo, &hi);
+    uintptr_t xlo = (uintptr_t)qc->x, xhi = xlo + (uintptr_t)(qc->M - 1) * (uintptr_t)qc->nb1 +
+                                                (uintptr_t)qc->K * 4;
+    if (lo < xhi && xlo < hi)
+        qc->valid = false;
+}
+
+static int is_plain_f32_2d(const struct minfer_tensor *t)
+{
+    return t && t->type == MINFER_TYPE_F32 && t->nb[0] == 4 && t->ne[2] == 1 && t->ne[3] == 1 &&
+           t->data && ((uintptr_t)t->data % 4) == 0 && t->nb[1] % 4 == 0;
+}
+/* If n is an RMS norm whose output a (the next node) reads as the
+ * activations of a quantized matvec, returns 1: the norm can write the
+ * q8_1 blocks too. */
+static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if ((n->op != MINFER_OP_RMS_NORM && n->op != MINFER_OP_RMS_NORM_MUL) || !n->dst)
+        return 0;
+    const struct minfer_tensor *d = n->dst, *w, *x;
+    if ((a->op == MINFER_OP_MUL_MAT || a->op == MINFER_OP_MUL_MAT_ADD) && a->n_src >= 2) {
+        w = a->src[0];
+        x = a->src[1];
+    } else if (a->op == MINFER_OP_FFN_GATE_UP && a->n_src >= 3) {
+        w = a->src[0];
+        x = a->src[2];
+    } else {
+        return 0;
+    }
+    if (!w || !x || !k_matvec_q_supported(w->type) || !is_plain_f32_2d(d) || d->ne[0] % 32 ||
+        n->src[0]->ne[2] != 1 || n->src[0]->ne[3] != 1)
+        return 0;
+    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] &&
+           x->ne[1] <= MMV_MAX_NT && w->ne[0] == d->ne[0];
+}
+
+/* Two nodes that may run in one launch: neither writes what the other
+ * reads or writes. */
+static int independent(const struct minfer_node *n, const struct minfer_node *a)
+{
+    return !overlaps(n->dst, a->src[0]) && !overlaps(a->dst, n->src[0]) &&
+           !overlaps(n->dst, a->dst) && !overlaps(n->dst, a->src[1]) &&
+           !overlaps(a->dst, n->src[1]);
+}
+
+/* ROPE, ROPE with the same positions and parameters. */
+static int rope_same(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2)
+        return 0;
+    return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
+           n->iparams[0] == a->iparams[0] && n->fparams[0] == a->fparams[0] &&
+           n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2];
+}
+
+/* ROPE, ROPE that may run as one launch (q and k). */
+static int rope_pair(const struct minfer_node *n, const struct minfer_node *a)
+{
+    return rope_same(n, a) && independent(n, a);
+}
+
+/* KV_STORE, KV_STORE with the same cells (k and v). */
+static int kv_pair(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_KV_STORE || a->op != MINFER_OP_KV_STORE || n->n_src < 2 ||
+        a->n_src < 2)
+        return 0;
+    return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
+           n->src[0]->ne[1] == a->src[0]->ne[1] && independent(n, a);
+}
+
+static int is_norm(const struct minfer_node *n)
+{
+    if (n->op == MINFER_OP_RMS_NORM)
+        return n->n_src >= 1 && n->src[0] && n->dst;
+    return n->op == MINFER_OP_RMS_NORM_MUL && n->n_src >= 2 && n->src[0] && n->src[1] && n->dst;
+}
+
+/* The same tensor as a RoPE source: data, shape and strides. */
+static int same_view(const struct minfer_tensor *a, const struct minfer_tensor *b)
+{
+    if (a->data != b->data || a->type != b->type || !same_ne(a, b))
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] > 1 && a->nb[i] != b->nb[i])
+            return 0;
+    return 1;
+}
+
+/* nq, nk, rq, rk (four consecutive nodes) = RMS norm of q, RMS norm of k,
+ * RoPE of q's norm, RoPE of k's norm (Qwen3's per-head norms) for one
+ * token: one k_norm_rope2 launch, when the norms' outputs are exactly the
+ * RoPE sources, the RoPEs share positions and parameters, both have the
+ * same head_dim and no node writes a source of a later one of the four. The kernel reads
+ * everything first and writes in node order, so the overlaps the arena
+ * makes by reusing freed bytes (k's norm inside q, a RoPE inside the
+ * other pair's norm) are fine. */
+static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node *nk,
+                          const struct minfer_node *rq, const struct minfer_node *rk)
+{
+    if (!is_norm(nq) || !is_norm(nk) || !rope_same(rq, rk))
+        return 0;
+    if (!same_view(nq->dst, rq->src[0]) || !same_view(nk->dst, rk->src[0]))
+        return 0;
+    const struct minfer_tensor *xq = nq->src[0], *xk = nk->src[0];
+    if (xq->ne[2] != 1 || xq->ne[3] != 1 || xk->ne[2] != 1 || xk->ne[3] != 1 ||
+        !same_ne(xq, nq->dst) || !same_ne(xk, nk->dst) || xq->ne[0] != xk->ne[0] ||
+        k_norm_rope2_smem(xq->ne[0], xq->ne[1] + xk->ne[1]) > 48 * 1024)
+        return 0;
+    const struct minfer_tensor *wk = nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const struct minfer_tensor *pos = rq->src[1];
+    /* what a node reads must not be written by one before it (rk's dst
+     * may land on q's norm or x: the kernel has read them by then) */
+    if (overlaps(nq->dst, xk) || (wk && overlaps(nq->dst, wk)) || overlaps(nq->dst, nk->dst) ||
+        overlaps(nq->dst, pos) || overlaps(nk->dst, pos) || overlaps(rq->dst, nk->dst) ||
+        overlaps(rq->dst, pos))
+        return 0;
+    return 1;
+}
+
+/* ROPE, ROPE of one token with the same positions and parameters that
+ * k_norm_rope2 (without norms) can run as one launch: it reads both
+ * sources before writing, so the second's dst may land on the first's
+ * source (the arena reuses q's bytes once its RoPE has read them, which
+ * rope_pair refuses). Refused when the first writes what the second
+ * reads. */
+static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (!rope_same(n, a))
+        return 0;
+    const struct minfer_tensor *x0 = n->src[0], *x1 = a->src[0];
+    return x0->ne[2] == 1 && x0->ne[3] == 1 && x1->ne[3] == 1 && x0->ne[0] == x1->ne[0] &&
+           k_norm_rope2_smem(x0->ne[0], x0->ne[1] + x1->ne[1]) <= 48 * 1024 &&
+           !overlaps(n->dst, x1) && !overlaps(n->dst, a->src[1]) && !overlaps(a->dst, a->src[1]);
+}
+
+/* ATTENTION whose output a (the next node) reads, reshaped to
+ * [hd * n_head, T], as the activations of a quantized matvec. */
+static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ATTENTION ||
+        (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2)
+        return 0;
+    const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];
+    int64_t hd = d->ne[0], nh = d->ne[1], T = d->ne[2];
+    if (!w || !x || !k_matvec_q_supported(w->type) || hd % 32 || d->type != MINFER_TYPE_F32 ||
+        x->type != MINFER_TYPE_F32 || d->ne[3] != 1)
+        return 0;
+    if (d->nb[0] != 4 || d->nb[1] != (size_t)hd * 4 || d->nb[2] != (size_t)(hd * nh) * 4)
+        return 0;
+    return x->data == d->data && x->ne[0] == hd * nh && x->ne[1] == T && x->ne[2] == 1 &&
+           x->ne[3] == 1 && x->nb[0] == 4 && x->nb[1] == d->nb[2] && T <= MMV_MAX_NT &&
+           w->ne[0] == x->ne[0];
+}
+
+/* ---- fused runners ---- */
+
+/* The norm node n with its q8_1 output left in SLOT_XQ for the next node. */
+static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_node *n,
+                                struct kctx *k)
+{
+    const struct minfer_tensor *d = n->dst;
+    int64_t K = d->ne[0], M = d->ne[1];
+    void *xq = NULL;
+    be->xq.valid = false;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
+    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], xq));
+    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq};
+    return MINFER_OK;
+}
+
+/* If kvk, kvv are the two KV stores of one token right after a RoPE pair
+ * whose second RoPE (dst rk) they store (kvk's source is rk's dst as
+ * [hd * heads, 1]), fills *kv and returns 1: k_norm_rope2 runs them last.
+ * writes[] are the group's earlier writes, which must leave v alone. */
+static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv,
+                    const struct minfer_tensor *rk, const struct minfer_tensor *const *writes,
+                    int n_writes, struct kkv2 *kv)
+{
+    if (!kv_pair(kvk, kvv))
+        return 0;
+    const struct minfer_tensor *sk = kvk->src[0], *sv = kvv->src[0];
+    if (sk->data != rk->data || sk->ne[0] != rk->ne[0] * rk->ne[1] || sk->ne[1] != 1 ||
+        rk->nb[1] != (size_t)rk->ne[0] * 4 || sv->ne[1] != 1)
+        return 0;
+    for (int j = 0; j < n_writes; j++)
+        if (overlaps(writes[j], sv) || overlaps(writes[j], kvk->src[1]))
+            return 0;
+    const struct minfer_tensor *dk = kvk->dst, *dv = kvv->dst;
+    *kv = (struct kkv2){view_of(sk), view_of(sv), kvk->src[1]->data, dk->type, dv->type,
+                        dk->data, dv->data, (int64_t)dk->nb[1], (int64_t)dv->nb[1], dk->ne[1],
+                        dv->ne[1]};
+    return 1;
+}
+
+/* One token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at
+ * nodes[i..] as one k_norm_rope2 launch: returns how many nodes it ran
+ * (0: no such group here; 2 only where rope_pair refuses, since k_rope2
+ * already does that case). *st gets the launch's failure. */
+static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
+                           uint32_t i, struct kctx *k, minfer_status *st)
+{
+    char why[400];
+    const struct minfer_node *nd = w->nodes;
+    uint32_t avail = w->last - i + 1, r = 0, n = 0;
+    if (avail >= 4 && norm_rope_quad(&nd[i], &nd[i + 1], &nd[i + 2], &nd[i + 3]))
+        r = 2, n = 4;
+    else if (avail >= 2 && rope_pair_seq(&nd[i], &nd[i + 1]))
+        r = 0, n = 2;
+    else
+        return 0;
+    const struct minfer_node *rq = &nd[i + r], *rk = &nd[i + r + 1];
+    const struct minfer_tensor *writes[4];
+    int nw = 0;
+    for (uint32_t j = 0; j < n; j++)
+        writes[nw++] = nd[i + j].dst;
+    struct kkv2 kv;
+    int with_kv = avail >= n + 2 &&
+                  kv_after(&nd[i + n], &nd[i + n + 1], rk->dst, writes, nw, &kv);
+    if (!with_kv && r == 0 && rope_pair(rq, rk))
+        return 0; /* plain q + k RoPE: k_rope2 */
+    uint32_t used = n + (with_kv ? 2 : 0);
+    for (uint32_t j = 1; j < used; j++)
+        if (cuda_validate(&nd[i + j], 1, why, sizeof(why)))
+            return 0; /* the separate path reports it */
+    const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
+    struct kview none = {0};
+    const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
+    const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
+    if (k_norm_rope2(k, view_of(nq ? nq->src[0] : rq->src[0]), wq, nq ? view_of(nq->dst) : none,
+                     view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
+                     view_of(nk ? nk->src[0] : rk->src[0]), wk, nk ? view_of(nk->dst) : none,
+                     view_of(rk->dst), nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
+                     rq->iparams[0], rq->fparams[0], rq->fparams[1], with_kv ? &kv : NULL))
+        *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
+    for (uint32_t j = 0; j < used; j++)
+        cuda_xq_note_write(be, nd[i + j].dst);
+    if (r)
+        CUDA_COUNT(norm_ropes);
+    else
+        CUDA_COUNT(rope_seq);
+    if (with_kv)
+        CUDA_COUNT(rope_kv);
+    return used;
+}
+
+/* A decode product that the multi-matrix matvec can run: MUL_MAT or
+ * MUL_MAT_ADD of one token with a dp4a weight type. */
+static int is_q_matvec(const struct minfer_node *n)
+{
+    if ((n->op != MINFER_OP_MUL_MAT && n->op != MINFER_OP_MUL_MAT_ADD) || n->n_src < 2)
+        return 0;
+    const struct minfer_tensor *w = n->src[0], *x = n->src[1];
+    return k_matvec_q_supported(w->type) && x->ne[1] == 1 && n->dst->ne[1] == 1 &&
+           x->type == MINFER_TYPE_F32;
+}
+
+/* How many nodes from i (2..4, 0: none) are decode products of the same x
+ * that may run as one launch (Q, K and V): none writes what another reads
+ * (x, a weight, an addend) or writes. */
+static uint32_t matvec_group(const struct minfer_replay_window *w, uint32_t i)
+{
+    const struct minfer_node *nd = w->nodes;
+    if (!is_q_matvec(&nd[i]))
+        return 0;
+    const struct minfer_tensor *x = nd[i].src[1];
+    uint32_t n = 1;
+    while (n < 4 && i + n <= w->last && is_q_matvec(&nd[i + n]) && same_view(nd[i + n].src[1], x))
+        n++;
+    if (n < 2)
+        return 0;
+    for (uint32_t a = 0; a < n; a++) {
+        const struct minfer_node *na = &nd[i + a];
+        if (overlaps(na->dst, x))
+            return 0;
+        for (uint32_t b = 0; b < n; b++) {
+            const struct minfer_node *nb = &nd[i + b];
+            if (a == b)
+                continue;
+            if (overlaps(na->dst, nb->dst) || overlaps(na->dst, nb->src[0]) ||
+                (nb->op == MINFER_OP_MUL_MAT_ADD && overlaps(na->dst, nb->src[2])))
+                return 0;
+        }
+    }
+    return n;
+}
+
+/* The n products at g (a matvec_group) as one k_matvec_q_multi launch. */
+static minfer_status run_matvec_group(struct minfer_backend *be, const struct minfer_node *g,
+                                      uint32_t count, struct kctx *k)
+{
+    const struct minfer_node *n = &g[0]; /* named in errors */
+    const struct minfer_tensor *x = n->src[1];
+    void *xq = NULL;
+    minfer_status st =
+        cuda_quantized_x(be, n, k, x->data, x->ne[0], 1, (int64_t)x->nb[1], &xq);
+    if (st != MINFER_OK)
+        return st;
+    struct kmv_seg segs[4];
+    struct kepi epis[4];
+    for (uint32_t j = 0; j < count; j++) {
+        const struct minfer_tensor *w = g[j].src[0];
+        int sum = g[j].op == MINFER_OP_MUL_MAT_ADD;
+        if (sum)
+            epis[j] = cuda_sum_epi(&g[j]);
+        segs[j] = (struct kmv_seg){w->type, w->data, (int64_t)w->nb[1], w->ne[1], g[j].dst->data,
+                                   sum ? &epis[j] : NULL};
+    }
+    LAUNCH(k_matvec_q_multi(k, segs, (int)count, x->ne[0], xq));
+    return MINFER_OK;
+}
+
+/* ---- the capture's entry ---- */
+
+/* The patterns in the order capture_window always tried them: a group of
+ * products first (Q, K, V), then the RoPE group, then pairs, then the
+ * producers of quantized activations. */
+uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_window *w, uint32_t i,
+                      struct kctx *k, minfer_status *st)
+{
+    char why[400];
+    const struct minfer_node *n = &w->nodes[i];
+    uint32_t group = matvec_group(w, i);
+    for (uint32_t j = 1; j < group; j++)
+        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
+            group = 0; /* the separate path reports it */
+    if (group) {
+        *st = run_matvec_group(be, n, group, k);
+        for (uint32_t j = 0; j < group; j++)
+            cuda_xq_note_write(be, w->nodes[i + j].dst);
+        CUDA_COUNT(groups);
+        return group;
+    }
+    uint32_t used = rope_group(be, w, i, k, st);
+    if (used)
+        return used;
+    const struct minfer_node *a = i < w->last ? &w->nodes[i + 1] : NULL;
+    if (!a)
+        return 0;
+    if ((rope_pair(n, a) || kv_pair(n, a)) && !cuda_validate(a, 1, why, sizeof(why))) {
+        if (n->op == MINFER_OP_ROPE) {
+            if (k_rope2(k, view_of(n->src[0]), view_of(n->dst), view_of(a->src[0]),
+                        view_of(a->dst), n->src[1]->data, n->iparams[0], n->fparams[0],
+                        n->fparams[1]))
+                *st = cuda_node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+        } else {
+            const struct minfer_tensor *d0 = n->dst, *d1 = a->dst;
+            if (k_kv_store2(k, view_of(n->src[0]), d0->type, d0->data, (int64_t)d0->nb[1],
+                            d0->ne[1], view_of(a->src[0]), d1->type, d1->data,
+                            (int64_t)d1->nb[1], d1->ne[1], n->src[1]->data))
+                *st = cuda_node_fail(be, n, MINFER_ERR_BACKEND, k->err);
+        }
+        cuda_xq_note_write(be, n->dst);
+        cuda_xq_note_write(be, a->dst);
+        return 2;
+    }
+    if (attn_feeds_q(n, a)) {
+        *st = cuda_run_attention(be, n, k, a); /* notes its own write */
+        return 1;
+    }
+    if (norm_feeds_q(n, a)) {
+        *st = run_norm_q(be, n, k); /* notes its own write */
+        return 1;
+    }
+    return 0;
+}
