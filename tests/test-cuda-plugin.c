@@ -129,7 +129,8 @@ static bool sup(uint32_t op, struct minfer_tensor *d, int n, struct minfer_tenso
     struct minfer_node node = {.op = op, .n_src = (uint32_t)n, .src = {s0, s1, s2, s3, s4},
                                .dst = d};
     node.iparams[0] = ip0;
-    node.fparams[0] = 1e-6f;
+    node.fparams[0] = 1e-6f; /* eps of the norms, freq_base of ROPE */
+    node.fparams[1] = 1.0f;  /* freq_scale of ROPE (1 = none; ir.h wants > 0) */
     return IF->supports_op(NULL, &node);
 }
 

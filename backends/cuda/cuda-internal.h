@@ -129,7 +129,6 @@ static inline int overlaps(const struct minfer_tensor *a, const struct minfer_te
 
 /* ---- validate.c ---- */
 
-const char *cuda_op_name(uint32_t op);
 /* 0 when the plugin runs n; else -1 with the reason in why[why_len]
  * (why may be NULL). check_ptrs: also check data pointers (execute time;
  * supports_op sees placeholder addresses). */

@@ -13,7 +13,7 @@ minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node
                              minfer_status st, const char *what)
 {
     return cu_ctx_fail(be->c, st, "cuda: node %u (%s, %s): %s", n->index,
-                       n->label ? n->label : "?", cuda_op_name(n->op), what);
+                       n->label ? n->label : "?", minfer_op_name(n->op), what);
 }
 
 /* ---- products ---- */

@@ -217,47 +217,22 @@ static void p_shutdown(void)
     cuda_host = NULL;
 }
 
-static const struct minfer_backend_iface g_iface = {
-    .struct_size = sizeof(struct minfer_backend_iface),
-    .abi_major = MINFER_ABI_MAJOR,
-    .abi_minor = MINFER_ABI_MINOR,
-    .name = "cuda",
-    .version = MINFER_CUDA_PLUGIN_VERSION,
-    .probe = p_probe,
-    .device_count = p_device_count,
-    .device_info = p_device_info,
-    .create = p_create,
-    .destroy = p_destroy,
-    .supports_op = p_supports_op,
-    .buffer_alloc = p_buffer_alloc,
-    .buffer_free = p_buffer_free,
-    .buffer_write = p_buffer_write,
-    .buffer_read = p_buffer_read,
-    .weight_register = p_weight_register,
-    .execute_node = p_execute_node,
-    .graph_replay = cuda_graph_replay,
-    .synchronize = p_synchronize,
-    .copy_cells = p_copy_cells,
-    .last_error = p_last_error,
-    .get_proc = cuda_get_proc,
-    .shutdown = p_shutdown,
-};
-
-MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *
-minfer_plugin_entry(uint32_t *abi, const struct minfer_host *host)
-{
-    if (!abi)
-        return NULL;
-    uint32_t want = *abi;
-    /* answer the lower of the two minors within our major, or refuse */
-    uint32_t minor = MINFER_ABI_PACK_MINOR(want);
-    if (minor > MINFER_ABI_MINOR)
-        minor = MINFER_ABI_MINOR;
-    *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, minor);
-    if (MINFER_ABI_PACK_MAJOR(want) != MINFER_ABI_MAJOR) {
-        *abi = MINFER_ABI_PACK(MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
-        return NULL;
-    }
-    cuda_host = host;
-    return &g_iface;
-}
+MINFER_PLUGIN_DEFINE(cuda_host, "cuda", MINFER_CUDA_PLUGIN_VERSION,
+                     .probe = p_probe,
+                     .device_count = p_device_count,
+                     .device_info = p_device_info,
+                     .create = p_create,
+                     .destroy = p_destroy,
+                     .supports_op = p_supports_op,
+                     .buffer_alloc = p_buffer_alloc,
+                     .buffer_free = p_buffer_free,
+                     .buffer_write = p_buffer_write,
+                     .buffer_read = p_buffer_read,
+                     .weight_register = p_weight_register,
+                     .execute_node = p_execute_node,
+                     .graph_replay = cuda_graph_replay,
+                     .synchronize = p_synchronize,
+                     .copy_cells = p_copy_cells,
+                     .last_error = p_last_error,
+                     .get_proc = cuda_get_proc,
+                     .shutdown = p_shutdown);

@@ -24,6 +24,8 @@
  *   larger than dense (views such as Q/K/V column slices of a fused QKV).
  *   For block-quantized types ne[0] is a multiple of the block size and
  *   nb[1] counts bytes of whole blocks.
+ *   Every extent is in 1..2^40 and, when ne[1] > 1, nb[1] is at least one
+ *   row's bytes (rows never overlap).
  */
 #ifndef MINFER_IR_H
 #define MINFER_IR_H
@@ -124,10 +126,11 @@ enum minfer_op {
      * src0: table [n, n_rows] any readable type; src1: I32 ids [n_ids];
      * dst: F32 [n, n_ids]. An id outside [0, n_rows) is an error. */
     MINFER_OP_GET_ROWS = 1,
-    /* dst = x / sqrt(mean(x^2) + eps) per row. fparams[0] = eps. */
+    /* dst = x / sqrt(mean(x^2) + eps) per row; src0, dst same shape.
+     * fparams[0] = eps (>= 0). */
     MINFER_OP_RMS_NORM = 2,
     /* dst = rms_norm(src0) * src1, src1: F32 [n] broadcast over rows.
-     * fparams[0] = eps. A fusion of RMS_NORM then MUL. */
+     * fparams[0] = eps (>= 0). A fusion of RMS_NORM then MUL. */
     MINFER_OP_RMS_NORM_MUL = 3,
     /* dst = src0 + src1; src1 has ne0 == src0's and either the same rows or
      * one row broadcast to all. */
@@ -135,16 +138,17 @@ enum minfer_op {
     /* dst = src0 * src1, element-wise, same broadcast rule as ADD. */
     MINFER_OP_MUL = 5,
     /* dst[n, m] = sum_k src0[k, n] * src1[k, m].
-     * src0: weight [K, N] any readable type; src1: F32 [K, M]; dst: F32 [N, M]. */
+     * src0: weight [K, N] any readable type; src1: F32 [K, M]; dst: F32 [N, M].
+     * All 2-D; K, N and M below 2^31. */
     MINFER_OP_MUL_MAT = 6,
     /* Rotary embedding, NeoX layout (pairs (i, i + n_rot/2)).
      * src0: F32 [head_dim, n_head, n_tokens]; src1: I32 positions [n_tokens];
-     * iparams[0] = n_rot (<= head_dim; dims past n_rot pass through);
-     * fparams[0] = freq_base; fparams[1] = freq_scale (1.0 = none). */
+     * iparams[0] = n_rot (even, 2..head_dim; dims past n_rot pass through);
+     * fparams[0] = freq_base (> 0); fparams[1] = freq_scale (> 0, 1.0 = none). */
     MINFER_OP_ROPE = 7,
     /* dst = silu(src0) * src1, same shapes. */
     MINFER_OP_SWIGLU = 8,
-    /* Write rows of src0 (F32 [row_len, n_tokens]) into the cache dst
+    /* Write rows of src0 (F32 2-D [row_len, n_tokens]) into the cache dst
      * ([row_len, n_cells] of type F32, F16 or Q8_0) at cells src1 (I32
      * [n_tokens]). dst is both read and written; a cell outside
      * [0, n_cells) is an error. dst is not a fresh output: a backend must
@@ -160,13 +164,14 @@ enum minfer_op {
      *       for a single sequence);
      * dst: F32 [head_dim, n_head, n_tokens].
      * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale.
+     * K and V have one type; a Q8_0 cache needs head_dim % 32 == 0.
      * kv_len and positions are read at run time, never baked into a launch. */
     MINFER_OP_ATTENTION = 10,
     /* dst = silu(src0 . x) * (src1 . x) with x = src2: the FFN gate/up pair
      * fused. src0, src1: weights [K, N] of one type; src2: F32 [K, M];
      * dst: F32 [N, M]. */
     MINFER_OP_FFN_GATE_UP = 11,
-    /* dst = src0 converted to dst's type (F32 <-> F16/BF16), same shape. */
+    /* dst = src0 converted to dst's type, both F32, F16 or BF16, same shape. */
     MINFER_OP_COPY = 12,
     /* dst = src0 * fparams[0]. */
     MINFER_OP_SCALE = 13,
