@@ -2,7 +2,8 @@
  * test-cuda-plugin.c — libminfer-cuda.so loads and reports cleanly on any
  * machine, GPU or not: the entry answers ABI 1.x, the cheap probe either
  * finds devices or says "no CUDA device: <runtime text>", device_count and
- * create agree with the probe, and shutdown/dlclose leave no crash. This
+ * create agree with the probe, a GPU whose compute capability the build
+ * lacks is refused with a reason, and shutdown/dlclose leave no crash. This
  * suite runs in CI (no GPU); it is skipped only where the plugin was not
  * built (MINFER_CUDA=OFF or no nvcc).
  */
@@ -209,6 +210,103 @@ START_TEST(refuses_what_the_kernels_cannot_run)
 }
 END_TEST
 
+/* ---- compute capability against the built architectures ---- */
+
+typedef int (*arch_runs_fn)(int major, int minor, const char *archs, char *why, size_t len);
+
+static arch_runs_fn arch_runs(void)
+{
+    ck_assert_ptr_nonnull(IF->get_proc);
+    arch_runs_fn f = (arch_runs_fn)IF->get_proc("minfer_cuda_test_arch_runs");
+    ck_assert_msg(f, "the CUDA plugin lacks minfer_cuda_test_arch_runs");
+    return f;
+}
+
+/* Catches: a check that lets probe pick a GPU the kernels cannot run on
+ * (SASS is good within one major from its minor up, PTX from its
+ * capability up, "a" targets on exactly one), or one that refuses a GPU
+ * they can (a newer chip served by PTX, 8.9 by sm_80 SASS). No GPU needed. */
+START_TEST(arch_check_follows_cuda_compatibility)
+{
+    arch_runs_fn f = arch_runs();
+    const char *dflt = "80-real,86-real,89-real,90";
+    static const struct {
+        int major, minor;
+        const char *archs;
+        int runs;
+    } cases[] = {
+        {9, 0, "80-real,86-real,89-real,90", 1},  {8, 6, "80-real,86-real,89-real,90", 1},
+        {8, 7, "80-real,86-real,89-real,90", 1},  {10, 0, "80-real,86-real,89-real,90", 1},
+        {12, 0, "80-real,86-real,89-real,90", 1}, {7, 5, "80-real,86-real,89-real,90", 0},
+        {7, 0, "80-real,86-real,89-real,90", 0},  {8, 9, "80-real", 1},
+        {8, 0, "86-real", 0},  {9, 0, "80-real", 0},   {9, 0, "80", 1},
+        {10, 0, "90-real", 0}, {10, 0, "90", 1},       {10, 0, "90-virtual", 1},
+        {8, 6, "90", 0},       {9, 0, "90a-real", 1},  {10, 0, "90a", 0},
+        {10, 3, "100f", 1},    {12, 0, "100f", 0},     {9, 0, "", 0},
+        {7, 5, "all", 1},      {7, 5, "native", 1},    {9, 0, "80-real,,90-real", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[512] = "";
+        int got = f(cases[i].major, cases[i].minor, cases[i].archs, why, sizeof why);
+        ck_assert_msg(got == cases[i].runs, "cc %d.%d with '%s': %d (%s), expected %d",
+                      cases[i].major, cases[i].minor, cases[i].archs, got, why, cases[i].runs);
+        ck_assert_msg(why[0], "cc %d.%d with '%s' gave no text", cases[i].major,
+                      cases[i].minor, cases[i].archs);
+    }
+    char why[512];
+    ck_assert_int_eq(f(7, 5, dflt, why, sizeof why), 0);
+    ck_assert_msg(strstr(why, "7.5") && strstr(why, dflt) && strstr(why, "MINFER_CUDA_ARCHS=75"),
+                  "the refusal must name the capability, the build's list and the fix: %s",
+                  why);
+    ck_assert_int_eq(f(10, 0, "90", why, sizeof why), 1);
+    ck_assert_msg(strstr(why, "PTX"), "a JIT from PTX must say so: %s", why);
+}
+END_TEST
+
+/* Catches: a build that records other architectures than it compiled
+ * (CMake passes MINFER_CUDA_ARCHS both to nvcc and to the plugin). */
+START_TEST(built_archs_are_the_configured_ones)
+{
+    typedef const char *(*archs_fn)(void);
+    archs_fn f = (archs_fn)IF->get_proc("minfer_cuda_built_archs");
+    ck_assert_ptr_nonnull(f);
+    printf("cuda plugin built for: %s\n", f());
+    ck_assert_str_eq(f(), MINFER_TEST_CUDA_ARCHS);
+}
+END_TEST
+
+/* Catches: create on (and probe choosing) a GPU whose capability the build
+ * lacks; with a fake 7.5 both must refuse and say why. create's refusal
+ * needs no GPU; probe's is checked where a device exists. */
+START_TEST(refuses_a_capability_the_build_lacks)
+{
+    typedef void (*fake_fn)(int, int);
+    fake_fn fake = (fake_fn)IF->get_proc("minfer_cuda_test_fake_cc");
+    ck_assert_ptr_nonnull(fake);
+    char real_why[512] = "";
+    int real = IF->probe(real_why, sizeof real_why);
+    fake(7, 5);
+    struct minfer_backend *be = (struct minfer_backend *)0x1;
+    struct minfer_backend_config cfg = {.struct_size = sizeof cfg};
+    minfer_status st = IF->create(&cfg, &be);
+    char why[512] = "";
+    int faked = IF->probe(why, sizeof why);
+    fake(-1, -1);
+    ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(IF->last_error(NULL), "compute capability 7.5"), "create error: %s",
+                  IF->last_error(NULL));
+    ck_assert_int_eq(faked, 0);
+    if (real == 0) {
+        MINFER_TEST_SKIP("probe's refusal needs a CUDA device (%s)", real_why);
+    }
+    ck_assert_msg(strstr(why, "no CUDA device this build runs on") &&
+                      strstr(why, "compute capability 7.5"),
+                  "probe with a fake 7.5 says '%s'", why);
+    ck_assert_int_gt(IF->probe(NULL, 0), 0); /* the real capability again */
+}
+END_TEST
+
 Suite *cuda_plugin_suite(void);
 Suite *cuda_plugin_suite(void)
 {
@@ -221,6 +319,9 @@ Suite *cuda_plugin_suite(void)
     tcase_add_test(tc, supports_op_refuses_malformed_nodes);
     tcase_add_test(tc, supports_every_qwen_op_at_7b_shapes);
     tcase_add_test(tc, refuses_what_the_kernels_cannot_run);
+    tcase_add_test(tc, arch_check_follows_cuda_compatibility);
+    tcase_add_test(tc, built_archs_are_the_configured_ones);
+    tcase_add_test(tc, refuses_a_capability_the_build_lacks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,8 +3,9 @@
  * instance, the replay-window cache entry, the scratch slots and the
  * helpers that read IR tensors. plugin.c is the entry and instance,
  * validate.c decides what a node may be, exec.c runs one node, graph.c
- * captures and replays windows, fuse.c fuses nodes inside a capture and
- * hooks.c answers get_proc. Nothing here crosses the plugin boundary;
+ * captures and replays windows, fuse.c fuses nodes inside a capture,
+ * arch.c matches a device's compute capability with the built
+ * architectures and hooks.c answers get_proc. Nothing here crosses the plugin boundary;
  * the CUDA runtime is reached only through device.h.
  */
 #ifndef MINFER_CUDA_INTERNAL_H
@@ -177,6 +178,19 @@ void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t
  * i alone) with the launch's failure in *st. Node i is already validated. */
 uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_window *w, uint32_t i,
                       struct kctx *k, minfer_status *st);
+
+/* ---- arch.c ---- */
+
+/* The architectures this build's kernels carry ("80-real,86-real,89-real,90"). */
+const char *cuda_built_archs(void);
+/* 1 when code built for archs (comma-separated CUDA_ARCHITECTURES entries)
+ * runs on compute capability major.minor, saying how in why; 0 with the
+ * reason and the fix in why. */
+int cuda_arch_runs(int major, int minor, const char *archs, char *why, size_t why_len);
+/* The same for device `device` of this machine and this build ("device N: ..."). */
+int cuda_device_runs(int device, char *why, size_t why_len);
+/* Test hook: every device reports compute capability major.minor (-1: the real one). */
+void cuda_arch_fake(int major, int minor);
 
 /* ---- hooks.c ---- */
 

@@ -68,6 +68,16 @@ int cu_probe(char *why, size_t why_len)
     return n;
 }
 
+int cu_device_cc(int device, int *major, int *minor)
+{
+    if (cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 minfer_status cu_device_info(int device, struct minfer_device_info *out, char *err,
                              size_t err_len)
 {

@@ -27,6 +27,10 @@ extern "C" {
  * why[why_len]. Calls only cudaGetDeviceCount (no context creation). */
 int cu_probe(char *why, size_t why_len);
 
+/* Compute capability of a device (attributes only, no context): 0, or -1
+ * when the runtime cannot say. */
+int cu_device_cc(int device, int *major, int *minor);
+
 /* Fills *out (name, cc, memory total/free, description). */
 minfer_status cu_device_info(int device, struct minfer_device_info *out, char *err,
                              size_t err_len);

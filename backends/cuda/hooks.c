@@ -64,6 +64,19 @@ static uint64_t x_fused_groups(void)
     return __atomic_load_n(&cuda_count.groups, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_test_fake_cc": void f(int major, int minor) — every device
+ * reports this compute capability to probe and create (-1, -1: the real
+ * one), so a test on any GPU can see a capability the build lacks refused.
+ * Not thread-safe; tests only.
+ * "minfer_cuda_test_arch_runs": int f(int major, int minor, const char
+ * *archs, char *why, size_t why_len) — the check probe makes, on any list
+ * of architectures (no GPU needed). "minfer_cuda_built_archs": const char
+ * *f(void) — the architectures this build carries. */
+static void x_fake_cc(int major, int minor)
+{
+    cuda_arch_fake(major, minor);
+}
+
 void *cuda_get_proc(const char *name)
 {
     if (!name)
@@ -82,5 +95,11 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_rope_kv;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
+    if (!strcmp(name, "minfer_cuda_test_fake_cc"))
+        return (void *)x_fake_cc;
+    if (!strcmp(name, "minfer_cuda_test_arch_runs"))
+        return (void *)cuda_arch_runs;
+    if (!strcmp(name, "minfer_cuda_built_archs"))
+        return (void *)cuda_built_archs;
     return NULL;
 }

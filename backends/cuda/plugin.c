@@ -21,10 +21,26 @@ static char g_err[512]; /* errors of create (be == NULL) */
 
 /* ---- plugin slots ---- */
 
+/* Cheap (no context): some device, and one whose compute capability the
+ * built kernels run on (arch.c); otherwise 0 and why, naming the first
+ * device refused and the -DMINFER_CUDA_ARCHS that would serve it. */
 static int p_probe(char *why, size_t why_len)
 {
     int n = cu_probe(why, why_len);
-    return n > 0 ? 100 : 0;
+    if (n <= 0)
+        return 0;
+    char first[512] = "";
+    for (int d = 0; d < n; d++) {
+        char how[512];
+        if (cuda_device_runs(d, how, sizeof how))
+            return 100;
+        if (!first[0])
+            snprintf(first, sizeof first, "%s", how);
+    }
+    if (why)
+        snprintf(why, why_len, "no CUDA device this build runs on (%d device%s): %s", n,
+                 n == 1 ? "" : "s", first);
+    return 0;
 }
 
 static int p_device_count(void)
@@ -45,6 +61,11 @@ static minfer_status p_create(const struct minfer_backend_config *cfg, struct mi
         return MINFER_ERR_INVALID_ARG;
     *out = NULL;
     int device = cfg ? cfg->device : 0;
+    char how[400];
+    if (!cuda_device_runs(device, how, sizeof how)) {
+        snprintf(g_err, sizeof(g_err), "cuda: %s", how);
+        return MINFER_ERR_UNSUPPORTED;
+    }
     struct minfer_backend *be = calloc(1, sizeof(*be));
     if (!be) {
         snprintf(g_err, sizeof(g_err), "cuda: out of host memory creating an instance");
