@@ -56,7 +56,7 @@ for i in "${!trees[@]}"; do
   v=${names[$i]}
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
-    tests=ON; extra="test-cuda-plugin test-cuda-ops test-cuda-e2e test-fixture"
+    tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-fixture"
   fi
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
@@ -81,7 +81,7 @@ done
 if [ -n "$TESTS" ]; then
   B=/tmp/bA/bin
   $B/test-cuda-plugin > $OUT/plugin.log 2>&1; echo "plugin rc $?: $(grep -E '^[0-9]+%' $OUT/plugin.log)"
-  timeout 180 $B/test-cuda-ops > $OUT/ops.log 2>&1
+  timeout 180 $B/test-backend-ops > $OUT/ops.log 2>&1
   echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
   grep -E ":[EF]:|NMSE" $OUT/ops.log | cut -c1-200
   timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1

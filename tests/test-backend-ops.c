@@ -1,16 +1,22 @@
 /*
- * test-cuda-ops.c — the cross-backend op test: every IR op the CUDA plugin
- * accepts, for every weight type and a set of shapes (odd sizes, tails,
- * nt = 1..9 and beyond, strided views, long KV), run through the dlopen'd
- * CUDA plugin and the dlopen'd CPU plugin (the reference), compared by
- * normalised MSE under a named tolerance class per op family. Outputs are
- * poisoned (NaN bytes) on both sides first, so an unwritten element fails.
- * Also: device info, device OOM is an error and the next op still runs,
- * a device-side id violation is reported at sync, the weight registry
- * returns the same address for the same weight, supports_op agrees with
- * execute_node on a malformed node.
+ * test-backend-ops.c — the cross-backend op test (llama.cpp's
+ * test-backend-ops idea): every plugin the build has — the CPU plugin, the
+ * template plugin, the CUDA plugin when a device is present — runs every
+ * IR op it accepts, for every weight type and a set of shapes (odd sizes,
+ * tails, nt = 1..9 and beyond, strided views, long KV), against the CPU
+ * plugin as the reference, compared by normalised MSE under a named
+ * tolerance class per op family. The CPU under test runs its best kernel
+ * set against a reference instance forced to the portable "scalar" set.
+ * Outputs are poisoned (NaN bytes) on both sides first, so an unwritten
+ * element fails. The CPU and CUDA plugins must accept every case; the
+ * template runs the cases it accepts (and must accept some).
+ * Also, per plugin: the weight registry returns the same address for the
+ * same weight, supports_op agrees with execute_node on a malformed node;
+ * on CUDA only: device info, device OOM is an error and the next op still
+ * runs, a device-side id violation is reported at sync, every GEMM variant.
  *
- * The whole suite is skipped (exit 77) without a CUDA device.
+ * Without a CUDA device (or without the CUDA plugin) the CUDA cases print
+ * SKIP with the probe's reason and pass; the rest runs everywhere.
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -26,7 +32,6 @@
 #include "minfer/quant.h"
 #include "minfer/quant-ref.h"
 #include "testutil.h"
-#include "cuda-probe.h"
 
 /* ---- tolerance classes (normalised MSE: sum (a-b)^2 / sum b^2) ---- */
 
@@ -48,19 +53,28 @@
 
 /* ---- plugins ---- */
 
+/* The plugins under test; the reference is always the CPU plugin. */
+enum { UT_CPU = 0, UT_TEMPLATE = 1, UT_CUDA = 2, UT_COUNT };
+static const char *const UT_FILE[UT_COUNT] = {
+    MINFER_PLUGIN_DIR "/libminfer-cpu.so",
+    MINFER_TEST_PLUGIN_DIR "/template/libminfer-template.so",
+    MINFER_PLUGIN_DIR "/libminfer-cuda.so",
+};
+
 struct plug {
     void *dl;
     const struct minfer_backend_iface *t;
     struct minfer_backend *be;
 };
 
-static struct plug P[2]; /* 0 = CUDA (under test), 1 = CPU (reference) */
+static struct plug P[2];     /* 0 = under test, 1 = CPU (reference) */
+static bool g_must_support;  /* the plugin under test must accept every case */
+static int g_ran, g_refused; /* cases run / not accepted by the plugin under test */
 
-static const struct minfer_backend_iface *open_plugin(const char *file, void **dl, char *why,
+/* Opens path; NULL with why when it cannot be loaded. */
+static const struct minfer_backend_iface *open_plugin(const char *path, void **dl, char *why,
                                                       size_t why_len)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", MINFER_PLUGIN_DIR, file);
     *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!*dl) {
         snprintf(why, why_len, "cannot dlopen %.200s: %.300s", path, dlerror());
@@ -74,18 +88,53 @@ static const struct minfer_backend_iface *open_plugin(const char *file, void **d
     return t;
 }
 
-static void setup(void)
+/* Opens plugin ut (P[0]) and the CPU reference (P[1]). Returns NULL, or
+ * why the plugin cannot run on this machine (the test then skips): only
+ * the CUDA plugin may be absent or find no device. Each Check test runs in
+ * its own fork, so CUDA is initialised here, in the test's process. */
+static const char *open_pair(int ut)
 {
-    char why[600];
-    P[0].t = open_plugin("libminfer-cuda.so", &P[0].dl, why, sizeof why);
+    static char why[700];
+    if (ut == UT_CUDA && access(UT_FILE[ut], F_OK) != 0)
+        return "the CUDA plugin was not built (libminfer-cuda.so is absent)";
+    P[0].t = open_plugin(UT_FILE[ut], &P[0].dl, why, sizeof why);
     ck_assert_msg(P[0].t, "%s", why);
-    P[1].t = open_plugin("libminfer-cpu.so", &P[1].dl, why, sizeof why);
+    if (ut == UT_CUDA && P[0].t->probe(why, sizeof why) <= 0)
+        return why;
+    P[1].t = open_plugin(UT_FILE[UT_CPU], &P[1].dl, why, sizeof why);
     ck_assert_msg(P[1].t, "%s", why);
     for (int i = 0; i < 2; i++) {
         struct minfer_backend_config cfg = {.struct_size = sizeof cfg, .device = 0};
         minfer_status st = P[i].t->create(&cfg, &P[i].be);
         ck_assert_msg(st == MINFER_OK, "%s create: %s", P[i].t->name, P[i].t->last_error(NULL));
     }
+    if (ut == UT_CPU) { /* the best kernel set against the portable one */
+        typedef minfer_status (*set_isa_fn)(struct minfer_backend *, const char *);
+        set_isa_fn set_isa = (set_isa_fn)P[1].t->get_proc("minfer_cpu_set_isa");
+        ck_assert_ptr_nonnull(set_isa);
+        ck_assert_int_eq(set_isa(P[1].be, "scalar"), MINFER_OK);
+    }
+    g_must_support = ut != UT_TEMPLATE;
+    g_ran = g_refused = 0;
+    return NULL;
+}
+
+/* First line of every test: the plugin under test, or a printed skip. */
+#define UNDER_TEST(ut)                                                                     \
+    do {                                                                                   \
+        const char *why_ = open_pair(ut);                                                  \
+        if (why_)                                                                          \
+            MINFER_TEST_SKIP("%s: %s", ut_name(ut), why_);                                 \
+    } while (0)
+
+static const char *ut_name(int ut)
+{
+    return ut == UT_CPU ? "cpu" : ut == UT_TEMPLATE ? "template" : "cuda";
+}
+
+static void setup(void)
+{
+    memset(P, 0, sizeof P);
 }
 
 static void *g_allocs[8192];
@@ -104,7 +153,8 @@ static void teardown(void)
 {
     for (int i = 0; i < 2; i++) {
         if (P[i].t) {
-            P[i].t->destroy(P[i].be);
+            if (P[i].be)
+                P[i].t->destroy(P[i].be);
             P[i].t->shutdown();
         }
         if (P[i].dl)
@@ -286,48 +336,65 @@ static void record(const char *family, const char *what, double nmse)
 static void print_stats(const char *test)
 {
     for (int i = 0; i < g_nstats; i++)
-        printf("NMSE %-14s %-16s cases %4d  worst %.3e  (%s)\n", test, g_stats[i].family,
-               g_stats[i].cases, g_stats[i].worst, g_stats[i].worst_case);
+        printf("NMSE %-8s %-14s %-16s cases %4d  worst %.3e  (%s)\n", P[0].t->name, test,
+               g_stats[i].family, g_stats[i].cases, g_stats[i].worst, g_stats[i].worst_case);
+    printf("%s %s: %d cases run, %d not accepted by the plugin\n", P[0].t->name, test, g_ran,
+           g_refused);
     fflush(stdout);
     g_nstats = 0;
 }
 
-/* Runs node on both plugins (the node's tensors are filled per plugin). */
+static bool g_last_ran; /* whether the last run_both ran (compare skips otherwise) */
+
+/* Runs node on both plugins (the node's tensors are filled per plugin).
+ * A plugin under test that need not accept everything (the template) may
+ * refuse; the case is then counted and not compared. */
 static void run_both(struct minfer_node *n, struct tt **src, int nsrc, struct tt *dst,
                      const char *what)
 {
+    g_last_ran = false;
     for (int i = 0; i < 2; i++) {
         n->n_src = (uint32_t)nsrc;
         for (int s = 0; s < nsrc; s++)
             n->src[s] = &src[s]->t[i];
         n->dst = &dst->t[i];
         n->label = what;
-        ck_assert_msg(P[i].t->supports_op(P[i].be, n), "%s does not support %s", P[i].t->name,
-                      what);
+        bool ok = P[i].t->supports_op(P[i].be, n);
+        if (!ok && i == 0 && !g_must_support) {
+            g_refused++;
+            return;
+        }
+        ck_assert_msg(ok, "%s does not support %s", P[i].t->name, what);
         minfer_status st = P[i].t->execute_node(P[i].be, n);
         ck_assert_msg(st == MINFER_OK, "%s execute %s: %s", P[i].t->name, what,
                       P[i].t->last_error(P[i].be));
     }
+    g_ran++;
+    g_last_ran = true;
 }
 
-/* NMSE of CUDA vs CPU over dst; an unwritten (NaN) element fails. */
+/* NMSE of the plugin under test vs the CPU reference over dst; an
+ * unwritten (NaN) element fails. 0 when the last run_both did not run. */
 static double compare(struct tt *dst, const char *family, const char *what, double tol)
 {
+    if (!g_last_ran)
+        return 0;
     float *a = tt_read(dst, 0), *b = tt_read(dst, 1);
     int64_t n = dst->ne[0] * dst->ne[1] * dst->ne[2] * dst->ne[3];
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
-        ck_assert_msg(isfinite(a[i]), "%s: CUDA element %lld is %g (unwritten or overflow)",
-                      what, (long long)i, (double)a[i]);
-        ck_assert_msg(isfinite(b[i]), "%s: CPU element %lld is %g", what, (long long)i,
-                      (double)b[i]);
+        ck_assert_msg(isfinite(a[i]), "%s: %s element %lld is %g (unwritten or overflow)",
+                      what, P[0].t->name, (long long)i, (double)a[i]);
+        ck_assert_msg(isfinite(b[i]), "%s: CPU reference element %lld is %g", what,
+                      (long long)i, (double)b[i]);
         double d = (double)a[i] - (double)b[i];
         num += d * d;
         den += (double)b[i] * (double)b[i];
     }
     double nmse = den > 0 ? num / den : num;
     record(family, what, nmse);
-    ck_assert_msg(nmse <= tol, "%s: NMSE %.3e above the %s class %.1e", what, nmse, family, tol);
+    ck_assert_msg(nmse <= tol, "%s: %s NMSE %.3e above the %s class %.1e", what, P[0].t->name,
+                  nmse, family, tol);
     return nmse;
 }
 
@@ -353,6 +420,7 @@ static int is_float(uint32_t t)
 /* Catches: a device_info that leaves fields empty or reports a non-GPU. */
 START_TEST(device_info_is_real)
 {
+    UNDER_TEST(UT_CUDA);
     struct minfer_device_info d = {.struct_size = sizeof d};
     ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
     ck_assert_msg(d.name[0] != 0, "empty device name");
@@ -370,6 +438,7 @@ END_TEST
  * that ignores the table's row stride, odd-length plain rows. */
 START_TEST(get_rows_every_type)
 {
+    UNDER_TEST(_i);
     for (size_t ti = 0; ti < NWTYPES; ti++) {
         uint32_t t = WTYPES[ti];
         int64_t ns[2] = {512, is_float(t) ? 13 : 256};
@@ -396,6 +465,7 @@ END_TEST
  * rows, 3-D inputs, the fused weight multiply. */
 START_TEST(rms_norm_shapes)
 {
+    UNDER_TEST(_i);
     int64_t shapes[][3] = {{13, 3, 1}, {4096, 5, 1}, {128, 7, 3}, {3584, 1, 1}, {1000, 9, 2}};
     for (size_t s = 0; s < 5; s++) {
         for (int fused = 0; fused < 2; fused++) {
@@ -423,26 +493,30 @@ END_TEST
  * swiglu formula, scale, and every conversion of COPY. */
 START_TEST(elementwise_ops)
 {
+    UNDER_TEST(_i);
     int64_t shapes[][3] = {{13, 5, 1}, {3584, 9, 1}, {128, 7, 3}};
     uint32_t ops[] = {MINFER_OP_ADD, MINFER_OP_MUL, MINFER_OP_SWIGLU, MINFER_OP_SCALE};
     const char *names[] = {"add", "mul", "swiglu", "scale"};
     for (size_t s = 0; s < 3; s++) {
         for (size_t o = 0; o < 4; o++) {
-            for (int bc = 0; bc < 2; bc++) {
-                if (bc && (ops[o] == MINFER_OP_SWIGLU || ops[o] == MINFER_OP_SCALE))
+            for (int bc = 0; bc < 4; bc++) { /* bit 0: broadcast src1; bit 1: all dense */
+                if ((bc & 1) && (ops[o] == MINFER_OP_SWIGLU || ops[o] == MINFER_OP_SCALE))
                     continue;
                 int64_t *sh = shapes[s];
-                struct tt *a = tt_new(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, 8);
-                struct tt *b = tt_new(MINFER_TYPE_F32, sh[0], bc ? 1 : sh[1], bc ? 1 : sh[2], 1, 0);
+                bool dense = bc & 2;
+                struct tt *a = tt_new(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, dense ? 0 : 8);
+                struct tt *b = tt_new(MINFER_TYPE_F32, sh[0], (bc & 1) ? 1 : sh[1],
+                                      (bc & 1) ? 1 : sh[2], 1, 0);
                 tt_place(a, NULL);
                 tt_place(b, NULL);
-                struct tt *dst = tt_out(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, 4);
+                struct tt *dst = tt_out(MINFER_TYPE_F32, sh[0], sh[1], sh[2], 1, dense ? 0 : 4);
                 struct minfer_node n = {.op = ops[o]};
                 n.fparams[0] = 0.37f;
                 struct tt *src[2] = {a, b};
                 char what[96];
-                snprintf(what, sizeof what, "%s [%lld,%lld,%lld]%s", names[o], (long long)sh[0],
-                         (long long)sh[1], (long long)sh[2], bc ? " bcast" : "");
+                snprintf(what, sizeof what, "%s [%lld,%lld,%lld]%s%s", names[o], (long long)sh[0],
+                         (long long)sh[1], (long long)sh[2], (bc & 1) ? " bcast" : "",
+                         dense ? " dense" : "");
                 run_both(&n, src, ops[o] == MINFER_OP_SCALE ? 1 : 2, dst, what);
                 compare(dst, names[o], what, TOL_F32);
             }
@@ -462,6 +536,8 @@ START_TEST(elementwise_ops)
         run_both(&n, src, 1, dst, what);
         compare(dst, "copy", what, TOL_F32);
     }
+    /* every plugin runs element-wise ops (the template: the dense cases) */
+    ck_assert_msg(g_ran > 0, "%s accepted no element-wise case", P[0].t->name);
     print_stats("elementwise");
 }
 END_TEST
@@ -470,6 +546,7 @@ END_TEST
  * passed through, positions not read per token, freq_scale ignored. */
 START_TEST(rope_neox)
 {
+    UNDER_TEST(_i);
     int cfg[][3] = {{128, 128, 0}, {128, 64, 1}, {64, 64, 0}};
     for (int c = 0; c < 3; c++) {
         for (int nt = 1; nt <= 9; nt += 4) {
@@ -501,6 +578,7 @@ END_TEST
  * strided activations, and the dispatch between the two families. */
 START_TEST(mul_mat_every_type)
 {
+    UNDER_TEST(_i);
     int64_t shapes[][2] = {{256, 33}, {768, 130}, {4096, 67}};
     int nts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 67};
     for (size_t ti = 0; ti < NWTYPES; ti++) {
@@ -550,6 +628,7 @@ END_TEST
  * the plugin's test hook and must match the CPU like the default. */
 START_TEST(gemm_every_variant)
 {
+    UNDER_TEST(UT_CUDA);
     typedef void (*tune_fn)(int bk, int splits, int bn);
     tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
     ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
@@ -588,8 +667,8 @@ START_TEST(gemm_every_variant)
 }
 END_TEST
 
-/* Runs dst = w . x + a as one MUL_MAT_ADD node on CUDA and as the MUL_MAT
- * and ADD nodes it replaces on the CPU. */
+/* Runs dst = w . x + a as one MUL_MAT_ADD node on the plugin under test
+ * and as the MUL_MAT and ADD nodes it replaces on the CPU reference. */
 static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt *dst,
                             const char *what)
 {
@@ -598,9 +677,16 @@ static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt 
     n.src[1] = &x->t[0];
     n.src[2] = &a->t[0];
     n.dst = &dst->t[0];
-    ck_assert_msg(P[0].t->supports_op(P[0].be, &n), "cuda does not support %s", what);
+    g_last_ran = false;
+    bool ok = P[0].t->supports_op(P[0].be, &n);
+    if (!ok && !g_must_support) {
+        g_refused++;
+        return;
+    }
+    ck_assert_msg(ok, "%s does not support %s", P[0].t->name, what);
     minfer_status st = P[0].t->execute_node(P[0].be, &n);
-    ck_assert_msg(st == MINFER_OK, "cuda execute %s: %s", what, P[0].t->last_error(P[0].be));
+    ck_assert_msg(st == MINFER_OK, "%s execute %s: %s", P[0].t->name, what,
+                  P[0].t->last_error(P[0].be));
     struct tt *p = tt_out(MINFER_TYPE_F32, w->ne[1], x->ne[1], 1, 1, 0);
     struct minfer_node mm = {.op = MINFER_OP_MUL_MAT, .n_src = 2, .label = what};
     mm.src[0] = &w->t[1];
@@ -612,6 +698,8 @@ static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt 
     ad.dst = &dst->t[1];
     ck_assert_int_eq(P[1].t->execute_node(P[1].be, &mm), MINFER_OK);
     ck_assert_int_eq(P[1].t->execute_node(P[1].be, &ad), MINFER_OK);
+    g_ran++;
+    g_last_ran = true;
 }
 
 /* Catches: a fused product + addend that drops the addend, adds it to the
@@ -620,6 +708,7 @@ static void run_mul_mat_add(struct tt *w, struct tt *x, struct tt *a, struct tt 
  * itself (in place, both the matvec epilogue and the GEMM path). */
 START_TEST(mul_mat_add)
 {
+    UNDER_TEST(_i);
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_0,
                         MINFER_TYPE_F16};
     int nts[] = {1, 3, 8, 9, 33};
@@ -664,6 +753,7 @@ END_TEST
  * breaks for nt past the matvec range. */
 START_TEST(ffn_gate_up)
 {
+    UNDER_TEST(_i);
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_F16, MINFER_TYPE_Q4_0,
                         MINFER_TYPE_Q6_K};
     int nts[] = {1, 4, 9, 33};
@@ -691,6 +781,7 @@ END_TEST
  * quantizer that differs from the CPU's, strided source rows. */
 START_TEST(kv_store_layouts)
 {
+    UNDER_TEST(_i);
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         for (int nt = 1; nt <= 9; nt += 8) {
@@ -721,6 +812,7 @@ END_TEST
  * kernel: a dropped partial tile of queries or cells). */
 START_TEST(attention_layouts)
 {
+    UNDER_TEST(_i);
     /* hd, n_head, n_kv, n_cells, kv_len, nt */
     /* nt > 8 with hd 64/128 runs the tiled prefill kernel: a whole prompt
      * from an empty cache (517 tokens, a partial last query tile), a
@@ -769,6 +861,7 @@ END_TEST
  * must still run and be right. */
 START_TEST(oom_then_next_op_runs)
 {
+    UNDER_TEST(UT_CUDA);
     void *p = NULL;
     size_t huge = (size_t)1 << 50;
     minfer_status st = P[0].t->buffer_alloc(P[0].be, huge, &p);
@@ -792,6 +885,7 @@ END_TEST
  * surface at sync, and the instance must keep working. */
 START_TEST(bad_id_reported_at_sync)
 {
+    UNDER_TEST(UT_CUDA);
     struct tt *tab = tt_new(MINFER_TYPE_F32, 64, 4, 1, 1, 0);
     tt_place(tab, NULL);
     struct tt *ids = tt_new(MINFER_TYPE_I32, 2, 1, 1, 1, 0);
@@ -818,6 +912,7 @@ END_TEST
  * old address for different bytes under the same name. */
 START_TEST(weight_registry_reuses)
 {
+    UNDER_TEST(_i);
     uint8_t buf[4096], other[4096];
     for (int i = 0; i < 4096; i++) {
         buf[i] = (uint8_t)rnd();
@@ -842,6 +937,7 @@ END_TEST
  * an execute error that does not name the node. */
 START_TEST(unsupported_node_is_refused_by_both)
 {
+    UNDER_TEST(_i);
     struct tt *a = tt_new(MINFER_TYPE_F32, 16, 2, 1, 1, 0), *b = tt_new(MINFER_TYPE_F32, 8, 2, 1, 1, 0);
     tt_place(a, NULL);
     tt_place(b, NULL);
@@ -857,28 +953,29 @@ START_TEST(unsupported_node_is_refused_by_both)
 }
 END_TEST
 
-Suite *cuda_ops_suite(void);
-Suite *cuda_ops_suite(void)
+Suite *backend_ops_suite(void);
+Suite *backend_ops_suite(void)
 {
-    Suite *s = suite_create("cuda_ops");
+    Suite *s = suite_create("backend_ops");
     TCase *tc = tcase_create("ops");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 900);
+    /* each loop test runs once per plugin: _i is UT_CPU, UT_TEMPLATE, UT_CUDA */
     tcase_add_test(tc, device_info_is_real);
-    tcase_add_test(tc, get_rows_every_type);
-    tcase_add_test(tc, rms_norm_shapes);
-    tcase_add_test(tc, elementwise_ops);
-    tcase_add_test(tc, rope_neox);
-    tcase_add_test(tc, mul_mat_every_type);
-    tcase_add_test(tc, ffn_gate_up);
-    tcase_add_test(tc, mul_mat_add);
+    tcase_add_loop_test(tc, get_rows_every_type, 0, UT_COUNT);
+    tcase_add_loop_test(tc, rms_norm_shapes, 0, UT_COUNT);
+    tcase_add_loop_test(tc, elementwise_ops, 0, UT_COUNT);
+    tcase_add_loop_test(tc, rope_neox, 0, UT_COUNT);
+    tcase_add_loop_test(tc, mul_mat_every_type, 0, UT_COUNT);
+    tcase_add_loop_test(tc, ffn_gate_up, 0, UT_COUNT);
+    tcase_add_loop_test(tc, mul_mat_add, 0, UT_COUNT);
     tcase_add_test(tc, gemm_every_variant);
-    tcase_add_test(tc, kv_store_layouts);
-    tcase_add_test(tc, attention_layouts);
+    tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
+    tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_test(tc, oom_then_next_op_runs);
     tcase_add_test(tc, bad_id_reported_at_sync);
-    tcase_add_test(tc, weight_registry_reuses);
-    tcase_add_test(tc, unsupported_node_is_refused_by_both);
+    tcase_add_loop_test(tc, weight_registry_reuses, 0, UT_COUNT);
+    tcase_add_loop_test(tc, unsupported_node_is_refused_by_both, 0, UT_COUNT);
     suite_add_tcase(s, tc);
     return s;
 }
