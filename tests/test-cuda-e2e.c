@@ -27,6 +27,7 @@
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "plugin.h"
+#include "engine.h"
 #include "testutil.h"
 #include "cuda-probe.h"
 
@@ -41,22 +42,6 @@ struct graph_stats {
 };
 typedef void (*stats_fn)(struct graph_stats *);
 typedef void (*fail_fn)(int);
-
-static struct minfer_runtime *runtime(void)
-{
-    const char *paths[] = {MINFER_PLUGIN_DIR};
-    struct minfer_runtime_opts o = {
-        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 1,
-        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
-    };
-    minfer_status st;
-    char err[512] = "";
-    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, err, sizeof err);
-    ck_assert_msg(rt, "runtime: %s", err);
-    ck_assert_msg(runtime_find_backend(rt, "cuda"), "the CUDA plugin did not load");
-    ck_assert_msg(runtime_find_backend(rt, "cpu"), "the CPU plugin did not load");
-    return rt;
-}
 
 static void *cuda_proc(struct minfer_runtime *rt, const char *name)
 {
@@ -80,70 +65,16 @@ static struct graph_stats stats(struct minfer_runtime *rt)
 #define SHAPE_QWEN3 \
     "custom:n_embd=256,n_layer=2,n_head=4,n_head_kv=2,head_dim=64,n_ff=512,n_vocab=384,n_ctx=1024,tied=1"
 
-/* A random model in memory (the caller frees *mem). */
-static void *synth(const char *arch, const char *spec, uint32_t ftype, size_t *size)
-{
-    struct minfer_synth_opts so;
-    memset(&so, 0, sizeof so);
-    so.struct_size = sizeof so;
-    so.seed = 11;
-    so.ftype = ftype;
-    so.n_threads = 2;
-    char err[512] = "";
-    ck_assert_msg(minfer_synth_shape_parse(arch, spec, &so.shape, err, sizeof err) == MINFER_OK,
-                  "%s", err);
-    void *mem = NULL;
-    ck_assert_msg(minfer_synth(&so, NULL, &mem, size, err, sizeof err) == MINFER_OK, "synth: %s",
-                  err);
-    return mem;
-}
-
 static struct minfer_model *load_mem(struct minfer_runtime *rt, void *mem, size_t size,
                                      const char *backend)
 {
-    minfer_status st;
     char err[512] = "";
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_msg(g, "%s", err);
-    struct minfer_model_params mp;
-    minfer_model_params_default(&mp);
-    mp.backend = backend;
-    struct minfer_model *m = minfer_model_load_gguf(rt, g, &mp, &st, err, sizeof err);
+    struct minfer_model *m = ts_load_mem(rt, mem, size, backend, err, sizeof err);
     ck_assert_msg(m, "load on %s: %s", backend, err);
     struct minfer_model_info info = {.struct_size = sizeof info};
     minfer_model_info(m, &info);
     ck_assert_str_eq(info.backend, backend);
     return m;
-}
-
-static struct minfer_ctx *ctx_of(struct minfer_model *m, uint32_t flags)
-{
-    struct minfer_ctx_params cp;
-    minfer_ctx_params_default(&cp);
-    cp.n_ctx = 512;
-    cp.n_batch = 64;
-    cp.n_threads = 2;
-    cp.flags = flags;
-    minfer_status st;
-    char err[512] = "";
-    struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
-    ck_assert_msg(c, "ctx: %s", err);
-    return c;
-}
-
-static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n)
-{
-    minfer_status st = minfer_ctx_decode(c, ids, n, 0);
-    ck_assert_msg(st == MINFER_OK, "decode: %s", minfer_ctx_last_error(c));
-}
-
-static int32_t argmax(const float *l, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
 }
 
 static int32_t n_vocab_of(const struct minfer_model *m)
@@ -216,15 +147,15 @@ START_TEST(greedy_cuda_matches_cpu)
      * from the CPU plugin enough to change a greedy choice. Teacher-forced
      * with the CPU's tokens so one near tie cannot cascade. */
     const struct tcase *tc = &TYPES[_i];
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     size_t size;
-    void *mem = synth(tc->arch, tc->spec, tc->ftype, &size);
+    void *mem = ts_synth(tc->arch, tc->spec, tc->ftype, 11, 2, &size);
     struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
     struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(mc);
-    struct minfer_ctx *cc = ctx_of(mc, 0), *cg = ctx_of(mg, 0);
-    decode_ok(cc, PROMPT, 16);
-    decode_ok(cg, PROMPT, 16);
+    struct minfer_ctx *cc = ts_ctx(mc, 512, 64, TS_KV_DEFAULT, 0), *cg = ts_ctx(mg, 512, 64, TS_KV_DEFAULT, 0);
+    ts_decode_ok(cc, PROMPT, 16, 0);
+    ts_decode_ok(cg, PROMPT, 16, 0);
     int agree = 0, steps = 24;
     for (int s = 0; s < steps; s++) {
         const float *a = minfer_ctx_logits(cc, -1), *b = minfer_ctx_logits(cg, -1);
@@ -237,7 +168,7 @@ START_TEST(greedy_cuda_matches_cpu)
         }
         ck_assert_msg(num <= TOL_LOGIT_NMSE * den, "%s %s step %d: logits NMSE %.3g > %.1g",
                       tc->arch, minfer_ftype_name(tc->ftype), s, num / den, TOL_LOGIT_NMSE);
-        int32_t ta = argmax(a, nv), tb = argmax(b, nv);
+        int32_t ta = ts_argmax(a, nv), tb = ts_argmax(b, nv);
         double rms = sqrt(num / nv);
         if (ta == tb)
             agree++;
@@ -247,8 +178,8 @@ START_TEST(greedy_cuda_matches_cpu)
                           "%.5f is no near tie (rms diff %.5f)",
                           tc->arch, minfer_ftype_name(tc->ftype), s, ta, a[ta], tb, a[tb],
                           a[ta] - a[tb], rms);
-        decode_ok(cc, &ta, 1);
-        decode_ok(cg, &ta, 1);
+        ts_decode_ok(cc, &ta, 1, 0);
+        ts_decode_ok(cg, &ta, 1, 0);
     }
     printf("%s %s: cuda arg max equals cpu's at %d of %d steps\n", tc->arch,
            minfer_ftype_name(tc->ftype), agree, steps);
@@ -271,14 +202,14 @@ END_TEST
 static void generate(struct minfer_ctx *c, int32_t nv, const int32_t *prompt, int np,
                      float *out, int32_t *toks)
 {
-    decode_ok(c, prompt, np);
+    ts_decode_ok(c, prompt, np, 0);
     for (int s = 0; s <= GEN; s++) {
         const float *l = minfer_ctx_logits(c, -1);
         memcpy(out + (size_t)s * nv, l, sizeof(float) * (size_t)nv);
         if (s == GEN)
             break;
-        toks[s] = argmax(l, nv);
-        decode_ok(c, &toks[s], 1);
+        toks[s] = ts_argmax(l, nv);
+        ts_decode_ok(c, &toks[s], 1, 0);
     }
 }
 
@@ -301,7 +232,7 @@ START_TEST(replay_bitwise_equals_direct)
      * their RoPEs captured as one launch, which must fire and must give
      * the bits of the separate norm and RoPE kernels). */
     const char *arch = _i == 0 ? "qwen2" : "qwen3";
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     count_fn norm_ropes = (count_fn)cuda_proc(rt, "minfer_cuda_fused_norm_ropes");
     count_fn rope_seq = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_seq");
     count_fn rope_kv = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_kv");
@@ -309,21 +240,20 @@ START_TEST(replay_bitwise_equals_direct)
     uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
     uint64_t gr0 = groups();
     size_t size;
-    void *mem = synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M,
-                      &size);
+    void *mem = ts_synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
     struct minfer_model *m = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
     float *got = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
     int32_t tr[GEN], tg[GEN];
-    struct minfer_ctx *c = ctx_of(m, MINFER_CTX_NO_GRAPHS);
+    struct minfer_ctx *c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, MINFER_CTX_NO_GRAPHS);
     struct graph_stats s0 = stats(rt);
     generate(c, nv, PROMPT, 16, ref, tr);
     struct graph_stats s1 = stats(rt);
     ck_assert_msg(s1.captures == s0.captures && s1.replays == s0.replays,
                   "a context made with MINFER_CTX_NO_GRAPHS replayed graphs");
     minfer_ctx_free(c);
-    c = ctx_of(m, 0);
+    c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, 0);
     generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s2 = stats(rt);
     uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0, rkv = rope_kv() - rk0;
@@ -360,21 +290,21 @@ START_TEST(aborted_capture_leaves_usable_context)
      * a latched error behind (the next launch or sync would fail), that
      * drops the window's work (wrong logits), or that keeps retrying
      * capture instead of turning graphs off for the context. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     size_t size;
-    void *mem = synth("qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    void *mem = ts_synth("qwen3", SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, 11, 2, &size);
     struct minfer_model *m = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
     float *got = malloc(sizeof(float) * (size_t)nv * (GEN + 1));
     int32_t tr[GEN], tg[GEN];
-    struct minfer_ctx *c = ctx_of(m, MINFER_CTX_NO_GRAPHS);
+    struct minfer_ctx *c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, MINFER_CTX_NO_GRAPHS);
     generate(c, nv, PROMPT, 16, ref, tr);
     minfer_ctx_free(c);
 
     struct graph_stats s0 = stats(rt);
     ((fail_fn)cuda_proc(rt, "minfer_cuda_test_fail_next_capture"))(1);
-    c = ctx_of(m, 0);
+    c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, 0);
     generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s1 = stats(rt);
     ck_assert_uint_eq(s1.aborts - s0.aborts, 1);
@@ -385,7 +315,7 @@ START_TEST(aborted_capture_leaves_usable_context)
     minfer_ctx_free(c);
 
     /* a fresh context captures again */
-    c = ctx_of(m, 0);
+    c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, 0);
     generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s2 = stats(rt);
     ck_assert_uint_ge(s2.replays - s1.replays, GEN / 2);
@@ -428,7 +358,7 @@ static void *job_run(void *arg)
         memcpy(j->logits + (size_t)s * j->nv, l, sizeof(float) * (size_t)j->nv);
         if (s == GEN)
             break;
-        j->toks[s] = argmax(l, j->nv);
+        j->toks[s] = ts_argmax(l, j->nv);
         st = minfer_ctx_decode(c, &j->toks[s], 1, 0);
     }
     if (st != MINFER_OK)
@@ -442,9 +372,9 @@ START_TEST(two_threads_equal_serial)
     /* Catches shared state between instances (one stream, one scratch, one
      * graph cache or capture mode leaking across threads), which would make
      * concurrent contexts differ from the same contexts run one by one. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     size_t size;
-    void *mem = synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, &size);
+    void *mem = ts_synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
     struct minfer_model *m = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(m);
     static const int32_t P2[9] = {100, 7, 42, 250, 3, 99, 180, 61, 5};
@@ -489,7 +419,7 @@ START_TEST(copy_cells_like_memmove)
     /* Catches copy_cells that corrupts overlapping ranges (a plain copy
      * reads cells it already overwrote), copies the wrong cells or writes
      * outside [dst, dst + n). The reference is memmove on the host. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
     const struct minfer_backend_iface *it = p->iface;
     ck_assert_msg(PLUGIN_HAS(p, copy_cells), "the CUDA plugin has no copy_cells");
@@ -528,7 +458,7 @@ START_TEST(chat_turn2_equals_fresh_run_on_cuda)
      * from recomputing the whole conversation on the same backend. */
     if (access(FIX_GGUF, R_OK))
         MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime("cuda");
     free(check_chat_turn2(rt, "cuda", 8));
     minfer_runtime_free(rt);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "minfer/minfer.h"
+#include "engine.h"
 #include "testutil.h"
 
 #define FIX_DIR MINFER_FIXTURES_DIR "/models"
@@ -57,15 +58,9 @@ struct env {
 
 static void env_open(struct env *e)
 {
-    const char *paths[] = {MINFER_PLUGIN_DIR};
-    struct minfer_runtime_opts o = {
-        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 1,
-        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
-    };
     minfer_status st;
     char err[512] = "";
-    e->rt = minfer_runtime_new(&o, &st, err, sizeof err);
-    ck_assert_msg(e->rt, "runtime: %s", err);
+    e->rt = ts_runtime(NULL);
     struct minfer_model_params mp;
     minfer_model_params_default(&mp);
     /* MINFER_TEST_BACKEND=cuda runs the same checks on another plugin. */
@@ -90,17 +85,7 @@ static void env_close(struct env *e)
 
 static struct minfer_ctx *ctx_new(struct env *e, uint32_t kv_type, int32_t n_batch)
 {
-    struct minfer_ctx_params cp;
-    minfer_ctx_params_default(&cp);
-    cp.n_ctx = 256;
-    cp.n_batch = n_batch;
-    cp.type_k = cp.type_v = kv_type;
-    cp.n_threads = 2;
-    minfer_status st;
-    char err[512] = "";
-    struct minfer_ctx *c = minfer_ctx_new(e->m, &cp, &st, err, sizeof err);
-    ck_assert_msg(c, "ctx: %s", err);
-    return c;
+    return ts_ctx(e->m, 256, n_batch, kv_type, 0);
 }
 
 static cJSON *load_json(void)
@@ -141,15 +126,6 @@ static int32_t *int_array(cJSON *a, int *n)
     return v;
 }
 
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 static double max_abs_diff(const float *a, const float *b, size_t n)
 {
     double m = 0;
@@ -159,13 +135,6 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
             m = d; /* NaN propagates as a failure */
     }
     return m;
-}
-
-static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n, uint32_t flags)
-{
-    minfer_status st = minfer_ctx_decode(c, ids, n, flags);
-    ck_assert_msg(st == MINFER_OK, "decode: %s: %s", minfer_status_str(st),
-                  minfer_ctx_last_error(c));
 }
 
 /* ---- prompts ---- */
@@ -193,13 +162,13 @@ static void check_prompt(const char *name)
     /* Every position: arg max, top-10 ids and logits. n_batch 7 splits the
      * prompt into several passes so the KV cache carries across them. */
     struct minfer_ctx *c = ctx_new(&e, MINFER_TYPE_F32, 7);
-    decode_ok(c, ids, n_ref, MINFER_DECODE_ALL_LOGITS);
+    ts_decode_ok(c, ids, n_ref, MINFER_DECODE_ALL_LOGITS);
     ck_assert_int_eq(minfer_ctx_n_logits(c), n_ref);
     cJSON *am = cJSON_GetObjectItem(p, "argmax"), *top = cJSON_GetObjectItem(p, "top10");
     double worst = 0;
     for (int t = 0; t < n_ref; t++) {
         const float *l = minfer_ctx_logits(c, t);
-        ck_assert_int_eq(argmax(l, e.n_vocab), (int)cJSON_GetArrayItem(am, t)->valuedouble);
+        ck_assert_int_eq(ts_argmax(l, e.n_vocab), (int)cJSON_GetArrayItem(am, t)->valuedouble);
         cJSON *pair;
         cJSON_ArrayForEach(pair, cJSON_GetArrayItem(top, t)) {
             int id = (int)cJSON_GetArrayItem(pair, 0)->valuedouble;
@@ -226,11 +195,11 @@ static void check_prompt(const char *name)
     int n_new;
     int32_t *want = int_array(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "greedy"), "new_ids"),
                               &n_new);
-    int32_t next = argmax(l, e.n_vocab);
+    int32_t next = ts_argmax(l, e.n_vocab);
     for (int k = 0; k < n_new; k++) {
         ck_assert_msg(next == want[k], "%s greedy step %d: %d vs %d", name, k, next, want[k]);
-        decode_ok(c, &next, 1, 0);
-        next = argmax(minfer_ctx_logits(c, -1), e.n_vocab);
+        ts_decode_ok(c, &next, 1, 0);
+        next = ts_argmax(minfer_ctx_logits(c, -1), e.n_vocab);
     }
     free(want);
     minfer_ctx_free(c);
@@ -277,7 +246,7 @@ START_TEST(fixture_p1_all_positions)
     ck_assert_uint_eq(fread(ref, sizeof *ref, total, f), total);
     fclose(f);
     struct minfer_ctx *c = ctx_new(&e, MINFER_TYPE_F32, 512);
-    decode_ok(c, ids, n, MINFER_DECODE_ALL_LOGITS);
+    ts_decode_ok(c, ids, n, MINFER_DECODE_ALL_LOGITS);
     double worst = 0;
     for (int t = 0; t < n; t++) {
         double d = max_abs_diff(minfer_ctx_logits(c, t), ref + (size_t)t * e.n_vocab,
@@ -305,8 +274,8 @@ static void check_kv_type(uint32_t type, double tol)
     int32_t *ids = int_array(cJSON_GetObjectItem(prompt(j, "P3"), "token_ids"), &n);
     struct minfer_ctx *c32 = ctx_new(&e, MINFER_TYPE_F32, 16);
     struct minfer_ctx *cq = ctx_new(&e, type, 16);
-    decode_ok(c32, ids, n, MINFER_DECODE_ALL_LOGITS);
-    decode_ok(cq, ids, n, MINFER_DECODE_ALL_LOGITS);
+    ts_decode_ok(c32, ids, n, MINFER_DECODE_ALL_LOGITS);
+    ts_decode_ok(cq, ids, n, MINFER_DECODE_ALL_LOGITS);
     double worst = 0, scale = 0;
     for (int t = 0; t < n; t++) {
         const float *a = minfer_ctx_logits(c32, t);

@@ -19,81 +19,16 @@
 #include "minfer/minfer.h"
 #include "model.h"
 #include "plugin.h"
+#include "engine.h"
 #include "testutil.h"
 
 #define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"
 #include "chat-turns.h"
 
-/* ---- helpers ---- */
-
-static struct minfer_runtime *runtime(void)
-{
-    const char *paths[] = {MINFER_PLUGIN_DIR};
-    struct minfer_runtime_opts o = {
-        .struct_size = sizeof o, .plugin_paths = paths, .n_plugin_paths = 1,
-        .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS,
-    };
-    minfer_status st;
-    char err[512] = "";
-    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, err, sizeof err);
-    ck_assert_msg(rt, "runtime: %s", err);
-    ck_assert_msg(runtime_find_backend(rt, "cpu"), "the CPU plugin did not load");
-    return rt;
-}
-
-/* A tiny random model in memory (the caller frees *mem). */
-static void *synth(const char *arch, const char *spec, uint32_t ftype, size_t *size)
-{
-    struct minfer_synth_opts so;
-    memset(&so, 0, sizeof so);
-    so.struct_size = sizeof so;
-    so.seed = 7;
-    so.ftype = ftype;
-    so.n_threads = 1;
-    char err[512] = "";
-    ck_assert_msg(minfer_synth_shape_parse(arch, spec, &so.shape, err, sizeof err) == MINFER_OK,
-                  "%s", err);
-    void *mem = NULL;
-    ck_assert_msg(minfer_synth(&so, NULL, &mem, size, err, sizeof err) == MINFER_OK, "synth: %s",
-                  err);
-    return mem;
-}
-
 #define TINY_QWEN2 \
     "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320,n_ctx=512,tied=0"
 #define TINY_QWEN3 \
     "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=96,n_vocab=320,n_ctx=512,tied=1"
-
-static struct minfer_model *load_mem(struct minfer_runtime *rt, void *mem, size_t size,
-                                     char *err, size_t err_len)
-{
-    minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
-    ck_assert_msg(g, "%s", err);
-    return minfer_model_load_gguf(rt, g, NULL, &st, err, err_len);
-}
-
-static struct minfer_ctx *ctx_of(struct minfer_model *m, int32_t n_ctx, int32_t n_batch,
-                                 uint32_t kv)
-{
-    struct minfer_ctx_params cp;
-    minfer_ctx_params_default(&cp);
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_batch;
-    cp.type_k = cp.type_v = kv;
-    cp.n_threads = 2;
-    minfer_status st;
-    char err[512] = "";
-    struct minfer_ctx *c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
-    ck_assert_msg(c, "ctx: %s", err);
-    return c;
-}
-
-static void decode_ok(struct minfer_ctx *c, const int32_t *ids, int32_t n, uint32_t flags)
-{
-    minfer_status st = minfer_ctx_decode(c, ids, n, flags);
-    ck_assert_msg(st == MINFER_OK, "decode: %s", minfer_ctx_last_error(c));
-}
 
 /* ---- load refusals ---- */
 
@@ -106,7 +41,7 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
                          char *path, char *err, size_t err_len)
 {
     size_t size;
-    void *mem = synth(arch, spec, MINFER_FTYPE_ALL_F32, &size);
+    void *mem = ts_synth(arch, spec, MINFER_FTYPE_ALL_F32, 7, 1, &size);
     minfer_status st;
     struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
     ck_assert_ptr_nonnull(g);
@@ -172,7 +107,7 @@ static void load_edited(const char *arch, const char *spec, enum edit e, const c
     char path[] = "/tmp/minfer-test-model-XXXXXX";
     write_edited(arch, spec, e, target, path, err, err_len);
     minfer_status st;
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     err[0] = 0;
     struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, err_len);
     if (m)
@@ -276,7 +211,7 @@ START_TEST(hostile_hparams_never_crash)
             snprintf(key, sizeof key, "qwen3.%s", keys[k]);
             edit_value = values[v];
             write_edited("qwen3", TINY_QWEN3, E_SET_U32, key, path, err, sizeof err);
-            struct minfer_runtime *rt = runtime();
+            struct minfer_runtime *rt = ts_runtime(NULL);
             minfer_status st;
             struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, sizeof err);
             if (!m) {
@@ -307,18 +242,18 @@ START_TEST(refuses_prompt_longer_than_context)
 {
     /* Catches a prompt overflowing the KV cache (a write past its end) and
      * a refused decode that still changes the context. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     size_t size;
-    void *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_ALL_F32, &size);
+    void *mem = ts_synth("qwen2", TINY_QWEN2, MINFER_FTYPE_ALL_F32, 7, 1, &size);
     char err[512];
-    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
     ck_assert_msg(m, "%s", err);
-    struct minfer_ctx *c = ctx_of(m, 16, 8, MINFER_TYPE_F32);
+    struct minfer_ctx *c = ts_ctx(m, 16, 8, MINFER_TYPE_F32, 0);
     int32_t ids[20] = {0};
     ck_assert_int_eq(minfer_ctx_decode(c, ids, 20, 0), MINFER_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(minfer_ctx_last_error(c), "exceed"));
     ck_assert_int_eq(minfer_ctx_n_past(c), 0);
-    decode_ok(c, ids, 10, 0);
+    ts_decode_ok(c, ids, 10, 0);
     ck_assert_int_eq(minfer_ctx_decode(c, ids, 7, 0), MINFER_ERR_RANGE);
     ck_assert_int_eq(minfer_ctx_n_past(c), 10);
     ids[3] = 320; /* one past the vocabulary */
@@ -465,11 +400,11 @@ static void ref_forward(const struct ref *r, const int32_t *ids, int n, float *o
 
 static void check_against_reference(const char *arch, const char *spec)
 {
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     size_t size;
-    void *mem = synth(arch, spec, MINFER_FTYPE_ALL_F32, &size);
+    void *mem = ts_synth(arch, spec, MINFER_FTYPE_ALL_F32, 7, 1, &size);
     char err[512];
-    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
     ck_assert_msg(m, "%s", err);
     struct minfer_model_info info = {.struct_size = sizeof info};
     minfer_model_info(m, &info);
@@ -487,8 +422,8 @@ static void check_against_reference(const char *arch, const char *spec)
     float *want = malloc(sizeof *want * N * (size_t)r.n_vocab);
     ref_forward(&r, ids, N, want);
     /* Our forward in two passes (5 + 4 tokens) so the cache carries over. */
-    struct minfer_ctx *c = ctx_of(m, 64, 5, MINFER_TYPE_F32);
-    decode_ok(c, ids, N, MINFER_DECODE_ALL_LOGITS);
+    struct minfer_ctx *c = ts_ctx(m, 64, 5, MINFER_TYPE_F32, 0);
+    ts_decode_ok(c, ids, N, MINFER_DECODE_ALL_LOGITS);
     double worst = 0, scale = 0;
     for (int t = 0; t < N; t++)
         for (int64_t i = 0; i < r.n_vocab; i++) {
@@ -527,23 +462,23 @@ START_TEST(chunks_truncate_and_redecode_agree)
 {
     /* Catches KV carried wrongly across passes of different sizes, and
      * truncation that leaves stale cells visible to later tokens. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     size_t size;
-    void *mem = synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    void *mem = ts_synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, 7, 1, &size);
     char err[512];
-    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
     ck_assert_msg(m, "%s", err);
     int32_t ids[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, other[4] = {100, 200, 300, 310};
-    struct minfer_ctx *one = ctx_of(m, 64, 64, MINFER_TYPE_F32);
-    struct minfer_ctx *many = ctx_of(m, 64, 3, MINFER_TYPE_F32);
-    decode_ok(one, ids, 12, 0);
+    struct minfer_ctx *one = ts_ctx(m, 64, 64, MINFER_TYPE_F32, 0);
+    struct minfer_ctx *many = ts_ctx(m, 64, 3, MINFER_TYPE_F32, 0);
+    ts_decode_ok(one, ids, 12, 0);
     /* many: a detour of 4 wrong tokens, truncated away, then the rest. */
-    decode_ok(many, ids, 6, 0);
-    decode_ok(many, other, 4, 0);
+    ts_decode_ok(many, ids, 6, 0);
+    ts_decode_ok(many, other, 4, 0);
     ck_assert_int_eq(minfer_ctx_truncate(many, 6), MINFER_OK);
     ck_assert_int_eq(minfer_ctx_n_past(many), 6);
-    decode_ok(many, ids + 6, 5, 0);
-    decode_ok(many, ids + 11, 1, 0);
+    ts_decode_ok(many, ids + 6, 5, 0);
+    ts_decode_ok(many, ids + 11, 1, 0);
     ck_assert_int_eq(minfer_ctx_n_past(many), 12);
     const float *a = minfer_ctx_logits(one, -1), *b = minfer_ctx_logits(many, -1);
     double worst = 0;
@@ -595,7 +530,7 @@ START_TEST(decode_steps_reuse_one_graph)
     /* Catches per-step graph rebuilds or moving buffers (a captured CUDA
      * graph would replay stale addresses), token positions baked into the
      * graph, and replay offered when the context turned it off. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     const struct minfer_plugin *cpu = runtime_find_backend(rt, "cpu");
     spy_real = cpu->iface;
     memcpy(&spy_iface, cpu->iface, sizeof spy_iface);
@@ -606,23 +541,23 @@ START_TEST(decode_steps_reuse_one_graph)
     spy.iface_size = sizeof spy_iface;
 
     size_t size;
-    void *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    void *mem = ts_synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, 7, 1, &size);
     minfer_status st;
     char err[512];
     struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
     struct minfer_model *m = NULL;
     ck_assert_int_eq(model_load_internal(NULL, &spy, g, NULL, &m, err, sizeof err), MINFER_OK);
-    struct minfer_ctx *c = ctx_of(m, 128, 16, MINFER_TYPE_F16);
+    struct minfer_ctx *c = ts_ctx(m, 128, 16, MINFER_TYPE_F16, 0);
     /* The CPU reads every weight in place, in the file's mapping. */
     ck_assert_int_gt(spy_weights, 10);
     ck_assert_int_eq(spy_weights_in_place, spy_weights);
     int32_t ids[8] = {11, 22, 33, 44, 55, 66, 77, 88};
     spy_n = 0;
-    decode_ok(c, ids, 8, 0);
+    ts_decode_ok(c, ids, 8, 0);
     ck_assert_int_eq(spy_n, 1);
     ck_assert_int_eq(spy_w[0].nt_hint, 8);
     for (int k = 0; k < 10; k++)
-        decode_ok(c, &ids[k % 8], 1, 0);
+        ts_decode_ok(c, &ids[k % 8], 1, 0);
     ck_assert_int_eq(spy_n, 11);
     for (int k = 2; k < 11; k++) {
         ck_assert_uint_eq(spy_w[k].uid, spy_w[1].uid);
@@ -659,7 +594,7 @@ START_TEST(decode_steps_reuse_one_graph)
     c = minfer_ctx_new(m, &cp, &st, err, sizeof err);
     ck_assert_ptr_nonnull(c);
     spy_n = 0;
-    decode_ok(c, ids, 3, 0);
+    ts_decode_ok(c, ids, 3, 0);
     ck_assert_int_eq(spy_n, 0);
     minfer_ctx_free(c);
     minfer_model_free(m);
@@ -702,11 +637,11 @@ START_TEST(two_contexts_on_two_threads)
 {
     /* Catches shared mutable state between contexts of one model (graph
      * cache, arena, KV, uid counter): concurrent runs must equal a serial one. */
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     size_t size;
-    void *mem = synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    void *mem = ts_synth("qwen3", TINY_QWEN3, MINFER_FTYPE_MOSTLY_Q8_0, 7, 1, &size);
     char err[512];
-    struct minfer_model *m = load_mem(rt, mem, size, err, sizeof err);
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
     ck_assert_msg(m, "%s", err);
     struct worker serial = {.m = m}, w[2] = {{.m = m}, {.m = m}};
     worker_main(&serial);
@@ -733,7 +668,7 @@ START_TEST(chat_turn2_equals_fresh_run)
      * whole conversation, and a second turn that re-prefills everything. */
     if (access(FIX_GGUF, R_OK))
         MINFER_TEST_SKIP("fixture model absent at %s", FIX_GGUF);
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     char *log = check_chat_turn2(rt, NULL, 6);
     ck_assert_msg(strstr(log, "[chat: 0 cached tokens reused") &&
                       !strstr(strstr(log, "\n") ? strstr(log, "\n") + 1 : log, "[chat: 0 cached"),
@@ -766,14 +701,14 @@ START_TEST(cli_eval_and_run_json)
     fclose(f);
     unlink(out);
 
-    struct minfer_runtime *rt = runtime();
+    struct minfer_runtime *rt = ts_runtime(NULL);
     minfer_status st;
     char err[512];
     struct minfer_model *m = minfer_model_load(rt, FIX_GGUF, NULL, &st, err, sizeof err);
     ck_assert_msg(m, "%s", err);
-    struct minfer_ctx *c = ctx_of(m, 64, 64, MINFER_TYPE_F16);
+    struct minfer_ctx *c = ts_ctx(m, 64, 64, MINFER_TYPE_F16, 0);
     int32_t ids[4] = {785, 3974, 13876, 38835};
-    decode_ok(c, ids, 4, MINFER_DECODE_ALL_LOGITS);
+    ts_decode_ok(c, ids, 4, MINFER_DECODE_ALL_LOGITS);
     for (int t = 0; t < 4; t++)
         ck_assert_mem_eq(rows + t * 151936, minfer_ctx_logits(c, t), 151936 * sizeof(float));
 
@@ -795,7 +730,7 @@ START_TEST(cli_eval_and_run_json)
             if (l[i] > l[best])
                 best = i;
         used += (size_t)snprintf(want + used, sizeof want - used, "%s%d", k ? ", " : "", best);
-        decode_ok(c, &best, 1, 0);
+        ts_decode_ok(c, &best, 1, 0);
     }
     char *gen = strstr(js, "\"generated_ids\"");
     ck_assert_msg(strstr(gen, want), "generated ids [%s] not in %s", want, gen);
@@ -830,9 +765,9 @@ static struct minfer_runtime *runtime_with(const char *test_plugin)
 static const char *auto_backend(struct minfer_runtime *rt, struct minfer_model **m, void **mem)
 {
     size_t size;
-    *mem = synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, &size);
+    *mem = ts_synth("qwen2", TINY_QWEN2, MINFER_FTYPE_MOSTLY_Q8_0, 7, 1, &size);
     char err[512];
-    *m = load_mem(rt, *mem, size, err, sizeof err);
+    *m = ts_load_mem(rt, *mem, size, NULL, err, sizeof err);
     ck_assert_msg(*m, "%s", err);
     struct minfer_model_info info = {.struct_size = sizeof info};
     minfer_model_info(*m, &info);
@@ -872,7 +807,7 @@ START_TEST(backend_failure_is_an_error_not_a_fallback)
     struct minfer_model *m;
     void *mem;
     ck_assert_str_eq(auto_backend(rt, &m, &mem), "testbe");
-    struct minfer_ctx *c = ctx_of(m, 32, 8, MINFER_TYPE_F16);
+    struct minfer_ctx *c = ts_ctx(m, 32, 8, MINFER_TYPE_F16, 0);
     int32_t ids[3] = {1, 2, 3};
     ck_assert_int_eq(minfer_ctx_decode(c, ids, 3, 0), MINFER_ERR_BACKEND);
     const char *e = minfer_ctx_last_error(c);
