@@ -1,5 +1,5 @@
 /*
- * scheduler.h — the scheduler (core/sched.c): assigns a graph's nodes to
+ * scheduler.h — the scheduler (core/graph/sched.c): assigns a graph's nodes to
  * backends, runs the fusion pass gated by each node's backend, and
  * executes the graph split by split (graph replay offered first,
  * execute_node otherwise). Internal to the core. Not named sched.h: the
@@ -9,7 +9,7 @@
 #define MINFER_CORE_SCHED_H
 
 #include "graph.h"
-#include "plugin.h"
+#include "runtime/plugin.h"
 
 struct sched_profile;
 

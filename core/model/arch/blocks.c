@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "minfer/quant.h"
-#include "model.h"
+#include "model/model.h"
 
 /* ---- weights and inputs ---- */
 

@@ -1,8 +1,8 @@
 /*
  * model.h — models inside the core: the architecture descriptor every
- * core/models/<arch>.c registers (hyperparameter keys, tensor table,
+ * core/model/arch/<arch>.c registers (hyperparameter keys, tensor table,
  * build function), the loaded model, and the shared graph blocks the
- * build functions are made of (core/models/blocks.c).
+ * build functions are made of (core/model/arch/blocks.c).
  */
 #ifndef MINFER_CORE_MODEL_H
 #define MINFER_CORE_MODEL_H
@@ -11,11 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph.h"
+#include "graph/graph.h"
 #include "kv.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
-#include "plugin.h"
+#include "runtime/plugin.h"
 
 #define MODEL_MAX_LAYERS 512
 
@@ -111,7 +111,7 @@ struct model_arch {
     void (*build)(struct build *b);
 };
 
-/* The registry (core/model.c). */
+/* The registry (core/model/model.c). */
 const struct model_arch *model_arch_find(const char *name);
 extern const struct model_arch model_arch_qwen2;
 extern const struct model_arch model_arch_qwen3;
@@ -144,7 +144,7 @@ minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer
                                   struct minfer_gguf *g, const struct minfer_model_params *p,
                                   struct minfer_model **out, char *err, size_t err_len);
 
-/* ---- shared graph blocks (core/models/blocks.c) ---- */
+/* ---- shared graph blocks (core/model/arch/blocks.c) ---- */
 
 struct build {
     struct graph *g;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "tokenizer.h"
 
 /* ---- recognising templates ---- */

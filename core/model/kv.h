@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plugin.h"
+#include "runtime/plugin.h"
 
 struct kv_cell {
     int32_t pos;     /* token position, -1 when empty */

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"

@@ -12,7 +12,7 @@
 
 #include "kv.h"
 #include "model.h"
-#include "scheduler.h"
+#include "graph/scheduler.h"
 
 #define CTX_MAX_GRAPHS 16
 #define CTX_ARENA_ALIGN 256

@@ -1,5 +1,5 @@
 /*
- * tokenizer.h — internal interface of the tokenizer (core/tokenizer.c).
+ * tokenizer.h — internal interface of the tokenizer (core/text/tokenizer.c).
  *
  * The tokenizer is assembled from parts that are each data or one file:
  *   - a source: plain arrays (tokens, types, merges, ids) read from a GGUF

@@ -4,7 +4,7 @@
  * tokens, NFC, regex pre-tokenizer, per-piece vocabulary encode with a
  * per-call word cache) and the one-shot and streaming detokenizers.
  * The vocabulary kind (BPE, ...) and the pre-tokenizer are plugged in
- * through core/tokenizer.h.
+ * through core/text/tokenizer.h.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "minfer/gguf.h"
 #include "tokenizer.h"
 

@@ -1,5 +1,5 @@
 /*
- * sampler.h — internal view of the sampler (core/sampler.c) for tests.
+ * sampler.h — internal view of the sampler (core/text/sampler.c) for tests.
  */
 #ifndef MINFER_CORE_SAMPLER_H
 #define MINFER_CORE_SAMPLER_H

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "minfer/minfer.h"
 #include "sampler.h"
 

@@ -14,10 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "minfer/quant.h"
 #include "model.h"
-#include "scheduler.h"
+#include "graph/scheduler.h"
 
 /* ---- architecture registry ---- */
 
