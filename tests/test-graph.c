@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 #include "model/kv.h"
 #include "runtime/plugin.h"
+#include "graph/passes.h"
 #include "graph/scheduler.h"
 #include "testutil.h"
 

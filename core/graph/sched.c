@@ -1,10 +1,10 @@
 /*
- * sched.c — assign, fuse and execute. Every node is placed on a backend
- * that said it can run it (supports_op); nodes that read weights go where
- * the weights live. Fusion rewrites a node only when that node's backend
- * accepts the fused form. Execution walks splits — maximal runs of nodes
- * on one backend — offering each to graph_replay first, and synchronises
- * at every split boundary. Errors are errors: a failed node fails the pass.
+ * sched.c — assign and execute (passes.c runs assign in the pipeline).
+ * Every node is placed on a backend that said it can run it (supports_op);
+ * nodes that read weights go where the weights live. Execution walks
+ * splits — maximal runs of nodes on one backend — offering each to
+ * graph_replay first, and synchronises at every split boundary. Errors
+ * are errors: a failed node fails the pass.
  */
 #include "scheduler.h"
 
@@ -22,14 +22,14 @@ static bool reads_weight(const struct minfer_node *n)
     return (n->dst->flags & MINFER_TENSOR_KV) != 0;
 }
 
-static bool supports(const struct sched_backend *b, const struct minfer_node *n)
+bool sched_supports(const struct sched_backend *b, const struct minfer_node *n)
 {
     return b->plugin->iface->supports_op &&
            b->plugin->iface->supports_op(b->be, n);
 }
 
-static minfer_status assign(struct graph *g, const struct sched_backend *bes, int n_bes,
-                            char *err, size_t err_len)
+minfer_status sched_assign(struct graph *g, const struct sched_backend *bes, int n_bes,
+                          char *err, size_t err_len)
 {
     int32_t *nb = realloc(g->node_backend, sizeof *nb * (g->n_nodes ? g->n_nodes : 1));
     if (!nb) {
@@ -42,7 +42,7 @@ static minfer_status assign(struct graph *g, const struct sched_backend *bes, in
         int limit = reads_weight(n) ? 1 : n_bes;
         nb[i] = -1;
         for (int b = 0; b < limit && nb[i] < 0; b++)
-            if (supports(&bes[b], n))
+            if (sched_supports(&bes[b], n))
                 nb[i] = b;
         if (nb[i] < 0) {
             char desc[320];
@@ -56,42 +56,6 @@ static minfer_status assign(struct graph *g, const struct sched_backend *bes, in
         }
     }
     return MINFER_OK;
-}
-
-/* ---- fuse ---- */
-
-struct fuse_gate {
-    const struct graph *g;
-    const struct sched_backend *bes;
-};
-
-/* The fused node replaces the node at its index: gate on that node's backend. */
-static bool fuse_supports(void *user, const struct minfer_node *n)
-{
-    const struct fuse_gate *f = user;
-    return supports(&f->bes[f->g->node_backend[n->index]], n);
-}
-
-minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, int n_bes,
-                            bool fuse, char *err, size_t err_len)
-{
-    if (!graph_ok(g)) {
-        snprintf(err, err_len, "graph construction failed: %s", g->err);
-        return MINFER_ERR_NO_MEMORY;
-    }
-    /* Until alloc places them, arena tensors point at a placeholder: a
-     * backend's supports_op may insist on non-NULL data (the CPU plugin
-     * validates nodes the same way for both calls). The addresses are
-     * replaced by graph_bind after graph_alloc. */
-    static _Alignas(256) unsigned char placeholder[256];
-    graph_bind(g, placeholder);
-    minfer_status st = assign(g, bes, n_bes, err, err_len);
-    if (st != MINFER_OK || !fuse)
-        return st;
-    struct fuse_gate gate = {g, bes};
-    if (graph_fuse(g, fuse_supports, &gate))
-        st = assign(g, bes, n_bes, err, err_len);
-    return st;
 }
 
 /* ---- execute ---- */

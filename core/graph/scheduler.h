@@ -1,8 +1,7 @@
 /*
- * scheduler.h — the scheduler (core/graph/sched.c): assigns a graph's nodes to
- * backends, runs the fusion pass gated by each node's backend, and
- * executes the graph split by split (graph replay offered first,
- * execute_node otherwise). Internal to the core. Not named sched.h: the
+ * scheduler.h — the scheduler (core/graph/sched.c): assigns a graph's
+ * nodes to backends and executes the graph split by split (graph replay
+ * offered first, execute_node otherwise). Internal to the core. Not named sched.h: the
  * core's include path would shadow the system's <sched.h>.
  */
 #ifndef MINFER_CORE_SCHED_H
@@ -19,12 +18,15 @@ struct sched_backend {
     struct minfer_backend *be;
 };
 
+/* Whether backend b accepts node n (its supports_op). */
+bool sched_supports(const struct sched_backend *b, const struct minfer_node *n);
+
 /* Assigns every node to a backend (bes[0] holds the weights and the KV
  * cache: a node reading a weight goes there; the others go to the first
- * backend that accepts them), fuses when fuse is set, and re-checks the
- * result. A node no allowed backend accepts is an error naming it. */
-minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, int n_bes,
-                            bool fuse, char *err, size_t err_len);
+ * backend that accepts them). A node no allowed backend accepts is an
+ * error naming it. The pipeline around it is passes.c. */
+minfer_status sched_assign(struct graph *g, const struct sched_backend *bes, int n_bes,
+                           char *err, size_t err_len);
 
 /* Runs the graph: per split (a run of nodes on one backend) offers
  * graph_replay when allowed and present, else calls execute_node per node,

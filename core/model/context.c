@@ -12,7 +12,7 @@
 
 #include "kv.h"
 #include "model.h"
-#include "graph/scheduler.h"
+#include "graph/passes.h"
 
 #define CTX_MAX_GRAPHS 16
 #define CTX_ARENA_ALIGN 256
@@ -85,42 +85,60 @@ static minfer_status arena_reserve(struct minfer_ctx *c, size_t size)
     return MINFER_OK;
 }
 
+/* The context's side of the pipeline (graph/passes.c): the architecture's
+ * build with this context's weights and KV cache, and its arena. */
+struct ctx_build {
+    struct minfer_ctx *c;
+    struct build b;
+};
+
+static void ctx_build(void *user, struct graph *g)
+{
+    struct ctx_build *cb = user;
+    const struct model_arch *arch = cb->c->m->arch;
+    g->uid = next_graph_uid();
+    cb->b.g = g;
+    arch->build(&cb->b);
+    if (graph_ok(g) && (!cb->b.inp_tokens || (cb->b.n_out && !cb->b.out_logits)))
+        graph_fail(g, "architecture %s built no inputs or no output", arch->name);
+}
+
+static minfer_status ctx_reserve(void *user, size_t size, void **base)
+{
+    struct ctx_build *cb = user;
+    minfer_status st = arena_reserve(cb->c, size);
+    *base = cb->c->arena;
+    return st;
+}
+
 static minfer_status build_graph(struct minfer_ctx *c, struct graph_entry *e)
 {
     struct minfer_model *m = c->m;
-    struct graph *g = graph_new();
     struct gtensor **wt = calloc((size_t)m->n_weights + 1, sizeof *wt);
-    if (!g || !wt) {
-        free(wt);
-        graph_free(g);
+    if (!wt) {
         snprintf(c->err, sizeof c->err, "out of memory building a graph");
         return MINFER_ERR_NO_MEMORY;
     }
-    g->uid = next_graph_uid();
-    struct build b = {
-        .g = g, .m = m, .hp = &m->hp, .kv = &c->kv, .wdata = c->wdata,
-        .n_tokens = e->n_tokens, .n_kv = e->n_kv, .n_out = e->n_out, .wt = wt,
+    struct ctx_build cb = {
+        .c = c,
+        .b = {.m = m, .hp = &m->hp, .kv = &c->kv, .wdata = c->wdata, .n_tokens = e->n_tokens,
+              .n_kv = e->n_kv, .n_out = e->n_out, .wt = wt},
     };
-    m->arch->build(&b);
+    struct graph_passes p = {
+        .build = ctx_build, .reserve = ctx_reserve, .user = &cb, .bes = &c->sb, .n_bes = 1,
+        .fuse = true, .align = CTX_ARENA_ALIGN,
+    };
+    struct graph *g = NULL;
+    minfer_status st = graph_passes_run(&p, &g, c->err, sizeof c->err);
     free(wt);
-    if (graph_ok(g) && (!b.inp_tokens || (e->n_out && !b.out_logits)))
-        graph_fail(g, "architecture %s built no inputs or no output", m->arch->name);
-    minfer_status st = sched_prepare(g, &c->sb, 1, true, c->err, sizeof c->err);
-    if (st == MINFER_OK) {
-        graph_alloc(g, CTX_ARENA_ALIGN);
-        st = arena_reserve(c, g->arena_size);
-    }
-    if (st != MINFER_OK) {
-        graph_free(g);
+    if (st != MINFER_OK)
         return st;
-    }
-    graph_bind(g, c->arena);
     e->g = g;
-    e->inp_tokens = b.inp_tokens;
-    e->inp_pos = b.inp_pos;
-    e->inp_cells = b.inp_cells;
-    e->inp_kv_len = b.inp_kv_len;
-    e->out = b.out_logits;
+    e->inp_tokens = cb.b.inp_tokens;
+    e->inp_pos = cb.b.inp_pos;
+    e->inp_cells = cb.b.inp_cells;
+    e->inp_kv_len = cb.b.inp_kv_len;
+    e->out = cb.b.out_logits;
     return MINFER_OK;
 }
 

@@ -17,7 +17,7 @@
 #include "runtime/error.h"
 #include "minfer/quant.h"
 #include "model.h"
-#include "graph/scheduler.h"
+#include "graph/passes.h"
 
 /* ---- architecture registry ---- */
 
@@ -247,6 +247,14 @@ static void describe_types(struct minfer_model *m)
 
 /* ---- load ---- */
 
+/* The dry run's build step: the architecture's forward pass on b. */
+static void dry_build(void *user, struct graph *g)
+{
+    struct build *b = user;
+    b->g = g;
+    b->m->arch->build(b);
+}
+
 /* Whether plugin p can run the whole model: its first device has room for
  * the weights (when it reports memory) and an instance accepts every node
  * of a one-token graph and of a prompt graph (assignment only; weights
@@ -285,16 +293,15 @@ static bool backend_runs_model(const struct minfer_model *m, const struct minfer
         wdata[i] = (void *)(uintptr_t)m->weights[i].gt->data;
     const int32_t sizes[2] = {1, 64};
     for (int k = 0; ok && k < 2; k++) {
-        struct graph *g = graph_new();
         memset(wt, 0, sizeof *wt * (size_t)m->n_weights);
         struct build b = {
-            .g = g, .m = m, .hp = &m->hp, .kv = &kv, .wdata = wdata, .n_tokens = sizes[k],
+            .m = m, .hp = &m->hp, .kv = &kv, .wdata = wdata, .n_tokens = sizes[k],
             .n_kv = 256, .n_out = 1, .wt = wt,
         };
-        if (g)
-            m->arch->build(&b);
         struct sched_backend sb = {p, be};
-        ok = g && sched_prepare(g, &sb, 1, false, why, why_len) == MINFER_OK;
+        struct graph_passes gp = {.build = dry_build, .user = &b, .bes = &sb, .n_bes = 1};
+        struct graph *g = NULL;
+        ok = graph_passes_run(&gp, &g, why, why_len) == MINFER_OK;
         graph_free(g);
     }
     free(wt);
