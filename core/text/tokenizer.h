@@ -1,5 +1,6 @@
 /*
- * tokenizer.h — internal interface of the tokenizer (core/text/tokenizer.c).
+ * tokenizer.h — internal interface of the tokenizer (core/text/tokenizer*.c:
+ * tokenizer.c builds it, tokenizer-norm.c, -encode.c and -decode.c run it).
  *
  * The tokenizer is assembled from parts that are each data or one file:
  *   - a source: plain arrays (tokens, types, merges, ids) read from a GGUF
@@ -143,6 +144,14 @@ minfer_status tok_append_token_bytes(struct minfer_tokenizer *tok, const char *b
 int tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
 /* Encodes cp into out (4 bytes room); returns length. */
 int tok_utf8_put(uint32_t cp, char *out);
+/* Returns a valid-UTF-8 version of s[n]: s itself when already valid
+ * (*owned = NULL), else a malloc'd copy (*owned, the caller frees it) with
+ * every maximal invalid subpart and a cut-off tail replaced by U+FFFD. */
+minfer_status tok_utf8_repair(const char *s, size_t n, const char **out, size_t *out_n,
+                              char **owned);
+/* NFC of valid UTF-8 s[n]: *out = s when nothing changes (*owned NULL),
+ * else a malloc'd copy (*owned, the caller frees it). */
+minfer_status tok_nfc(const char *s, size_t n, const char **out, size_t *out_n, char **owned);
 
 /* ---- chat (chat.c) ---- */
 
