@@ -139,7 +139,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
 
 /* ---- tensor table ---- */
 
-static int64_t dim_value(const struct model_hparams *hp, enum model_dim d)
+int64_t model_dim_value(const struct model_hparams *hp, enum model_dim d)
 {
     switch (d) {
     case DIM_1: return 1;
@@ -160,7 +160,7 @@ static minfer_status check_tensor(const struct minfer_gguf_tensor *t, const stru
                                   size_t err_len)
 {
     int want_dims = s->kind == WK_VECTOR ? 1 : 2;
-    int64_t e0 = dim_value(hp, s->ne[0]), e1 = dim_value(hp, s->ne[1]);
+    int64_t e0 = model_dim_value(hp, s->ne[0]), e1 = model_dim_value(hp, s->ne[1]);
     bool shape_ok = (int)t->n_dims == want_dims && t->ne[0] == e0 && t->ne[1] == e1 &&
                     t->ne[2] == 1 && t->ne[3] == 1;
     if (!shape_ok)

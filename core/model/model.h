@@ -101,6 +101,9 @@ struct tensor_spec {
     enum model_dim ne[2];   /* ne[0], ne[1] (DIM_1 for vectors) */
 };
 
+/* The size of symbolic dimension d for hyperparameters hp. */
+int64_t model_dim_value(const struct model_hparams *hp, enum model_dim d);
+
 struct build; /* shared blocks' state, below */
 
 struct model_arch {

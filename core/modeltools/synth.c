@@ -23,6 +23,7 @@
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
+#include "model/model.h"
 #include "tensor-stream.h"
 
 #define QUANT_VERSION 2
@@ -337,46 +338,71 @@ static int add_t(struct stensor *ts, int n, const char *name, enum skind kind, i
     return n + 1;
 }
 
-/* Every tensor of the model in llama.cpp's naming, in file order. */
-static int build_tensors(const struct minfer_synth_shape *s, struct stensor *ts)
+/* Whether a synthetic model of shape s has the tensor of spec: every
+ * required one, and of the optional ones output.weight unless tied (the
+ * only optional tensor a synthetic model can have). */
+static bool shape_has(const struct minfer_synth_shape *s, const struct tensor_spec *spec)
 {
-    int n = 0;
-    char nm[64];
-    int64_t q = (int64_t)s->n_head * s->head_dim, kv = (int64_t)s->n_head_kv * s->head_dim;
-    n = add_t(ts, n, "token_embd.weight", S_MATRIX, s->n_embd, s->n_vocab);
-    for (int i = 0; i < s->n_layer; i++) {
-#define T(suffix, kind, a, b)                                                                  \
-    (snprintf(nm, sizeof nm, "blk.%d.%s", i, suffix), n = add_t(ts, n, nm, kind, a, b))
-        T("attn_norm.weight", S_NORM, s->n_embd, 1);
-        T("attn_q.weight", S_MATRIX, s->n_embd, q);
-        if (s->qkv_bias)
-            T("attn_q.bias", S_BIAS, q, 1);
-        T("attn_k.weight", S_MATRIX, s->n_embd, kv);
-        if (s->qkv_bias)
-            T("attn_k.bias", S_BIAS, kv, 1);
-        T("attn_v.weight", S_MATRIX, s->n_embd, kv);
-        if (s->qkv_bias)
-            T("attn_v.bias", S_BIAS, kv, 1);
-        if (s->qk_norm) {
-            T("attn_q_norm.weight", S_NORM, s->head_dim, 1);
-            T("attn_k_norm.weight", S_NORM, s->head_dim, 1);
-        }
-        T("attn_output.weight", S_MATRIX, q, s->n_embd);
-        T("ffn_norm.weight", S_NORM, s->n_embd, 1);
-        T("ffn_gate.weight", S_MATRIX, s->n_embd, s->n_ff);
-        T("ffn_up.weight", S_MATRIX, s->n_embd, s->n_ff);
-        T("ffn_down.weight", S_MATRIX, s->n_ff, s->n_embd);
-#undef T
-    }
-    n = add_t(ts, n, "output_norm.weight", S_NORM, s->n_embd, 1);
-    if (!s->tied)
-        n = add_t(ts, n, "output.weight", S_MATRIX, s->n_embd, s->n_vocab);
-    return n;
+    return spec->required || (!spec->per_layer && spec->slot == W_OUTPUT && !s->tied);
 }
 
-static int tensors_per_model(const struct minfer_synth_shape *s)
+static bool is_bias(const char *name)
 {
-    return 2 + !s->tied + s->n_layer * (9 + (s->qkv_bias ? 3 : 0) + (s->qk_norm ? 2 : 0));
+    size_t n = strlen(name);
+    return n > 5 && !strcmp(name + n - 5, ".bias");
+}
+
+/* Appends spec's tensor (for layer il when per layer) at ts[n] unless ts
+ * is NULL (counting). */
+static int add_spec(struct stensor *ts, int n, const struct tensor_spec *spec,
+                    const struct model_hparams *hp, int il)
+{
+    if (!ts)
+        return n + 1;
+    char nm[64];
+    if (spec->per_layer)
+        snprintf(nm, sizeof nm, spec->name, il);
+    else
+        snprintf(nm, sizeof nm, "%s", spec->name);
+    enum skind kind = spec->kind == WK_MATRIX ? S_MATRIX : is_bias(nm) ? S_BIAS : S_NORM;
+    return add_t(ts, n, nm, kind, model_dim_value(hp, spec->ne[0]),
+                 model_dim_value(hp, spec->ne[1]));
+}
+
+/* Every tensor of the model, listed by its architecture's descriptor
+ * (core/model/arch/<arch>.c), in llama.cpp's file order: the embedding,
+ * each layer's tensors in table order with a bias right after its
+ * weight, then the other globals. ts NULL: only counts. */
+static int build_tensors(const struct minfer_synth_shape *s, const struct model_arch *a,
+                         struct stensor *ts)
+{
+    const struct model_hparams hp = {
+        .n_layer = s->n_layer, .n_ctx_train = s->n_ctx, .n_embd = s->n_embd, .n_ff = s->n_ff,
+        .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
+        .head_dim_v = s->head_dim, .n_rot = s->head_dim, .n_vocab = s->n_vocab,
+    };
+    const struct tensor_spec *t;
+    int n = 0;
+    for (t = a->tensors; t->name; t++)
+        if (!t->per_layer && t->slot == W_TOKEN_EMBD && shape_has(s, t))
+            n = add_spec(ts, n, t, &hp, 0);
+    for (int il = 0; il < s->n_layer; il++)
+        for (t = a->tensors; t->name; t++) {
+            if (!t->per_layer || is_bias(t->name) || !shape_has(s, t))
+                continue;
+            n = add_spec(ts, n, t, &hp, il);
+            /* its bias: the name with ".weight" replaced by ".bias" */
+            size_t stem = strlen(t->name);
+            if (stem > 7 && !strcmp(t->name + stem - 7, ".weight"))
+                for (const struct tensor_spec *b = a->tensors; b->name; b++)
+                    if (b->per_layer && is_bias(b->name) && strlen(b->name) == stem - 2 &&
+                        !strncmp(b->name, t->name, stem - 7) && shape_has(s, b))
+                        n = add_spec(ts, n, b, &hp, il);
+        }
+    for (t = a->tensors; t->name; t++)
+        if (!t->per_layer && t->slot != W_TOKEN_EMBD && shape_has(s, t))
+            n = add_spec(ts, n, t, &hp, 0);
+    return n;
 }
 
 /* ---- metadata ---- */
@@ -749,14 +775,15 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
     struct minfer_gguf_writer *w = NULL;
     struct minfer_gguf *tok_g = NULL;
     struct tstream *ts = NULL;
-    int nt = tensors_per_model(s);
+    const struct model_arch *arch = model_arch_find(s->arch);
+    if (!arch)
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED, "architecture '%.16s' has no descriptor",
+                    s->arch);
+    int nt = build_tensors(s, arch, NULL);
     struct stensor *t = calloc((size_t)nt, sizeof *t);
     if (!t)
         return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %d tensors", nt);
-    if (build_tensors(s, t) != nt) {
-        st = errf(err, err_len, MINFER_ERR_STATE, "tensor count mismatch");
-        goto out;
-    }
+    build_tensors(s, arch, t);
     w = minfer_gguf_writer_new(3);
     if (!w) {
         st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for the GGUF writer");

@@ -519,8 +519,9 @@ struct minfer_synth_shape {
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
     bool tied;            /* output.weight shares token_embd.weight */
-    bool qkv_bias;        /* attn_q/k/v.bias (qwen2) */
-    bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3) */
+    bool qkv_bias;        /* attn_q/k/v.bias (qwen2); descriptive: the tensors */
+    bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3); written come from the
+                             architecture's descriptor */
 };
 
 /* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,
