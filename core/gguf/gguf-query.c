@@ -13,6 +13,7 @@
 
 #include "gguf-internal.h"
 #include "gguf-reader.h"
+#include "runtime/error.h"
 
 /* ---- messages ---- */
 
@@ -27,7 +28,7 @@ void minfer_gguf_set_last_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    verrf(last_error, sizeof last_error, MINFER_OK, fmt, ap);
     va_end(ap);
 }
 
@@ -37,7 +38,7 @@ static minfer_status getter_fail(minfer_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    verrf(last_error, sizeof last_error, st, fmt, ap);
     va_end(ap);
     return st;
 }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "gguf-internal.h"
+#include "runtime/error.h"
 #include "minfer/gguf.h"
 #include "minfer/quant.h"
 
@@ -326,15 +327,11 @@ static minfer_status out_fail(struct out *o, minfer_status st, const char *fmt, 
     __attribute__((format(printf, 3, 4)));
 static minfer_status out_fail(struct out *o, minfer_status st, const char *fmt, ...)
 {
-    if (o->err && o->err_len) {
-        int k = snprintf(o->err, o->err_len, "gguf: writing %s: ", o->path);
-        if (k >= 0 && (size_t)k < o->err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(o->err + k, o->err_len - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errf(o->err, o->err_len, st, "gguf: writing %s: ", o->path);
+    verrf_append(o->err, o->err_len, st, fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -45,6 +45,7 @@
 
 #include "gguf-internal.h"
 #include "gguf-reader.h"
+#include "runtime/error.h"
 #include "minfer/gguf.h"
 #include "minfer/quant.h"
 
@@ -106,15 +107,11 @@ static minfer_status perr(struct parser *ps, minfer_status st, const char *fmt, 
     __attribute__((format(printf, 3, 4)));
 static minfer_status perr(struct parser *ps, minfer_status st, const char *fmt, ...)
 {
-    if (ps->err && ps->err_len) {
-        int k = snprintf(ps->err, ps->err_len, "gguf: %s: ", ps->src);
-        if (k >= 0 && (size_t)k < ps->err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(ps->err + k, ps->err_len - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errf(ps->err, ps->err_len, st, "gguf: %s: ", ps->src);
+    verrf_append(ps->err, ps->err_len, st, fmt, ap);
+    va_end(ap);
     return st;
 }
 

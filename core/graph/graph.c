@@ -5,6 +5,7 @@
  * binding tensors to an arena's addresses.
  */
 #include "graph.h"
+#include "runtime/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ void graph_fail(struct graph *g, const char *fmt, ...)
     g->failed = true;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
+    verrf(g->err, sizeof g->err, MINFER_OK, fmt, ap);
     va_end(ap);
 }
 

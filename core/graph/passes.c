@@ -13,6 +13,7 @@
  * for every pass with the same shape (core/model/context.c caches them).
  */
 #include "passes.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 
@@ -34,8 +35,7 @@ minfer_status sched_prepare(struct graph *g, const struct sched_backend *bes, in
                             bool fuse, char *err, size_t err_len)
 {
     if (!graph_ok(g)) {
-        snprintf(err, err_len, "graph construction failed: %s", g->err);
-        return MINFER_ERR_NO_MEMORY;
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "graph construction failed: %s", g->err);
     }
     /* Until alloc places them, arena tensors point at a placeholder: a
      * backend's supports_op may insist on non-NULL data (the CPU plugin
@@ -60,8 +60,7 @@ minfer_status graph_passes_run(const struct graph_passes *p, struct graph **out,
     *out = NULL;
     struct graph *g = graph_new();
     if (!g) {
-        snprintf(err, err_len, "out of memory building a graph");
-        return MINFER_ERR_NO_MEMORY;
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory building a graph");
     }
     p->build(p->user, g);
     minfer_status st = sched_prepare(g, p->bes, p->n_bes, p->fuse, err, err_len);

@@ -7,6 +7,7 @@
  * are errors: a failed node fails the pass.
  */
 #include "scheduler.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,8 @@ minfer_status sched_assign(struct graph *g, const struct sched_backend *bes, int
 {
     int32_t *nb = realloc(g->node_backend, sizeof *nb * (g->n_nodes ? g->n_nodes : 1));
     if (!nb) {
-        snprintf(err, err_len, "out of memory assigning %zu nodes", g->n_nodes);
-        return MINFER_ERR_NO_MEMORY;
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY,
+                    "out of memory assigning %zu nodes", g->n_nodes);
     }
     g->node_backend = nb;
     for (size_t i = 0; i < g->n_nodes; i++) {
@@ -48,11 +49,11 @@ minfer_status sched_assign(struct graph *g, const struct sched_backend *bes, int
             char desc[320];
             graph_describe_node(n, desc, sizeof desc);
             const char *why = plugin_last_error(bes[0].plugin, bes[0].be);
-            snprintf(err, err_len, "backend '%s' does not support %s%s%s%.300s",
-                     bes[0].plugin->name, desc,
-                     limit < n_bes ? " (it holds the weights this node reads)" : "",
-                     why[0] ? ": " : "", why);
-            return MINFER_ERR_UNSUPPORTED;
+            return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
+                        "backend '%s' does not support %s%s%s%.300s",
+                        bes[0].plugin->name, desc,
+                        limit < n_bes ? " (it holds the weights this node reads)" : "",
+                        why[0] ? ": " : "", why);
         }
     }
     return MINFER_OK;
@@ -65,9 +66,8 @@ static minfer_status node_failed(const struct sched_backend *b, const struct min
 {
     char desc[320];
     graph_describe_node(n, desc, sizeof desc);
-    snprintf(err, err_len, "backend '%s' failed %s %s: %s: %s", b->plugin->name, what, desc,
-             minfer_status_str(st), plugin_last_error(b->plugin, b->be));
-    return st;
+    return errf(err, err_len, st, "backend '%s' failed %s %s: %s: %s", b->plugin->name, what, desc,
+                minfer_status_str(st), plugin_last_error(b->plugin, b->be));
 }
 
 static double now_ms(void)

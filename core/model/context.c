@@ -13,6 +13,7 @@
 #include "kv.h"
 #include "model.h"
 #include "graph/passes.h"
+#include "runtime/error.h"
 
 #define CTX_MAX_GRAPHS 16
 #define CTX_ARENA_ALIGN 256
@@ -116,8 +117,7 @@ static minfer_status build_graph(struct minfer_ctx *c, struct graph_entry *e)
     struct minfer_model *m = c->m;
     struct gtensor **wt = calloc((size_t)m->n_weights + 1, sizeof *wt);
     if (!wt) {
-        snprintf(c->err, sizeof c->err, "out of memory building a graph");
-        return MINFER_ERR_NO_MEMORY;
+        return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY, "out of memory building a graph");
     }
     struct ctx_build cb = {
         .c = c,
@@ -205,8 +205,7 @@ static minfer_status register_weights(struct minfer_ctx *c)
     const struct minfer_backend_iface *it = c->sb.plugin->iface;
     c->wdata = calloc((size_t)m->n_weights + 1, sizeof *c->wdata);
     if (!c->wdata) {
-        snprintf(c->err, sizeof c->err, "out of memory");
-        return MINFER_ERR_NO_MEMORY;
+        return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY, "out of memory");
     }
     uint64_t done = 0;
     for (int32_t i = 0; i < m->n_weights; i++) {
@@ -224,8 +223,7 @@ static minfer_status register_weights(struct minfer_ctx *c)
         }
         done += t->size;
         if (m->params.progress && !m->params.progress(done, m->size_bytes, m->params.progress_user)) {
-            snprintf(c->err, sizeof c->err, "loading cancelled");
-            return MINFER_ERR_STATE;
+            return errf(c->err, sizeof c->err, MINFER_ERR_STATE, "loading cancelled");
         }
     }
     return MINFER_OK;
@@ -237,15 +235,12 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
     minfer_status st = MINFER_ERR_INVALID_ARG;
     struct minfer_ctx *c = NULL;
     if (!m) {
-        if (err && err_len)
-            snprintf(err, err_len, "no model given");
+        st = errf(err, err_len, MINFER_ERR_INVALID_ARG, "no model given");
         goto out;
     }
     c = calloc(1, sizeof *c);
     if (!c) {
-        st = MINFER_ERR_NO_MEMORY;
-        if (err && err_len)
-            snprintf(err, err_len, "out of memory");
+        st = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
         goto out;
     }
     c->m = m;
@@ -262,7 +257,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
     if (c->p.n_batch > c->p.n_ctx)
         c->p.n_batch = c->p.n_ctx;
     if (c->p.n_threads < 0) {
-        snprintf(c->err, sizeof c->err, "n_threads %d is negative", c->p.n_threads);
+        st = errf(c->err, sizeof c->err, MINFER_ERR_INVALID_ARG, "n_threads %d is negative",
+                  c->p.n_threads);
         goto out_free;
     }
 
@@ -286,9 +282,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         goto out_free;
     c->logits = malloc(sizeof *c->logits * (size_t)m->hp.n_vocab);
     if (!c->logits) {
-        st = MINFER_ERR_NO_MEMORY;
-        snprintf(c->err, sizeof c->err, "out of memory for the logits of %lld tokens",
-                 (long long)m->hp.n_vocab);
+        st = errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
+                  "out of memory for the logits of %lld tokens", (long long)m->hp.n_vocab);
         goto out_free;
     }
     c->n_logits_cap = 1;
@@ -296,8 +291,7 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
     goto out;
 
 out_free:
-    if (err && err_len)
-        snprintf(err, err_len, "%s", c->err);
+    errf(err, err_len, st, "%s", c->err);
     minfer_ctx_free(c);
     c = NULL;
 out:
@@ -335,9 +329,9 @@ static minfer_status decode_chunk(struct minfer_ctx *c, const int32_t *tokens, i
     uint32_t first = 0;
     minfer_status st = kv_find_slot(&c->kv, 0, pos0, T, &first);
     if (st != MINFER_OK) {
-        snprintf(c->err, sizeof c->err, "no room for %d tokens in the KV cache (%u of %u used)",
-                 T, c->kv.n_used, c->kv.n_cells);
-        return st;
+        return errf(c->err, sizeof c->err, st,
+                    "no room for %d tokens in the KV cache (%u of %u used)",
+                    T, c->kv.n_used, c->kv.n_cells);
     }
     int32_t kv_len = (int32_t)first + T;
     struct graph_entry *e = NULL;
@@ -358,8 +352,8 @@ static minfer_status decode_chunk(struct minfer_ctx *c, const int32_t *tokens, i
         c->stage = malloc(hi - lo);
         c->stage_size = c->stage ? hi - lo : 0;
         if (!c->stage) {
-            snprintf(c->err, sizeof c->err, "out of memory staging %zu input bytes", hi - lo);
-            return MINFER_ERR_NO_MEMORY;
+            return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
+                        "out of memory staging %zu input bytes", hi - lo);
         }
     }
     char *stage = c->stage;
@@ -401,34 +395,33 @@ minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int
         return MINFER_ERR_INVALID_ARG;
     c->err[0] = 0;
     if (!tokens || n <= 0) {
-        snprintf(c->err, sizeof c->err, "decode needs at least one token (got %d)", n);
-        return MINFER_ERR_INVALID_ARG;
+        return errf(c->err, sizeof c->err, MINFER_ERR_INVALID_ARG,
+                    "decode needs at least one token (got %d)", n);
     }
     if ((int64_t)c->kv.n_used + n > c->kv.n_cells) {
-        snprintf(c->err, sizeof c->err,
-                 "%d tokens after %u in the context exceed its length %u (use a larger -c, "
-                 "at most the model's %lld)",
-                 n, c->kv.n_used, c->kv.n_cells, (long long)c->m->hp.n_ctx_train);
-        return MINFER_ERR_RANGE;
+        return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
+                    "%d tokens after %u in the context exceed its length %u (use a larger -c, "
+                    "at most the model's %lld)",
+                    n, c->kv.n_used, c->kv.n_cells, (long long)c->m->hp.n_ctx_train);
     }
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) {
-            snprintf(c->err, sizeof c->err, "token %d at index %d is outside the vocabulary [0, %lld)",
-                     tokens[i], i, (long long)c->m->hp.n_vocab);
-            return MINFER_ERR_RANGE;
+            return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
+                        "token %d at index %d is outside the vocabulary [0, %lld)",
+                        tokens[i], i, (long long)c->m->hp.n_vocab);
         }
     bool all = flags & MINFER_DECODE_ALL_LOGITS;
     int32_t rows = all ? n : 1;
     if (rows > c->n_logits_cap) {
         size_t bytes = sizeof(float) * (size_t)c->m->hp.n_vocab;
         if ((size_t)rows > SIZE_MAX / bytes) {
-            snprintf(c->err, sizeof c->err, "logits of %d rows overflow", rows);
-            return MINFER_ERR_RANGE;
+            return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
+                        "logits of %d rows overflow", rows);
         }
         float *l = realloc(c->logits, bytes * (size_t)rows);
         if (!l) {
-            snprintf(c->err, sizeof c->err, "out of memory for %d rows of logits", rows);
-            return MINFER_ERR_NO_MEMORY;
+            return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
+                        "out of memory for %d rows of logits", rows);
         }
         c->logits = l;
         c->n_logits_cap = rows;
@@ -443,8 +436,8 @@ minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int
             return st;
         if (c->p.progress && n > c->p.n_batch &&
             !c->p.progress((uint64_t)(s + T), (uint64_t)n, c->p.progress_user)) {
-            snprintf(c->err, sizeof c->err, "decode cancelled after %d of %d tokens", s + T, n);
-            return MINFER_ERR_STATE;
+            return errf(c->err, sizeof c->err, MINFER_ERR_STATE,
+                        "decode cancelled after %d of %d tokens", s + T, n);
         }
     }
     c->n_logits = rows;
@@ -482,9 +475,9 @@ minfer_status minfer_ctx_truncate(struct minfer_ctx *c, int32_t n_past)
     if (!c)
         return MINFER_ERR_INVALID_ARG;
     if (n_past < 0 || n_past > kv_seq_len(&c->kv, 0)) {
-        snprintf(c->err, sizeof c->err, "cannot truncate to %d: the context holds %d tokens",
-                 n_past, kv_seq_len(&c->kv, 0));
-        return MINFER_ERR_RANGE;
+        return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
+                    "cannot truncate to %d: the context holds %d tokens",
+                    n_past, kv_seq_len(&c->kv, 0));
     }
     kv_truncate(&c->kv, 0, n_past);
     c->n_logits = 0;

@@ -5,6 +5,7 @@
  * single sequence fills cells in position order (cell index == position).
  */
 #include "kv.h"
+#include "runtime/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,21 +44,20 @@ minfer_status kv_init(struct kv_cache *kv, const struct minfer_plugin *p,
 {
     memset(kv, 0, sizeof *kv);
     if (!kv_type_ok(type_k) || !kv_type_ok(type_v)) {
-        snprintf(err, err_len, "KV cache type %s/%s not supported: use f32, f16 or q8_0",
-                 minfer_type_name(type_k), minfer_type_name(type_v));
-        return MINFER_ERR_UNSUPPORTED;
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
+                    "KV cache type %s/%s not supported: use f32, f16 or q8_0",
+                    minfer_type_name(type_k), minfer_type_name(type_v));
     }
     size_t rk = minfer_row_size(type_k, row_k), rv = minfer_row_size(type_v, row_v);
     if (!rk || !rv) {
-        snprintf(err, err_len,
-                 "KV rows of %lld elements do not split into %s/%s blocks (q8_0 needs a "
-                 "multiple of 32); choose another cache type",
-                 (long long)row_k, minfer_type_name(type_k), minfer_type_name(type_v));
-        return MINFER_ERR_UNSUPPORTED;
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
+                    "KV rows of %lld elements do not split into %s/%s blocks (q8_0 needs a "
+                    "multiple of 32); choose another cache type",
+                    (long long)row_k, minfer_type_name(type_k), minfer_type_name(type_v));
     }
     if (n_layer < 1 || n_cells < 1) {
-        snprintf(err, err_len, "KV cache of %d layers and %u cells is empty", n_layer, n_cells);
-        return MINFER_ERR_INVALID_ARG;
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
+                    "KV cache of %d layers and %u cells is empty", n_layer, n_cells);
     }
     kv->plugin = p;
     kv->be = be;
@@ -70,14 +70,13 @@ minfer_status kv_init(struct kv_cache *kv, const struct minfer_plugin *p,
     kv->row_bytes_v = rv;
     kv->n_cells = n_cells;
     if ((rk + rv) > SIZE_MAX / n_cells || layer_bytes(kv) > SIZE_MAX / (size_t)n_layer) {
-        snprintf(err, err_len, "KV cache of %u cells x %d layers overflows", n_cells, n_layer);
-        return MINFER_ERR_RANGE;
+        return errf(err, err_len, MINFER_ERR_RANGE,
+                    "KV cache of %u cells x %d layers overflows", n_cells, n_layer);
     }
     kv->size = layer_bytes(kv) * (size_t)n_layer;
     kv->cells = malloc(sizeof *kv->cells * n_cells);
     if (!kv->cells) {
-        snprintf(err, err_len, "out of memory for %u KV cells", n_cells);
-        return MINFER_ERR_NO_MEMORY;
+        return errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory for %u KV cells", n_cells);
     }
     for (uint32_t i = 0; i < n_cells; i++)
         kv->cells[i] = (struct kv_cell){-1, 0};

@@ -269,9 +269,10 @@ static bool backend_runs_model(const struct minfer_model *m, const struct minfer
         di.struct_size = sizeof di;
         if (p->iface->device_info(0, &di) == MINFER_OK && di.memory_free &&
             di.memory_free < m->size_bytes + m->size_bytes / 8) {
-            snprintf(why, why_len, "its device has %llu MiB free, the weights need %llu MiB",
-                     (unsigned long long)(di.memory_free >> 20),
-                     (unsigned long long)(m->size_bytes >> 20));
+            errf(why, why_len, MINFER_ERR_DEVICE_OOM,
+                 "its device has %llu MiB free, the weights need %llu MiB",
+                 (unsigned long long)(di.memory_free >> 20),
+                 (unsigned long long)(m->size_bytes >> 20));
             return false;
         }
     }

@@ -205,18 +205,17 @@ static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst,
         if (q->in->type != MINFER_TYPE_F32) {
             st = minfer_dequantize_row(q->in->type, row, scratch, n);
             if (st != MINFER_OK) {
-                snprintf(err, err_len, "tensor %s: cannot read its type %s (%s)", q->in->name,
-                         minfer_type_name(q->in->type), minfer_status_str(st));
-                return st;
+                return errf(err, err_len, st,
+                            "tensor %s: cannot read its type %s (%s)", q->in->name,
+                            minfer_type_name(q->in->type), minfer_status_str(st));
             }
             x = scratch;
         }
         st = minfer_quantize_row_ref(q->out_type, x, out, n);
         if (st != MINFER_OK) {
-            snprintf(err, err_len, "tensor %s: cannot write type %s for rows of %lld (%s)",
-                     q->in->name, minfer_type_name(q->out_type), (long long)n,
-                     minfer_status_str(st));
-            return st;
+            return errf(err, err_len, st, "tensor %s: cannot write type %s for rows of %lld (%s)",
+                        q->in->name, minfer_type_name(q->out_type), (long long)n,
+                        minfer_status_str(st));
         }
     }
     return MINFER_OK;

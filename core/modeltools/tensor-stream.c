@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/error.h"
 #include "tensor-stream.h"
 
 #define WINDOW_BYTES (8u << 20) /* rows produced per window when not direct */
@@ -113,11 +114,10 @@ static void *run_job(void *arg)
         pthread_mutex_lock(&j->s->lock);
         if (!j->s->err[0]) {
             if (err[0])
-                snprintf(j->s->err, sizeof j->s->err, "%s", err);
+                errf(j->s->err, sizeof j->s->err, j->st, "%s", err);
             else
-                snprintf(j->s->err, sizeof j->s->err, "tensor %s rows %lld..%lld: %s",
-                         j->t->name, (long long)j->r0, (long long)j->r1,
-                         minfer_status_str(j->st));
+                errf(j->s->err, sizeof j->s->err, j->st, "tensor %s rows %lld..%lld: %s",
+                     j->t->name, (long long)j->r0, (long long)j->r1, minfer_status_str(j->st));
         }
         pthread_mutex_unlock(&j->s->lock);
     }
@@ -136,7 +136,8 @@ static minfer_status produce(struct tstream *s, const struct tstream_tensor *t, 
     if (s->cancel && *s->cancel) {
         pthread_mutex_lock(&s->lock);
         if (!s->err[0])
-            snprintf(s->err, sizeof s->err, "cancelled while writing tensor %s", t->name);
+            errf(s->err, sizeof s->err, MINFER_ERR_STATE, "cancelled while writing tensor %s",
+                 t->name);
         pthread_mutex_unlock(&s->lock);
         return MINFER_ERR_STATE;
     }

@@ -9,6 +9,7 @@
  * search paths) name it, and shut down when the last runtime lets go.
  */
 #include "plugin.h"
+#include "error.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -149,11 +150,6 @@ static bool valid_backend_name(const char *s)
     return true;
 }
 
-static void copy_err(char *err, size_t err_len, const char *msg)
-{
-    if (err && err_len)
-        snprintf(err, err_len, "%s", msg);
-}
 
 /* ---- the process-wide registry of opened plugins ---- */
 
@@ -689,19 +685,18 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
     struct minfer_runtime_opts o = {0};
     if (opts) {
         if (opts->struct_size < opts_v1) {
-            char msg[160];
-            snprintf(msg, sizeof msg,
-                     "minfer_runtime_new: opts->struct_size is %u, expected at least %zu "
-                     "(set it to sizeof(struct minfer_runtime_opts))",
-                     (unsigned)opts->struct_size, opts_v1);
-            copy_err(err, err_len, msg);
+            errf(err, err_len, MINFER_ERR_INVALID_ARG,
+                 "minfer_runtime_new: opts->struct_size is %u, expected at least %zu "
+                 "(set it to sizeof(struct minfer_runtime_opts))",
+                 (unsigned)opts->struct_size, opts_v1);
             if (st)
                 *st = MINFER_ERR_INVALID_ARG;
             return NULL;
         }
         memcpy(&o, opts, opts_v1);
         if (o.n_plugin_paths && !o.plugin_paths) {
-            copy_err(err, err_len, "minfer_runtime_new: n_plugin_paths > 0 but plugin_paths is NULL");
+            errf(err, err_len, MINFER_ERR_INVALID_ARG,
+                 "minfer_runtime_new: n_plugin_paths > 0 but plugin_paths is NULL");
             if (st)
                 *st = MINFER_ERR_INVALID_ARG;
             return NULL;
@@ -747,7 +742,8 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
 out_free:
     minfer_runtime_free(rt);
 out_oom:
-    copy_err(err, err_len, "minfer_runtime_new: out of host memory while loading plugins");
+    errf(err, err_len, MINFER_ERR_NO_MEMORY,
+         "minfer_runtime_new: out of host memory while loading plugins");
     if (st)
         *st = MINFER_ERR_NO_MEMORY;
     return NULL;
@@ -868,12 +864,9 @@ const char *plugin_last_error(const struct minfer_plugin *p, struct minfer_backe
 minfer_status plugin_fail(const struct minfer_plugin *p, struct minfer_backend *be,
                           minfer_status st, const char *what, char *err, size_t err_len)
 {
-    if (err && err_len) {
-        const char *le = plugin_last_error(p, be);
-        snprintf(err, err_len, "backend '%s' %s failed: %s%s%.512s", p ? p->name : "?",
-                 what ? what : "call", minfer_status_str(st), le[0] ? ": " : "", le);
-    }
-    return st;
+    const char *le = plugin_last_error(p, be);
+    return errf(err, err_len, st, "backend '%s' %s failed: %s%s%.512s", p ? p->name : "?",
+                what ? what : "call", minfer_status_str(st), le[0] ? ": " : "", le);
 }
 
 minfer_status plugin_create_instance(const struct minfer_plugin *p,
@@ -884,8 +877,7 @@ minfer_status plugin_create_instance(const struct minfer_plugin *p,
         return MINFER_ERR_INVALID_ARG;
     *out = NULL;
     if (!p) {
-        copy_err(err, err_len, "plugin_create_instance: no plugin");
-        return MINFER_ERR_INVALID_ARG;
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "plugin_create_instance: no plugin");
     }
     struct minfer_backend_config def = {.struct_size = sizeof def, .device = 0};
     struct minfer_backend *be = NULL;
@@ -897,8 +889,7 @@ minfer_status plugin_create_instance(const struct minfer_plugin *p,
         return plugin_fail(p, NULL, st, "create", err, err_len);
     }
     if (!be) {
-        copy_err(err, err_len, "backend create returned OK but no instance");
-        return MINFER_ERR_PLUGIN;
+        return errf(err, err_len, MINFER_ERR_PLUGIN, "backend create returned OK but no instance");
     }
     *out = be;
     return MINFER_OK;

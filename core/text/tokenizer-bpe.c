@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/error.h"
 #include "tokenizer.h"
 
 /* ---- byte <-> unicode ---- */
@@ -193,12 +194,10 @@ static minfer_status bpe_init(struct minfer_tokenizer *tok, const struct tok_sou
         int l = tok_utf8_put(cp_of[c], u);
         b->byte_id[c] = map_find(&sm, u, (size_t)l);
         if (b->byte_id[c] < 0) {
-            st = MINFER_ERR_FORMAT;
-            if (err && err_len)
-                snprintf(err, err_len,
-                         "byte-level BPE vocabulary lacks the token for byte 0x%02X ('%.*s'); "
-                         "every byte needs one",
-                         c, l, u);
+            st = errf(err, err_len, MINFER_ERR_FORMAT,
+                      "byte-level BPE vocabulary lacks the token for byte 0x%02X ('%.*s'); "
+                      "every byte needs one",
+                      c, l, u);
             goto out;
         }
     }
@@ -215,10 +214,9 @@ static minfer_status bpe_init(struct minfer_tokenizer *tok, const struct tok_sou
         size_t n = src->merge_lens[r];
         const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
         if (!sp) {
-            st = MINFER_ERR_FORMAT;
-            if (err && err_len)
-                snprintf(err, err_len, "merge %u '%.*s' has no space between its two parts", r,
-                         (int)(n > 64 ? 64 : n), s);
+            st = errf(err, err_len, MINFER_ERR_FORMAT,
+                      "merge %u '%.*s' has no space between its two parts", r,
+                      (int)(n > 64 ? 64 : n), s);
             goto out;
         }
         size_t ln = (size_t)(sp - s), rn = n - ln - 1;
@@ -247,8 +245,8 @@ static minfer_status bpe_init(struct minfer_tokenizer *tok, const struct tok_sou
 out:
     free(sm.slot);
     free(buf);
-    if (st == MINFER_ERR_NO_MEMORY && err && err_len)
-        snprintf(err, err_len, "out of memory loading %d BPE tokens", tok->n_vocab);
+    if (st == MINFER_ERR_NO_MEMORY)
+        errf(err, err_len, st, "out of memory loading %d BPE tokens", tok->n_vocab);
     return st;
 }
 
