@@ -1,11 +1,20 @@
 /*
- * version.c — library version and status texts.
+ * version.c — library version, the plugin ABI it offers, status texts.
  */
+#include "minfer/backend.h"
 #include "minfer/minfer.h"
 
 const char *minfer_version(void)
 {
     return MINFER_VERSION_STRING;
+}
+
+void minfer_plugin_abi(int *major, int *minor)
+{
+    if (major)
+        *major = MINFER_ABI_MAJOR;
+    if (minor)
+        *minor = MINFER_ABI_MINOR;
 }
 
 const char *minfer_status_str(minfer_status st)
