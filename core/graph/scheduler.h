@@ -1,8 +1,9 @@
 /*
  * scheduler.h — the scheduler (core/graph/sched.c): assigns a graph's
  * nodes to backends and executes the graph split by split (graph replay
- * offered first, execute_node otherwise). Internal to the core. Not named sched.h: the
- * core's include path would shadow the system's <sched.h>.
+ * offered first, execute_node otherwise). The pipeline that calls assign
+ * is passes.h. Internal to the core. (Named scheduler.h, not sched.h, from
+ * when core/ was flat and on the include path: it shadowed <sched.h>.)
  */
 #ifndef MINFER_CORE_SCHED_H
 #define MINFER_CORE_SCHED_H
