@@ -17,8 +17,8 @@
 
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
-#include "model.h"
-#include "plugin.h"
+#include "model/model.h"
+#include "runtime/plugin.h"
 #include "engine.h"
 #include "testutil.h"
 
