@@ -153,7 +153,8 @@ START_TEST(greedy_cuda_matches_cpu)
     struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
     struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(mc);
-    struct minfer_ctx *cc = ts_ctx(mc, 512, 64, TS_KV_DEFAULT, 0), *cg = ts_ctx(mg, 512, 64, TS_KV_DEFAULT, 0);
+    struct minfer_ctx *cc = ts_ctx(mc, 512, 64, TS_KV_DEFAULT, 0);
+    struct minfer_ctx *cg = ts_ctx(mg, 512, 64, TS_KV_DEFAULT, 0);
     ts_decode_ok(cc, PROMPT, 16, 0);
     ts_decode_ok(cg, PROMPT, 16, 0);
     int agree = 0, steps = 24;
@@ -240,7 +241,8 @@ START_TEST(replay_bitwise_equals_direct)
     uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
     uint64_t gr0 = groups();
     size_t size;
-    void *mem = ts_synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
+    void *mem = ts_synth(arch, _i == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3, MINFER_FTYPE_MOSTLY_Q4_K_M,
+                         11, 2, &size);
     struct minfer_model *m = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * (GEN + 1));

@@ -38,15 +38,15 @@ extern "C" {
 /* ---- helpers (internal to this header) ---- */
 
 #define MINFER_IRC_SHAPE_ "[%lld, %lld, %lld, %lld]"
-#define MINFER_IRC_NE_(t)                                                                  \
+#define MINFER_IRC_NE_(t)                                                                          \
     (long long)(t)->ne[0], (long long)(t)->ne[1], (long long)(t)->ne[2], (long long)(t)->ne[3]
 
 /* Writes "<OP>: <message>" into why and returns MINFER_ERR_INVALID_ARG. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static inline minfer_status minfer_irc_bad_(char *why, size_t why_len, uint32_t op,
-                                            const char *fmt, ...)
+static inline minfer_status
+minfer_irc_bad_(char *why, size_t why_len, uint32_t op, const char *fmt, ...)
 {
     if (why && why_len) {
         int w = snprintf(why, why_len, "%s: ", minfer_op_name(op));
@@ -120,8 +120,9 @@ static inline minfer_status minfer_irc_tensor_(const struct minfer_tensor *t, co
             return minfer_irc_bad_(why, why_len, op, "%s has ne%d = %lld, expected 1..2^40", role,
                                    i, (long long)t->ne[i]);
     if (t->ne[0] % tr->block_size)
-        return minfer_irc_bad_(why, why_len, op, "%s: ne0 %lld is not a multiple of %s's block of %u",
-                               role, (long long)t->ne[0], tr->name, tr->block_size);
+        return minfer_irc_bad_(why, why_len, op,
+                               "%s: ne0 %lld is not a multiple of %s's block of %u", role,
+                               (long long)t->ne[0], tr->name, tr->block_size);
     if (t->nb[0] != tr->type_size)
         return minfer_irc_bad_(why, why_len, op, "%s: nb0 %zu but %s is dense with %u bytes per %s",
                                role, t->nb[0], tr->name, tr->type_size,
@@ -133,20 +134,20 @@ static inline minfer_status minfer_irc_tensor_(const struct minfer_tensor *t, co
     return MINFER_OK;
 }
 
-#define MINFER_IRC_TYPE_(t, ty, role)                                                     \
-    do {                                                                                   \
-        if ((t)->type != (ty))                                                             \
-            return minfer_irc_bad_(why, why_len, op, "%s has type %s, expected %s", role,  \
-                                   minfer_irc_tname_((t)->type), minfer_irc_tname_(ty));   \
+#define MINFER_IRC_TYPE_(t, ty, role)                                                              \
+    do {                                                                                           \
+        if ((t)->type != (ty))                                                                     \
+            return minfer_irc_bad_(why, why_len, op, "%s has type %s, expected %s", role,          \
+                                   minfer_irc_tname_((t)->type), minfer_irc_tname_(ty));           \
     } while (0)
 
-#define MINFER_IRC_IDS_(t, n, role)                                                        \
-    do {                                                                                   \
-        MINFER_IRC_TYPE_(t, MINFER_TYPE_I32, role);                                        \
-        if (!minfer_irc_vec_(t, n))                                                        \
-            return minfer_irc_bad_(why, why_len, op, "%s is " MINFER_IRC_SHAPE_            \
-                                   ", expected [%lld]", role, MINFER_IRC_NE_(t),           \
-                                   (long long)(n));                                        \
+#define MINFER_IRC_IDS_(t, n, role)                                                                \
+    do {                                                                                           \
+        MINFER_IRC_TYPE_(t, MINFER_TYPE_I32, role);                                                \
+        if (!minfer_irc_vec_(t, n))                                                                \
+            return minfer_irc_bad_(why, why_len, op,                                               \
+                                   "%s is " MINFER_IRC_SHAPE_ ", expected [%lld]", role,           \
+                                   MINFER_IRC_NE_(t), (long long)(n));                             \
     } while (0)
 
 /* MUL_MAT, MUL_MAT_ADD, FFN_GATE_UP: weight w [K, N], activations x [K, M],
@@ -173,7 +174,8 @@ static inline minfer_status minfer_irc_matmul_(const struct minfer_node *n, char
                                "activations are " MINFER_IRC_SHAPE_ ", expected [K = %lld, M]",
                                MINFER_IRC_NE_(x), (long long)w->ne[0]);
     if (d->ne[0] != w->ne[1] || d->ne[1] != x->ne[1] || !minfer_irc_2d_(d))
-        return minfer_irc_bad_(why, why_len, op, "dst is " MINFER_IRC_SHAPE_ ", expected [%lld, %lld]",
+        return minfer_irc_bad_(why, why_len, op,
+                               "dst is " MINFER_IRC_SHAPE_ ", expected [%lld, %lld]",
                                MINFER_IRC_NE_(d), (long long)w->ne[1], (long long)x->ne[1]);
     if (w->ne[0] > INT32_MAX || w->ne[1] > INT32_MAX || x->ne[1] > INT32_MAX)
         return minfer_irc_bad_(why, why_len, op, "K %lld, N %lld, M %lld: each must be below 2^31",
@@ -198,10 +200,13 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
     MINFER_IRC_TYPE_(q, MINFER_TYPE_F32, "Q");
     MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
     if (q->ne[3] != 1 || !minfer_irc_same_(q, d))
-        return minfer_irc_bad_(why, why_len, op, "Q " MINFER_IRC_SHAPE_ " and dst " MINFER_IRC_SHAPE_
-                               " must be one 3-D shape", MINFER_IRC_NE_(q), MINFER_IRC_NE_(d));
+        return minfer_irc_bad_(why, why_len, op,
+                               "Q " MINFER_IRC_SHAPE_ " and dst " MINFER_IRC_SHAPE_
+                               " must be one 3-D shape",
+                               MINFER_IRC_NE_(q), MINFER_IRC_NE_(d));
     if (!minfer_irc_kv_type_(k->type) || v->type != k->type)
-        return minfer_irc_bad_(why, why_len, op, "K cache %s / V cache %s; expected both f32, f16 or q8_0",
+        return minfer_irc_bad_(why, why_len, op,
+                               "K cache %s / V cache %s; expected both f32, f16 or q8_0",
                                minfer_irc_tname_(k->type), minfer_irc_tname_(v->type));
     int32_t n_kv = n->iparams[0];
     int64_t hd = q->ne[0], nh = q->ne[1];
@@ -209,13 +214,15 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
         return minfer_irc_bad_(why, why_len, op, "n_kv_head %d must divide n_head %lld", n_kv,
                                (long long)nh);
     if (!minfer_irc_same_(k, v) || k->ne[0] != hd * n_kv || !minfer_irc_2d_(k))
-        return minfer_irc_bad_(why, why_len, op, "K " MINFER_IRC_SHAPE_ " / V " MINFER_IRC_SHAPE_
-                               " must both be [%lld, n_cells]", MINFER_IRC_NE_(k),
-                               MINFER_IRC_NE_(v), (long long)(hd * n_kv));
+        return minfer_irc_bad_(why, why_len, op,
+                               "K " MINFER_IRC_SHAPE_ " / V " MINFER_IRC_SHAPE_
+                               " must both be [%lld, n_cells]",
+                               MINFER_IRC_NE_(k), MINFER_IRC_NE_(v), (long long)(hd * n_kv));
     if (k->type == MINFER_TYPE_Q8_0 && hd % MINFER_QK8_0)
         return minfer_irc_bad_(why, why_len, op,
                                "a q8_0 cache needs head_dim %% 32 == 0 (each head whole blocks), "
-                               "head_dim is %lld", (long long)hd);
+                               "head_dim is %lld",
+                               (long long)hd);
     MINFER_IRC_IDS_(n->src[3], 1, "kv_len");
     MINFER_IRC_IDS_(n->src[4], q->ne[2], "query positions");
     return MINFER_OK;
@@ -263,7 +270,8 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_IDS_(s1, s1->ne[0], "ids");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (d->ne[0] != s0->ne[0] || d->ne[1] != s1->ne[0] || !minfer_irc_2d_(d))
-            return minfer_irc_bad_(why, why_len, op, "dst is " MINFER_IRC_SHAPE_ ", expected [%lld, %lld]",
+            return minfer_irc_bad_(why, why_len, op,
+                                   "dst is " MINFER_IRC_SHAPE_ ", expected [%lld, %lld]",
                                    MINFER_IRC_NE_(d), (long long)s0->ne[0], (long long)s1->ne[0]);
         return MINFER_OK;
     case MINFER_OP_RMS_NORM:
@@ -271,8 +279,9 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (!minfer_irc_same_(s0, d))
-            return minfer_irc_bad_(why, why_len, op, "dst " MINFER_IRC_SHAPE_ " differs from src0 "
-                                   MINFER_IRC_SHAPE_, MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
+            return minfer_irc_bad_(why, why_len, op,
+                                   "dst " MINFER_IRC_SHAPE_ " differs from src0 " MINFER_IRC_SHAPE_,
+                                   MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
         if (op == MINFER_OP_RMS_NORM && !(n->fparams[0] >= 0.0f))
             return minfer_irc_bad_(why, why_len, op, "eps %g must be >= 0", (double)n->fparams[0]);
         return MINFER_OK;
@@ -284,13 +293,14 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_TYPE_(s1, MINFER_TYPE_F32, "src1");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (!minfer_irc_same_(s0, d))
-            return minfer_irc_bad_(why, why_len, op, "dst " MINFER_IRC_SHAPE_ " differs from src0 "
-                                   MINFER_IRC_SHAPE_, MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
+            return minfer_irc_bad_(why, why_len, op,
+                                   "dst " MINFER_IRC_SHAPE_ " differs from src0 " MINFER_IRC_SHAPE_,
+                                   MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
         if (s1->ne[0] != s0->ne[0] ||
             (minfer_irc_rows_(s1) != 1 && (norm || !minfer_irc_same_(s0, s1))))
-            return minfer_irc_bad_(why, why_len, op, "src1 " MINFER_IRC_SHAPE_ " must be one row of %lld%s",
-                                   MINFER_IRC_NE_(s1), (long long)s0->ne[0],
-                                   norm ? "" : " or src0's shape");
+            return minfer_irc_bad_(
+                why, why_len, op, "src1 " MINFER_IRC_SHAPE_ " must be one row of %lld%s",
+                MINFER_IRC_NE_(s1), (long long)s0->ne[0], norm ? "" : " or src0's shape");
         if (norm && !(n->fparams[0] >= 0.0f))
             return minfer_irc_bad_(why, why_len, op, "eps %g must be >= 0", (double)n->fparams[0]);
         return MINFER_OK;
@@ -300,8 +310,9 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_TYPE_(s1, MINFER_TYPE_F32, "src1");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (!minfer_irc_same_(s0, d) || !minfer_irc_same_(s1, d))
-            return minfer_irc_bad_(why, why_len, op, "shapes differ: src0 " MINFER_IRC_SHAPE_ ", src1 "
-                                   MINFER_IRC_SHAPE_ ", dst " MINFER_IRC_SHAPE_,
+            return minfer_irc_bad_(why, why_len, op,
+                                   "shapes differ: src0 " MINFER_IRC_SHAPE_
+                                   ", src1 " MINFER_IRC_SHAPE_ ", dst " MINFER_IRC_SHAPE_,
                                    MINFER_IRC_NE_(s0), MINFER_IRC_NE_(s1), MINFER_IRC_NE_(d));
         return MINFER_OK;
     case MINFER_OP_MUL_MAT:
@@ -312,14 +323,16 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (s0->ne[3] != 1 || !minfer_irc_same_(s0, d))
-            return minfer_irc_bad_(why, why_len, op, "src0 " MINFER_IRC_SHAPE_ " and dst "
-                                   MINFER_IRC_SHAPE_ " must be one 3-D shape",
+            return minfer_irc_bad_(why, why_len, op,
+                                   "src0 " MINFER_IRC_SHAPE_ " and dst " MINFER_IRC_SHAPE_
+                                   " must be one 3-D shape",
                                    MINFER_IRC_NE_(s0), MINFER_IRC_NE_(d));
         MINFER_IRC_IDS_(s1, s0->ne[2], "positions");
         int32_t n_rot = n->iparams[0];
         if (n_rot < 2 || n_rot % 2 || n_rot > s0->ne[0])
-            return minfer_irc_bad_(why, why_len, op, "n_rot %d must be even and in 2..head_dim %lld",
-                                   n_rot, (long long)s0->ne[0]);
+            return minfer_irc_bad_(why, why_len, op,
+                                   "n_rot %d must be even and in 2..head_dim %lld", n_rot,
+                                   (long long)s0->ne[0]);
         if (!(n->fparams[0] > 0.0f) || !(n->fparams[1] > 0.0f))
             return minfer_irc_bad_(why, why_len, op, "freq_base %g and freq_scale %g must be > 0",
                                    (double)n->fparams[0], (double)n->fparams[1]);
@@ -331,8 +344,9 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
             return minfer_irc_bad_(why, why_len, op, "cache type %s; expected f32, f16 or q8_0",
                                    minfer_irc_tname_(d->type));
         if (!minfer_irc_2d_(s0) || !minfer_irc_2d_(d) || s0->ne[0] != d->ne[0])
-            return minfer_irc_bad_(why, why_len, op, "rows " MINFER_IRC_SHAPE_ " and cache "
-                                   MINFER_IRC_SHAPE_ " must be [row_len, n] and [row_len, n_cells]",
+            return minfer_irc_bad_(why, why_len, op,
+                                   "rows " MINFER_IRC_SHAPE_ " and cache " MINFER_IRC_SHAPE_
+                                   " must be [row_len, n] and [row_len, n_cells]",
                                    MINFER_IRC_NE_(s0), MINFER_IRC_NE_(d));
         MINFER_IRC_IDS_(s1, s0->ne[1], "cells");
         return MINFER_OK;
@@ -340,11 +354,13 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         return minfer_irc_attention_(n, why, why_len);
     case MINFER_OP_COPY:
         if (!minfer_irc_float_type_(s0->type) || !minfer_irc_float_type_(d->type))
-            return minfer_irc_bad_(why, why_len, op, "%s -> %s; COPY converts among f32, f16 and bf16",
+            return minfer_irc_bad_(why, why_len, op,
+                                   "%s -> %s; COPY converts among f32, f16 and bf16",
                                    minfer_irc_tname_(s0->type), minfer_irc_tname_(d->type));
         if (!minfer_irc_same_(s0, d))
-            return minfer_irc_bad_(why, why_len, op, "dst " MINFER_IRC_SHAPE_ " differs from src0 "
-                                   MINFER_IRC_SHAPE_, MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
+            return minfer_irc_bad_(why, why_len, op,
+                                   "dst " MINFER_IRC_SHAPE_ " differs from src0 " MINFER_IRC_SHAPE_,
+                                   MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
         return MINFER_OK;
     default: /* an op in the table without a rule here is a bug of this header */
         return minfer_irc_bad_(why, why_len, op, "no contract rule for op %u", op);

@@ -113,7 +113,8 @@ static minfer_status t_check(struct minfer_backend *be, const struct minfer_node
                              uint32_t flags)
 {
     if (!n)
-        return be ? fail(be, MINFER_ERR_INVALID_ARG, "template: NULL node") : MINFER_ERR_INVALID_ARG;
+        return be ? fail(be, MINFER_ERR_INVALID_ARG, "template: NULL node")
+                  : MINFER_ERR_INVALID_ARG;
     const char *label = n->label ? n->label : "?";
     if (n->op != MINFER_OP_ADD && n->op != MINFER_OP_MUL && n->op != MINFER_OP_SCALE)
         return be ? fail(be, MINFER_ERR_UNSUPPORTED,
