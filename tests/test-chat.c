@@ -13,7 +13,7 @@
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 #include "testutil.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define FIX MINFER_FIXTURES_DIR
 

@@ -26,7 +26,7 @@
 #include "minfer/backend.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
-#include "plugin.h"
+#include "runtime/plugin.h"
 #include "testutil.h"
 #include "cuda-probe.h"
 

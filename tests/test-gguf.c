@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "gguf-internal.h"
+#include "gguf/gguf-internal.h"
 #include "minfer/gguf.h"
 #include "minfer/quant.h"
 #include "testutil.h"

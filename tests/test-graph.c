@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
-#include "kv.h"
-#include "plugin.h"
-#include "scheduler.h"
+#include "graph/graph.h"
+#include "model/kv.h"
+#include "runtime/plugin.h"
+#include "graph/passes.h"
+#include "graph/scheduler.h"
 #include "testutil.h"
 
 /* ---- stand-in backend ---- */

@@ -14,7 +14,7 @@
 
 #include "minfer/backend.h"
 #include "minfer/minfer.h"
-#include "plugin.h"
+#include "runtime/plugin.h"
 #include "testutil.h"
 
 #define TP(kind) MINFER_TEST_PLUGIN_DIR "/libminfer-test-" kind ".so"

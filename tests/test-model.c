@@ -17,8 +17,8 @@
 
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
-#include "model.h"
-#include "plugin.h"
+#include "model/model.h"
+#include "runtime/plugin.h"
 #include "testutil.h"
 
 #define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "minfer/minfer.h"
-#include "sampler.h"
+#include "text/sampler.h"
 #include "testutil.h"
 
 static struct minfer_sampler *mk(struct minfer_sampler_params p, int32_t n)

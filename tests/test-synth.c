@@ -15,7 +15,7 @@
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
 #include "minfer/quant-ref.h"
-#include "tensor-stream.h"
+#include "modeltools/tensor-stream.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "commands.h"
-#include "minfer/backend.h"
 #include "minfer/minfer.h"
 
 static const char *state_word(uint32_t state)
@@ -110,8 +109,9 @@ int cmd_backends(int argc, char **argv)
         return 1;
     }
 
-    printf("minfer %s, plugin ABI %d.%d\nsearch path:\n", minfer_version(), MINFER_ABI_MAJOR,
-           MINFER_ABI_MINOR);
+    int abi_major, abi_minor;
+    minfer_plugin_abi(&abi_major, &abi_minor);
+    printf("minfer %s, plugin ABI %d.%d\nsearch path:\n", minfer_version(), abi_major, abi_minor);
     const char *sp, *origin;
     for (size_t i = 0; (sp = minfer_runtime_search_path(rt, i, &origin)); i++)
         printf("  %-8s %s\n", origin, sp);

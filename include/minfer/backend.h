@@ -16,6 +16,7 @@
 #ifndef MINFER_BACKEND_H
 #define MINFER_BACKEND_H
 
+#include "device.h"
 #include "ir.h"
 
 #ifdef __cplusplus
@@ -54,17 +55,8 @@ struct minfer_host {
         ;
 };
 
-/* One device a plugin can drive. Strings are owned by the plugin and live
- * until shutdown. */
-struct minfer_device_info {
-    uint32_t struct_size;      /* set by the caller to sizeof its struct */
-    char name[128];            /* e.g. "NVIDIA H200" or the CPU model */
-    char description[128];     /* free text: ISA, driver, ... */
-    uint64_t memory_total;     /* bytes; 0 if unknown */
-    uint64_t memory_free;      /* bytes; 0 if unknown */
-    int32_t cc_major, cc_minor;/* compute capability; 0 when not a GPU */
-    uint32_t is_gpu;           /* 1 for discrete accelerators */
-};
+/* struct minfer_device_info (the device_info slot's answer) is in
+ * device.h, shared with the application API. */
 
 /* Passed to create. Appended in later minors. */
 struct minfer_backend_config {

@@ -8,7 +8,7 @@
  * minfer_gguf_close. Multi-byte values inside arrays may be unaligned: copy
  * them with memcpy.
  *
- * Limits (documented in core/gguf.c, which enforces them): keys up to
+ * Limits (documented in core/gguf/gguf.c, which enforces them): keys up to
  * 65535 bytes, tensor names up to 255 (the writer: 63, llama.cpp's
  * limit), string values and array strings up to 16 MiB, arrays as long as
  * the file can hold, no arrays of arrays, n_dims 1..4, dimensions >= 1,

@@ -9,6 +9,7 @@
 #ifndef MINFER_H
 #define MINFER_H
 
+#include "device.h"
 #include "ir.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,9 @@ extern "C" {
 
 /* Version of the library, e.g. "0.1.0". Static string. */
 MINFER_API const char *minfer_version(void);
+/* The plugin ABI (major, minor) this library offers plugins (MINFER_ABI_*
+ * of minfer/backend.h when it was built); either pointer may be NULL. */
+MINFER_API void minfer_plugin_abi(int *major, int *minor);
 /* Static text for a status code, e.g. "device out of memory". */
 MINFER_API const char *minfer_status_str(minfer_status st);
 
@@ -45,10 +49,6 @@ MINFER_API bool minfer_type_from_name(const char *name, uint32_t *type);
  * libminfer-*.so, a file is loaded as is), then <dir of libminfer.so>/
  * minfer/backends, then the compile-time install directory. */
 struct minfer_runtime;
-
-/* Defined in minfer/backend.h (include it to call
- * minfer_runtime_device_info). */
-struct minfer_device_info;
 
 #define MINFER_RUNTIME_NO_ENV 0x1u          /* ignore $MINFER_PLUGIN_PATH */
 #define MINFER_RUNTIME_NO_DEFAULT_DIRS 0x2u /* skip the libminfer-relative and install dirs */
@@ -519,8 +519,9 @@ struct minfer_synth_shape {
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
     bool tied;            /* output.weight shares token_embd.weight */
-    bool qkv_bias;        /* attn_q/k/v.bias (qwen2) */
-    bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3) */
+    bool qkv_bias;        /* attn_q/k/v.bias (qwen2); descriptive: the tensors */
+    bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3); written come from the
+                             architecture's descriptor */
 };
 
 /* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,

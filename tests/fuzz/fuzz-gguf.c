@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf-internal.h"
+#include "gguf/gguf-internal.h"
 #include "minfer/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

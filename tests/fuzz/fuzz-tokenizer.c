@@ -20,7 +20,7 @@
 
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,0 +1,192 @@
+/*
+ * model.h — models inside the core: the architecture descriptor every
+ * core/model/arch/<arch>.c registers (hyperparameter keys, tensor table,
+ * build function), the loaded model, and the shared graph blocks the
+ * build functions are made of (core/model/arch/blocks.c).
+ */
+#ifndef MINFER_CORE_MODEL_H
+#define MINFER_CORE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "kv.h"
+#include "minfer/gguf.h"
+#include "minfer/minfer.h"
+#include "runtime/plugin.h"
+
+#define MODEL_MAX_LAYERS 512
+
+/* ---- hyperparameters ---- */
+
+struct model_hparams {
+    int64_t n_layer;
+    int64_t n_ctx_train;
+    int64_t n_embd;
+    int64_t n_ff;
+    int64_t n_head;
+    int64_t n_head_kv;     /* default n_head */
+    int64_t head_dim;      /* attention.key_length; default n_embd / n_head */
+    int64_t head_dim_v;    /* attention.value_length; default head_dim */
+    int64_t n_rot;         /* rope.dimension_count; default head_dim */
+    int64_t n_vocab;       /* rows of token_embd.weight */
+    double rope_base;      /* rope.freq_base */
+    double rope_scale;     /* 1 / rope.scaling.factor for linear scaling; 1 = none */
+    double norm_eps;       /* attention.layer_norm_rms_epsilon */
+};
+
+enum hparam_kind { HP_INT, HP_FLOAT };
+
+/* One key below "<arch>.", e.g. "block_count". */
+struct hparam_spec {
+    const char *key;
+    size_t offset;          /* offsetof(struct model_hparams, field) */
+    enum hparam_kind kind;
+    bool required;
+};
+
+/* ---- tensor table ---- */
+
+/* Symbolic dimensions of the tensor table, resolved from hparams. */
+enum model_dim {
+    DIM_1 = 0,
+    DIM_EMBD,
+    DIM_VOCAB,
+    DIM_FF,
+    DIM_Q,        /* n_head * head_dim */
+    DIM_KV,       /* n_head_kv * head_dim */
+    DIM_VO,       /* n_head * head_dim_v (attention output) */
+    DIM_KV_V,     /* n_head_kv * head_dim_v */
+    DIM_HEAD,     /* head_dim */
+};
+
+enum weight_kind {
+    WK_MATRIX,    /* 2-D, any type a backend can read (quantized, f16, bf16, f32) */
+    WK_VECTOR,    /* 1-D, f32: norms and biases */
+};
+
+/* Every weight any architecture uses; a descriptor names the ones its
+ * models have. Slots hold an index into model->weights, -1 when absent. */
+enum weight_slot {
+    W_TOKEN_EMBD,
+    W_OUTPUT_NORM,
+    W_OUTPUT,
+    W_GLOBAL_COUNT,
+    /* per layer, counted from 0 again */
+    W_ATTN_NORM = 0,
+    W_ATTN_Q,
+    W_ATTN_K,
+    W_ATTN_V,
+    W_ATTN_Q_BIAS,
+    W_ATTN_K_BIAS,
+    W_ATTN_V_BIAS,
+    W_ATTN_Q_NORM,
+    W_ATTN_K_NORM,
+    W_ATTN_OUT,
+    W_FFN_NORM,
+    W_FFN_GATE,
+    W_FFN_UP,
+    W_FFN_DOWN,
+    W_LAYER_COUNT,
+};
+
+struct tensor_spec {
+    const char *name;       /* GGUF name; "%d" stands for the layer of per-layer ones */
+    bool per_layer;
+    int slot;               /* enum weight_slot (global or per-layer numbering) */
+    enum weight_kind kind;
+    bool required;
+    enum model_dim ne[2];   /* ne[0], ne[1] (DIM_1 for vectors) */
+};
+
+/* The size of symbolic dimension d for hyperparameters hp. */
+int64_t model_dim_value(const struct model_hparams *hp, enum model_dim d);
+
+struct build; /* shared blocks' state, below */
+
+struct model_arch {
+    const char *name;                  /* general.architecture value */
+    const struct hparam_spec *hparams; /* terminated by key NULL */
+    const struct tensor_spec *tensors; /* terminated by name NULL */
+    /* Appends the forward pass of b->n_tokens tokens to b->g. */
+    void (*build)(struct build *b);
+};
+
+/* The registry (core/model/model.c). */
+const struct model_arch *model_arch_find(const char *name);
+extern const struct model_arch model_arch_qwen2;
+extern const struct model_arch model_arch_qwen3;
+
+/* ---- loaded model ---- */
+
+struct model_weight {
+    const struct minfer_gguf_tensor *gt;
+};
+
+struct minfer_model {
+    struct minfer_gguf *gguf;          /* owned */
+    const struct model_arch *arch;
+    struct model_hparams hp;
+    const struct minfer_plugin *plugin; /* backend the model runs on */
+    struct minfer_model_params params;
+    struct model_weight *weights;      /* every tensor the descriptor matched */
+    int32_t n_weights;
+    int32_t global[W_GLOBAL_COUNT];    /* -> weights, -1 absent */
+    int32_t (*layer)[W_LAYER_COUNT];   /* [n_layer] -> weights, -1 absent */
+    char name[128];
+    char type_desc[32];
+    uint64_t n_params, size_bytes;
+};
+
+/* Validates g against its architecture and binds it to a backend. On
+ * success the model owns g; on failure g is left to the caller. rt may be
+ * NULL with plugin given directly (tests). */
+minfer_status model_load_internal(struct minfer_runtime *rt, const struct minfer_plugin *plugin,
+                                  struct minfer_gguf *g, const struct minfer_model_params *p,
+                                  struct minfer_model **out, char *err, size_t err_len);
+
+/* ---- shared graph blocks (core/model/arch/blocks.c) ---- */
+
+struct build {
+    struct graph *g;
+    const struct minfer_model *m;
+    const struct model_hparams *hp;
+    const struct kv_cache *kv;
+    void *const *wdata;         /* backend address of each model weight */
+    int32_t n_tokens;           /* tokens in this pass */
+    int32_t n_kv;               /* cells attention may see (the KV-length bucket) */
+    int32_t n_out;              /* logits rows: 0, 1 (the last token) or n_tokens */
+    /* inputs, written before every pass */
+    struct gtensor *inp_tokens; /* i32 [n_tokens] */
+    struct gtensor *inp_pos;    /* i32 [n_tokens] */
+    struct gtensor *inp_cells;  /* i32 [n_tokens] KV cell of each token */
+    struct gtensor *inp_kv_len; /* i32 [1] */
+    struct gtensor *out_logits; /* f32 [n_vocab, n_out] or NULL when n_out == 0 */
+    struct gtensor **wt;        /* per model weight, made on first use */
+};
+
+/* A weight of layer il (il < 0: a global slot); NULL when absent. */
+struct gtensor *build_weight(struct build *b, int il, int slot);
+/* Makes the input tensors; returns the embeddings [n_embd, n_tokens]. */
+struct gtensor *build_inputs_embed(struct build *b);
+/* rms_norm(x) * weight. */
+struct gtensor *build_norm(struct build *b, struct gtensor *x, int il, int slot,
+                           const char *label);
+/* Self-attention of layer il over normalised input x: Q/K/V projections
+ * (plus biases when the layer has them), per-head Q/K norms when it has
+ * them, RoPE, KV store, attention, output projection. */
+struct gtensor *build_attn(struct build *b, int il, struct gtensor *x);
+/* SwiGLU feed-forward of layer il over normalised input x. */
+struct gtensor *build_ffn(struct build *b, int il, struct gtensor *x);
+/* Final norm, the rows that need logits, and the output projection (tied
+ * to token_embd when output.weight is absent). */
+void build_output(struct build *b, struct gtensor *x);
+/* The pre-norm decoder stack: embeddings, per layer x += attn(norm(x)) and
+ * x += ffn(norm(x)), then the output head. What differs between
+ * architectures that share it (biases, Q/K norms) is in their tensor
+ * tables, which the blocks read. */
+void build_prenorm_decoder(struct build *b);
+
+#endif /* MINFER_CORE_MODEL_H */

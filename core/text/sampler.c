@@ -1,0 +1,384 @@
+/*
+ * sampler.c — picks the next token from a row of logits: penalties over a
+ * window of recent ids, greedy, top-k, temperature, top-p, min-p and a
+ * seeded draw, in the order documented in minfer.h. Built for a 152k
+ * vocabulary: top-k is a heap selection (O(n log k)), top-p sorts only a
+ * prefix that grows until it holds the requested mass, min-p is one pass.
+ * The PRNG is our own (xoshiro256** seeded by splitmix64) so a seed gives
+ * the same ids on every platform.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/error.h"
+#include "minfer/minfer.h"
+#include "sampler.h"
+
+/* ---- PRNG ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro(uint64_t s[4])
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* ---- state ---- */
+
+struct minfer_sampler {
+    struct minfer_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];
+    float *logit;   /* [n_vocab] penalised copy */
+    int32_t *cand;  /* [n_vocab] candidate ids */
+    float *prob;    /* [n_vocab] unnormalised probabilities of cand */
+    int32_t *count; /* [n_vocab] occurrences in the window */
+    int32_t *ring;  /* [penalty_last_n] */
+    int32_t ring_pos, ring_n;
+};
+
+struct minfer_sampler_params minfer_sampler_default_params(void)
+{
+    return (struct minfer_sampler_params){
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .frequency_penalty = 0.0f,
+        .presence_penalty = 0.0f,
+        .penalty_last_n = 64,
+        .seed = 0,
+    };
+}
+
+void minfer_sampler_reset(struct minfer_sampler *s, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    for (int32_t i = 0; i < s->ring_n; i++)
+        s->count[s->ring[i]] = 0;
+    s->ring_pos = s->ring_n = 0;
+}
+
+struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p, int32_t n_vocab,
+                                          minfer_status *st, char *err, size_t err_len)
+{
+    minfer_status s_ = MINFER_ERR_INVALID_ARG;
+    struct minfer_sampler *s = NULL;
+    if (!p) {
+        s_ = errf(err, err_len, s_, "sampler: no parameters given");
+        goto out;
+    }
+    if (n_vocab <= 0) {
+        s_ = errf(err, err_len, s_, "sampler: n_vocab %d, expected > 0", n_vocab);
+        goto out;
+    }
+    if (!isfinite(p->temperature) || !(p->top_p >= 0.0f) || !(p->min_p <= 1.0f) ||
+        isnan(p->min_p)) {
+        s_ = errf(err, err_len, s_,
+                  "sampler: temperature %g, top_p %g, min_p %g; expected a finite temperature, "
+                  "top_p >= 0 and min_p <= 1",
+                  (double)p->temperature, (double)p->top_p, (double)p->min_p);
+        goto out;
+    }
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty) ||
+        !isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty) ||
+        p->penalty_last_n < 0) {
+        s_ = errf(err, err_len, s_,
+                  "sampler: repeat_penalty %g (expected > 0), frequency %g, presence %g "
+                  "(finite), penalty_last_n %d (expected >= 0)",
+                  (double)p->repeat_penalty, (double)p->frequency_penalty,
+                  (double)p->presence_penalty, p->penalty_last_n);
+        goto out;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        goto oom;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    size_t n = (size_t)n_vocab;
+    s->logit = malloc(n * sizeof *s->logit);
+    s->cand = malloc(n * sizeof *s->cand);
+    s->prob = malloc(n * sizeof *s->prob);
+    s->count = calloc(n, sizeof *s->count);
+    s->ring = malloc(((size_t)p->penalty_last_n + 1) * sizeof *s->ring);
+    if (!s->logit || !s->cand || !s->prob || !s->count || !s->ring)
+        goto oom;
+    minfer_sampler_reset(s, p->seed);
+    *st = MINFER_OK;
+    return s;
+oom:
+    s_ = errf(err, err_len, MINFER_ERR_NO_MEMORY, "sampler: out of memory for %d-token vocabulary",
+              n_vocab);
+out:
+    minfer_sampler_free(s);
+    *st = s_;
+    return NULL;
+}
+
+void minfer_sampler_free(struct minfer_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->logit);
+    free(s->cand);
+    free(s->prob);
+    free(s->count);
+    free(s->ring);
+    free(s);
+}
+
+void minfer_sampler_accept(struct minfer_sampler *s, int32_t id)
+{
+    if (!s || s->p.penalty_last_n == 0 || id < 0 || id >= s->n_vocab)
+        return;
+    int32_t w = s->p.penalty_last_n;
+    if (s->ring_n == w) { /* evict the oldest */
+        s->count[s->ring[s->ring_pos]]--;
+    } else {
+        s->ring_n++;
+    }
+    s->ring[s->ring_pos] = id;
+    s->count[id]++;
+    s->ring_pos = (s->ring_pos + 1) % w;
+}
+
+/* ---- stages ---- */
+
+/* a before b: higher logit, then lower id */
+static bool better(const float *l, int32_t a, int32_t b)
+{
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+}
+
+/* Writes the k best of src[n] (src NULL: the ids 0..n-1) to cand[0..k),
+ * best first. src may be cand itself. */
+static void select_top(const float *l, const int32_t *src, size_t n, int32_t *cand, size_t k)
+{
+    /* min-heap of the k best seen so far in cand[0..k): root = worst kept */
+    float floor = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        int32_t c = src ? src[i] : (int32_t)i;
+        size_t j;
+        if (i < k) {
+            j = i;
+            while (j && better(l, cand[(j - 1) / 2], c)) {
+                cand[j] = cand[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            cand[j] = c;
+            if (i + 1 == k)
+                floor = l[cand[0]];
+            continue;
+        }
+        if (l[c] < floor || !better(l, c, cand[0]))
+            continue; /* the common case: one float compare */
+        if (src == cand)
+            cand[i] = cand[0]; /* in place: the evicted id keeps a slot for later regrows */
+        j = 0; /* sift c down from the root */
+        for (;;) {
+            size_t a = 2 * j + 1;
+            if (a >= k)
+                break;
+            if (a + 1 < k && better(l, cand[a], cand[a + 1]))
+                a++;
+            if (!better(l, c, cand[a]))
+                break;
+            cand[j] = cand[a];
+            j = a;
+        }
+        cand[j] = c;
+        floor = l[cand[0]];
+    }
+    /* heap sort: repeatedly move the worst to the end, giving best first */
+    for (size_t m = k; m > 1; m--) {
+        int32_t worst = cand[0], c = cand[m - 1];
+        size_t j = 0;
+        for (;;) {
+            size_t a = 2 * j + 1;
+            if (a >= m - 1)
+                break;
+            if (a + 1 < m - 1 && better(l, cand[a], cand[a + 1]))
+                a++;
+            if (!better(l, c, cand[a]))
+                break;
+            cand[j] = cand[a];
+            j = a;
+        }
+        cand[j] = c;
+        cand[m - 1] = worst;
+    }
+}
+
+static void apply_penalties(struct minfer_sampler *s, float *l)
+{
+    const struct minfer_sampler_params *p = &s->p;
+    for (int32_t i = 0; i < s->ring_n; i++) {
+        int32_t t = s->ring[i];
+        int32_t c = s->count[t];
+        if (c <= 0)
+            continue; /* already done (marked negative) */
+        if (p->repeat_penalty != 1.0f)
+            l[t] = l[t] > 0 ? l[t] / p->repeat_penalty : l[t] * p->repeat_penalty;
+        l[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
+        s->count[t] = -c;
+    }
+    for (int32_t i = 0; i < s->ring_n; i++)
+        if (s->count[s->ring[i]] < 0)
+            s->count[s->ring[i]] = -s->count[s->ring[i]];
+}
+
+minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, int32_t n_vocab,
+                                 const int32_t **ids, const float **weights, size_t *n_out,
+                                 double *sum_out)
+{
+    if (!s || !logits || n_vocab != s->n_vocab)
+        return MINFER_ERR_INVALID_ARG;
+    const struct minfer_sampler_params *p = &s->p;
+    size_t n = (size_t)n_vocab;
+    float *l = s->logit;
+    /* 1. penalties, on a copy; NaN counts as -inf */
+    for (size_t i = 0; i < n; i++) {
+        float v = logits[i];
+        l[i] = v != v ? -INFINITY : v;
+    }
+    bool penal = p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                 p->presence_penalty != 0.0f;
+    if (penal && s->ring_n)
+        apply_penalties(s, l);
+
+    bool greedy = p->temperature <= 0.0f || p->top_k == 1;
+    int32_t best = 0;
+    size_t m = 0;
+    bool sorted = false;
+    double sum = 0;
+    if (!greedy && p->top_k > 0 && (size_t)p->top_k < n) {
+        /* 3. top-k straight from the row: one pass, no candidate list */
+        m = (size_t)p->top_k;
+        select_top(l, NULL, n, s->cand, m);
+        while (m > 1 && l[s->cand[m - 1]] == -INFINITY)
+            m--; /* fewer finite logits than k */
+        sorted = true;
+        best = s->cand[0];
+        if (!isfinite(l[best]))
+            return MINFER_ERR_INVALID_ARG; /* no finite logit (or +inf) */
+    } else {
+        /* 2. greedy */
+        for (size_t i = 1; i < n; i++)
+            if (l[i] > l[best])
+                best = (int32_t)i;
+        if (!isfinite(l[best]))
+            return MINFER_ERR_INVALID_ARG;
+        if (greedy) {
+            s->cand[0] = best;
+            s->prob[0] = 1.0f;
+            m = 1;
+            sum = 1.0;
+            goto out;
+        }
+        /* candidates: every token that is not masked out */
+        for (size_t i = 0; i < n; i++)
+            if (l[i] > -INFINITY)
+                s->cand[m++] = (int32_t)i;
+    }
+    /* 4. temperature + softmax (unnormalised: the best has weight 1) */
+    float mx = l[best], inv_t = 1.0f / p->temperature;
+    for (size_t i = 0; i < m; i++) {
+        s->prob[i] = expf((l[s->cand[i]] - mx) * inv_t);
+        sum += s->prob[i];
+    }
+    /* 5. top-p over a sorted prefix that grows until it holds the mass */
+    if (p->top_p < 1.0f) {
+        double want = (double)p->top_p * sum;
+        size_t k = sorted ? m : 64;
+        for (;;) {
+            if (k > m)
+                k = m;
+            if (!sorted || k < m) {
+                select_top(l, s->cand, m, s->cand, k);
+                for (size_t i = 0; i < k; i++)
+                    s->prob[i] = expf((l[s->cand[i]] - mx) * inv_t);
+            }
+            double cum = 0;
+            size_t cut = 0;
+            while (cut < k && cum < want)
+                cum += s->prob[cut++];
+            if (cum >= want || k == m) {
+                m = cut ? cut : 1;
+                sorted = true;
+                break;
+            }
+            k *= 8;
+        }
+        sum = 0;
+        for (size_t i = 0; i < m; i++)
+            sum += s->prob[i];
+    }
+    /* 6. min-p: relative to the best token's weight, which is 1 */
+    if (p->min_p > 0.0f) {
+        size_t k = 0;
+        sum = 0;
+        for (size_t i = 0; i < m; i++)
+            if (s->prob[i] >= p->min_p) {
+                s->cand[k] = s->cand[i];
+                s->prob[k] = s->prob[i];
+                sum += s->prob[k++];
+            }
+        m = k; /* the best (weight 1) always stays */
+    }
+out:
+    *ids = s->cand;
+    *weights = s->prob;
+    *n_out = m;
+    *sum_out = sum;
+    return MINFER_OK;
+}
+
+minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
+                                    int32_t n_vocab, int32_t *out_id)
+{
+    const int32_t *ids;
+    const float *w;
+    size_t m;
+    double sum;
+    if (!out_id)
+        return MINFER_ERR_INVALID_ARG;
+    minfer_status st = sampler_candidates(s, logits, n_vocab, &ids, &w, &m, &sum);
+    if (st != MINFER_OK)
+        return st;
+    if (m == 1) { /* greedy, or one survivor: no draw, the PRNG does not advance */
+        *out_id = ids[0];
+        return MINFER_OK;
+    }
+    /* 7. draw */
+    double u = (double)(xoshiro(s->rng) >> 11) * 0x1.0p-53 * sum, cum = 0;
+    for (size_t i = 0; i < m; i++) {
+        cum += w[i];
+        if (u < cum) {
+            *out_id = ids[i];
+            return MINFER_OK;
+        }
+    }
+    *out_id = ids[m - 1]; /* rounding at the very top */
+    return MINFER_OK;
+}
