@@ -26,10 +26,18 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:det
 step "plugin template: copy out of the tree and build with pkg-config only"
 cp -r "$src/plugins/template" "$tmp/template"
 cmake -S "$tmp/template" -B "$tmp/template-build" -G Ninja >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "configure template"; }
+grep -q "minfer_DIR:PATH=minfer_DIR-NOTFOUND" "$tmp/template-build/CMakeCache.txt" || die "template found a CMake package where only pkg-config was offered"
 cmake --build "$tmp/template-build" >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "build template"; }
 so=$tmp/template-build/libminfer-template.so
 [ -f "$so" ] || die "template did not produce libminfer-template.so"
 if nm -D --undefined-only "$so" | grep -q ' minfer_'; then die "template needs libminfer symbols"; fi
+
+step "plugin template: the same copy through find_package(minfer) (CMAKE_PREFIX_PATH)"
+cmake -S "$tmp/template" -B "$tmp/template-fp" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "configure template (find_package)"; }
+grep -q "minfer_DIR:PATH=$prefix" "$tmp/template-fp/CMakeCache.txt" || die "template did not use find_package(minfer)"
+cmake --build "$tmp/template-fp" >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "build template (find_package)"; }
+[ -f "$tmp/template-fp/libminfer-template.so" ] || die "find_package template did not produce the .so"
 
 step "installed CLI loads the template via MINFER_PLUGIN_PATH"
 out=$(MINFER_PLUGIN_PATH="$so" "$prefix/bin/minfer" backends 2>&1) || true
