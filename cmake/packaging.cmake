@@ -64,9 +64,11 @@ install(EXPORT minferTargets NAMESPACE minfer:: FILE minferTargets.cmake
   DESTINATION ${MINFER_CMAKE_DIR} COMPONENT dev)
 file(WRITE ${CMAKE_BINARY_DIR}/minferConfig.cmake.in
 "# minferConfig.cmake — imports minfer::minfer and minfer::quant; sets MINFER_INCLUDE_DIR and
-# MINFER_PLUGIN_DIR (where backend plugins of this install live).
+# MINFER_PLUGIN_DIR (where backend plugins of this install live); defines
+# minfer_plugin_defaults() (the settings a plugin builds with).
 @PACKAGE_INIT@
 include(\"\${CMAKE_CURRENT_LIST_DIR}/minferTargets.cmake\")
+include(\"\${CMAKE_CURRENT_LIST_DIR}/minferPluginDefaults.cmake\")
 set_and_check(MINFER_INCLUDE_DIR \"@PACKAGE_CMAKE_INSTALL_INCLUDEDIR@\")
 set(MINFER_PLUGIN_DIR \"@PACKAGE_MINFER_INSTALL_PLUGINS@\")
 check_required_components(minfer)
@@ -78,6 +80,7 @@ configure_package_config_file(${CMAKE_BINARY_DIR}/minferConfig.cmake.in
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/minferConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/minferConfig.cmake ${CMAKE_BINARY_DIR}/minferConfigVersion.cmake
+  ${CMAKE_CURRENT_LIST_DIR}/minferPluginDefaults.cmake
   DESTINATION ${MINFER_CMAKE_DIR} COMPONENT dev)
 
 # ---- CPack: one .deb per component ----
