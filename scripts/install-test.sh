@@ -26,10 +26,18 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:det
 step "plugin template: copy out of the tree and build with pkg-config only"
 cp -r "$src/plugins/template" "$tmp/template"
 cmake -S "$tmp/template" -B "$tmp/template-build" -G Ninja >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "configure template"; }
+grep -q "minfer_DIR:PATH=minfer_DIR-NOTFOUND" "$tmp/template-build/CMakeCache.txt" || die "template found a CMake package where only pkg-config was offered"
 cmake --build "$tmp/template-build" >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "build template"; }
 so=$tmp/template-build/libminfer-template.so
 [ -f "$so" ] || die "template did not produce libminfer-template.so"
 if nm -D --undefined-only "$so" | grep -q ' minfer_'; then die "template needs libminfer symbols"; fi
+
+step "plugin template: the same copy through find_package(minfer) (CMAKE_PREFIX_PATH)"
+cmake -S "$tmp/template" -B "$tmp/template-fp" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "configure template (find_package)"; }
+grep -q "minfer_DIR:PATH=$prefix" "$tmp/template-fp/CMakeCache.txt" || die "template did not use find_package(minfer)"
+cmake --build "$tmp/template-fp" >"$tmp/t.log" 2>&1 || { cat "$tmp/t.log"; die "build template (find_package)"; }
+[ -f "$tmp/template-fp/libminfer-template.so" ] || die "find_package template did not produce the .so"
 
 step "installed CLI loads the template via MINFER_PLUGIN_PATH"
 out=$(MINFER_PLUGIN_PATH="$so" "$prefix/bin/minfer" backends 2>&1) || true
@@ -70,6 +78,7 @@ cmake -S "$tmp/cm" -B "$tmp/cm-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$
 cmake --build "$tmp/cm-build" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; die "find_package app build"; }
 "$tmp/cm-build/app" >/dev/null || die "find_package app run"
 step "Debian packages (cpack -G DEB)"
+abi=minfer-abi-$(sed -n 's/^#define MINFER_ABI_MAJOR \([0-9]*\).*/\1/p' "$src/include/minfer/backend.h")
 if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
     cpack --config "$build/CPackConfig.cmake" -G DEB -B "$tmp/pkg" >"$tmp/p.log" 2>&1 || { cat "$tmp/p.log"; die "cpack"; }
     for d in "$tmp/pkg/"*.deb; do dpkg-deb -c "$d" >"${d%%_*}.list"; done
@@ -84,9 +93,19 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
     has minfer-dev 'pkgconfig/minfer\.pc'
     has minfer-dev 'cmake/minfer/minferConfigVersion\.cmake'
     dpkg-deb -f "$tmp/pkg/"minfer-dev_*.deb Depends | grep -q "minfer (= " || die "minfer-dev does not depend on minfer"
+    dpkg-deb -f "$tmp/pkg/"minfer_*.deb Provides | grep -q "$abi" || die "minfer does not provide $abi"
     if [ -f "$build/lib/minfer/backends/libminfer-cuda.so" ]; then
         has minfer-cuda 'minfer/backends/libminfer-cuda\.so'
-        dpkg-deb -f "$tmp/pkg/"minfer-cuda_*.deb Depends | grep -q "minfer (= " || die "minfer-cuda does not depend on minfer"
+        lacks minfer-cuda 'libminfer-cpu\.so'
+        # the plugin ABI, not one core build; what the .so needs; the driver suggested
+        deps=$(dpkg-deb -f "$tmp/pkg/"minfer-cuda_*.deb Depends)
+        echo "minfer-cuda Depends: $deps"
+        echo "$deps" | grep -q "$abi" || die "minfer-cuda does not depend on $abi"
+        if echo "$deps" | grep -q "minfer (= "; then die "minfer-cuda pins one core build"; fi
+        for lib in libc6 libstdc++6 libgcc-s1; do
+            echo "$deps" | grep -q "$lib" || die "minfer-cuda does not declare $lib"
+        done
+        dpkg-deb -f "$tmp/pkg/"minfer-cuda_*.deb Suggests | grep -q "libcuda1" || die "minfer-cuda does not suggest the driver"
     fi
     ls "$tmp/pkg/"*.deb
 else

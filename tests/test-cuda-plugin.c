@@ -244,7 +244,8 @@ START_TEST(arch_check_follows_cuda_compatibility)
         {10, 0, "90-real", 0}, {10, 0, "90", 1},       {10, 0, "90-virtual", 1},
         {8, 6, "90", 0},       {9, 0, "90a-real", 1},  {10, 0, "90a", 0},
         {10, 3, "100f", 1},    {12, 0, "100f", 0},     {9, 0, "", 0},
-        {7, 5, "all", 1},      {7, 5, "native", 1},    {9, 0, "80-real,,90-real", 1},
+        {8, 6, "all", 1},      {8, 6, "native", 1},    {9, 0, "80-real,,90-real", 1},
+        {7, 5, "all", 0},      {7, 5, "75", 0}, /* older than the kernels */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char why[512] = "";
@@ -255,10 +256,14 @@ START_TEST(arch_check_follows_cuda_compatibility)
                       cases[i].minor, cases[i].archs);
     }
     char why[512];
-    ck_assert_int_eq(f(7, 5, dflt, why, sizeof why), 0);
-    ck_assert_msg(strstr(why, "7.5") && strstr(why, dflt) && strstr(why, "MINFER_CUDA_ARCHS=75"),
+    ck_assert_int_eq(f(8, 0, "86-real,89-real,90", why, sizeof why), 0);
+    ck_assert_msg(strstr(why, "8.0") && strstr(why, "86-real,89-real,90") &&
+                      strstr(why, "MINFER_CUDA_ARCHS=80"),
                   "the refusal must name the capability, the build's list and the fix: %s",
                   why);
+    ck_assert_int_eq(f(7, 5, dflt, why, sizeof why), 0);
+    ck_assert_msg(strstr(why, "7.5") && strstr(why, "8.0"),
+                  "a GPU below the kernels' floor must be told so: %s", why);
     ck_assert_int_eq(f(10, 0, "90", why, sizeof why), 1);
     ck_assert_msg(strstr(why, "PTX"), "a JIT from PTX must say so: %s", why);
 }

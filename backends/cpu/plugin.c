@@ -13,7 +13,10 @@
 
 #include "cpu-internal.h"
 
-#define CPU_PLUGIN_VERSION "0.1.0"
+/* From the plugin's own project() (backends/cpu/CMakeLists.txt). */
+#ifndef MINFER_CPU_PLUGIN_VERSION
+#define MINFER_CPU_PLUGIN_VERSION "0.1.0"
+#endif
 
 static const struct minfer_host *g_host;
 static _Thread_local char g_create_err[512]; /* errors of create (be == NULL) */
@@ -374,7 +377,7 @@ static void cpu_shutdown(void)
 
 /* ---- entry ---- */
 
-MINFER_PLUGIN_DEFINE(g_host, "cpu", CPU_PLUGIN_VERSION,
+MINFER_PLUGIN_DEFINE(g_host, "cpu", MINFER_CPU_PLUGIN_VERSION,
                      .probe = cpu_probe,
                      .device_count = cpu_device_count,
                      .device_info = cpu_device_info,

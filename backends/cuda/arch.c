@@ -11,13 +11,18 @@
  * Compatibility"): SASS for sm_XY runs on X.Z with Z >= Y (same major);
  * PTX for compute_XY is compiled by the driver for any X'.Y' >= X.Y;
  * arch-specific targets ("90a") run only on exactly that capability,
- * family targets ("100f") on the same major from that minor up.
+ * family targets ("100f") on the same major from that minor up. Below
+ * 8.0 nothing runs whatever the list says: the GEMM's cp.async and
+ * mma.sync m16n8k16 need it, so such a build would not even compile.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda-internal.h"
+
+/* The oldest capability the kernels are written for (kernels/gemm.cu). */
+#define MIN_CC 80
 
 #ifndef MINFER_CUDA_BUILT_ARCHS
 #define MINFER_CUDA_BUILT_ARCHS ""
@@ -78,6 +83,14 @@ int cuda_arch_runs(int major, int minor, const char *archs, char *why, size_t wh
         return 0;
     }
     int dev = major * 10 + minor, found_ptx = 0;
+    if (dev < MIN_CC) {
+        if (why)
+            snprintf(why, why_len,
+                     "compute capability %d.%d is older than %d.%d, the oldest the plugin's "
+                     "kernels are written for (cp.async, mma.sync m16n8k16)",
+                     major, minor, MIN_CC / 10, MIN_CC % 10);
+        return 0;
+    }
     const char *p = archs ? archs : "";
     while (*p) {
         const char *end = strchr(p, ',');

@@ -6,5 +6,6 @@
 # 90, which the driver compiles for newer chips; probe refuses a GPU older
 # than 8.0 with a reason (arch.c). One architecture (e.g. 90) builds about
 # four times faster.
-set(MINFER_CUDA_ARCHS "80-real;86-real;89-real;90" CACHE STRING
+set(MINFER_CUDA_ARCHS_DEFAULT "80-real;86-real;89-real;90")
+set(MINFER_CUDA_ARCHS "${MINFER_CUDA_ARCHS_DEFAULT}" CACHE STRING
     "CUDA architectures of the CUDA plugin (CMake CUDA_ARCHITECTURES syntax)")

@@ -117,7 +117,7 @@ struct kepi cuda_sum_epi(const struct minfer_node *n)
 {
     const struct minfer_tensor *a = n->src[2], *d = n->dst;
     return (struct kepi){a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1], d->data,
-                         (int64_t)d->nb[1], 1};
+                         (int64_t)d->nb[1]};
 }
 
 /* MUL_MAT_ADD: the matvec adds in its epilogue (each output read-then-

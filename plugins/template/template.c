@@ -17,7 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The plugin's own version, from project() in CMakeLists.txt. */
+#ifndef TEMPLATE_VERSION
 #define TEMPLATE_VERSION "0.1.0"
+#endif
 
 static const struct minfer_host *host; /* lent by the core until shutdown */
 

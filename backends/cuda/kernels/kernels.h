@@ -60,17 +60,18 @@ int k_matvec_q_supported(uint32_t type);
 int k_matvec_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                int64_t w_nb1, const void *xq, int64_t M, float *dst, int64_t dst_nb1);
 
-/* Matvec epilogue: besides dst, write dst2[n, m] = dst[n, m] + add[n, m]
- * (add's columns add_nb1 bytes apart; 0 broadcasts one vector over m,
- * i.e. a bias). Fuses an ADD that consumes the product; the sum is the
- * same float addition the ADD kernel does, so results are bit-identical.
- * dst2 may alias add (in-place ADD); neither may overlap the activations. */
+/* Matvec epilogue (MUL_MAT_ADD): instead of the product, write dst2[n, m]
+ * = product[n, m] + add[n, m] (add's columns add_nb1 bytes apart; 0
+ * broadcasts one vector over m, i.e. a bias); dst is not written. The sum
+ * is the same float addition the ADD kernel does, so results are
+ * bit-identical to MUL_MAT then ADD. dst2 may alias add (each output is
+ * read, then written, by one thread); neither may overlap the activations
+ * of a float-weight product. */
 struct kepi {
     const float *add;
     int64_t add_nb1;
     float *dst2;
     int64_t dst2_nb1;
-    int sum_only; /* 1: only dst2 is written, not the product (MUL_MAT_ADD) */
 };
 /* k_matvec_q / k_matvec_f with an epilogue (epi NULL: none). */
 int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,

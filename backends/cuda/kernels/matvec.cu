@@ -386,14 +386,14 @@ static int rows_tpr(int64_t N, int64_t nunits)
  * tpr <= 32: a segmented shuffle inside the warp; 64/128: the warps of the
  * row meet in shared memory. Every thread of the block reaches the
  * barrier (rows past N are computed on row N-1 and not written). */
-/* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written next
- * to dst, add's columns add_nb1 bytes apart (0: one vector broadcast). */
+/* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written
+ * instead of dst, add's columns add_nb1 bytes apart (0: one vector
+ * broadcast). */
 struct kepi_d {
     const float *add;
     int64_t add_nb1;
     float *dst2;
     int64_t dst2_nb1;
-    int sum_only; /* the product itself is not written, only dst2 */
 };
 
 template <int NT>
@@ -427,7 +427,7 @@ __device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool li
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (NT == 1 || t < M) {
-                if (!e.sum_only)
+                if (!e.dst2)
                     *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
                 if (e.dst2)
                     *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
@@ -521,9 +521,9 @@ __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ 
     float a0, a1;
     dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0) {
-        if (la && !e.sum_only)
+        if (la && !e.dst2)
             dst[ra] = a0;
-        if (lb && !e.sum_only)
+        if (lb && !e.dst2)
             dst[rb] = a1;
         if (e.dst2 && la)
             e.dst2[ra] = a0 + e.add[ra];
@@ -708,13 +708,12 @@ extern "C" int k_matvec_q_supported(uint32_t type)
 
 static kepi_d epi_of(const struct kepi *epi)
 {
-    kepi_d e = {NULL, 0, NULL, 0, 0};
+    kepi_d e = {NULL, 0, NULL, 0};
     if (epi && epi->dst2 && epi->add) {
         e.add = epi->add;
         e.add_nb1 = epi->add_nb1;
         e.dst2 = epi->dst2;
         e.dst2_nb1 = epi->dst2_nb1;
-        e.sum_only = epi->sum_only;
     }
     return e;
 }
