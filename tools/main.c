@@ -31,6 +31,7 @@ static const struct cli_command commands[] = {
     {"chat", "interactive multi-turn chat that keeps the KV cache", cmd_chat},
     {"eval", "write a prompt's logits (f32 rows x n_vocab) to a file", cmd_eval},
     {"bench", "prompt and generation throughput, like llama-bench", cmd_bench},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching", cmd_serve},
 };
 
 static void usage(FILE *f)
