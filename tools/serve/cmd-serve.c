@@ -258,8 +258,8 @@ int cmd_serve(int argc, char **argv)
         close(lfd);
     sched_stop(g_srv.sched);
     /* Let the final events reach their clients (idle keep-alive connections
-     * are closed by MHD_stop_daemon after this). */
-    for (int i = 0; i < 200 && http_connections(d) > 0; i++)
+     * are closed by MHD_stop_daemon after this); at most 5 s. */
+    for (int i = 0; i < 500 && http_open_replies() > 0; i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     rc = 0;
 out:

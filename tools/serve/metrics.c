@@ -36,7 +36,7 @@ static struct {
     pthread_mutex_t mu;
     uint64_t requests[ROUTE_COUNT][N_STATUS];
     int64_t active, queued;
-    int64_t prompt_tokens, generated_tokens;
+    int64_t prompt_tokens, generated_tokens, cached_tokens;
     int32_t kv_used, kv_total;
     struct hist ttft, tok;
 } m = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -70,6 +70,13 @@ void metrics_tokens(int64_t prompt, int64_t generated)
     pthread_mutex_lock(&m.mu);
     m.prompt_tokens += prompt;
     m.generated_tokens += generated;
+    pthread_mutex_unlock(&m.mu);
+}
+
+void metrics_cached(int64_t n)
+{
+    pthread_mutex_lock(&m.mu);
+    m.cached_tokens += n;
     pthread_mutex_unlock(&m.mu);
 }
 
@@ -152,6 +159,9 @@ void metrics_render(struct sbuf *b)
     line(b, "# HELP minfer_prompt_tokens_total Prompt tokens of admitted sequences.\n"
             "# TYPE minfer_prompt_tokens_total counter\nminfer_prompt_tokens_total %lld\n",
          (long long)m.prompt_tokens);
+    line(b, "# HELP minfer_prompt_tokens_cached_total Prompt tokens whose KV came from the prefix "
+            "cache.\n# TYPE minfer_prompt_tokens_cached_total counter\n"
+            "minfer_prompt_tokens_cached_total %lld\n", (long long)m.cached_tokens);
     line(b, "# HELP minfer_tokens_generated_total Tokens sampled.\n"
             "# TYPE minfer_tokens_generated_total counter\nminfer_tokens_generated_total %lld\n",
          (long long)m.generated_tokens);

@@ -342,6 +342,8 @@ static int parse_field(const cJSON *f, struct serve_params *p, struct serve_err 
         return parse_stop(f, p, e);
     if (!strcmp(k, "stream"))
         return cJSON_IsNull(f) ? 0 : get_bool(f, k, &p->stream, e);
+    if (!strcmp(k, "ignore_eos"))
+        return get_bool(f, k, &p->ignore_eos, e);
     if (!strcmp(k, "stream_options")) {
         if (cJSON_IsNull(f))
             return 0;

@@ -615,6 +615,11 @@ int route_detokenize(const char *req, size_t len, struct sbuf *body, struct serv
     }
     text[need] = 0;
     free(ids);
+    size_t w = 0; /* drop NULs: the JSON writer takes C strings (see sched.c add_text) */
+    for (size_t k = 0; k < need; k++)
+        if (text[k])
+            text[w++] = text[k];
+    text[w] = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "content", text);
     free(text);

@@ -54,6 +54,9 @@ struct sched {
     bool stop;
     int rr; /* round-robin start among prefilling slots */
     struct eng_tok *batch;
+    float *masked;      /* [n_vocab] logits with end-of-generation removed (ignore_eos) */
+    int32_t *eog;       /* the vocabulary's end-of-generation ids */
+    int32_t n_eog;
 };
 
 double serve_now_ms(void)
@@ -154,6 +157,7 @@ static void admit(struct sched *s, struct job *j)
     j->slot = best->seq;
     metrics_active(1);
     metrics_tokens(j->n_prompt, 0);
+    metrics_cached(best_keep);
 }
 
 /* ---- ending jobs ---- */
@@ -253,7 +257,9 @@ static void utf8_clean(const char *b, size_t n, struct sbuf *o)
         bool ok = len > 0 && i + len <= n;
         for (size_t k = 1; ok && k < len; k++)
             ok = (u[i + k] & 0xC0) == 0x80;
-        if (ok) {
+        if (ok && u[i] == 0) {
+            i++;
+        } else if (ok) {
             sbuf_add(o, b + i, len);
             i += len;
         } else {
@@ -314,11 +320,30 @@ static cJSON *logprobs_of(const struct sched *s, const float *logits, int32_t id
 
 /* ---- one token ---- */
 
+/* Appends decoded bytes without NULs: JSON strings here are C strings,
+ * and a NUL (a byte token of a synthetic vocabulary) would cut them. */
+static void add_text(struct sbuf *t, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = i;
+        while (k < n && b[k])
+            k++;
+        sbuf_add(t, b + i, k - i);
+        i = k + 1;
+    }
+}
+
 static void on_token(struct sched *s, struct slot *sl, const float *logits)
 {
     struct job *j = sl->job;
     const struct serve_params *p = &j->r->p;
     int32_t id;
+    if (p->ignore_eos && s->n_eog) {
+        memcpy(s->masked, logits, sizeof *logits * (size_t)s->n_vocab);
+        for (int32_t i = 0; i < s->n_eog; i++)
+            s->masked[s->eog[i]] = -INFINITY;
+        logits = s->masked;
+    }
     if (minfer_sampler_sample(j->smp, logits, s->n_vocab, &id) != MINFER_OK) {
         job_done(s, j, FINISH_ERROR, "sampling failed: no finite logit");
         return;
@@ -353,14 +378,14 @@ static void on_token(struct sched *s, struct slot *sl, const float *logits)
     char buf[512];
     size_t nb = 0;
     if (!eog && minfer_detok_push(j->dt, id, buf, sizeof buf, &nb) == MINFER_OK)
-        sbuf_add(&j->text, buf, nb);
+        add_text(&j->text, buf, nb);
     bool length = (p->max_tokens >= 0 && j->n_gen >= p->max_tokens) ||
                   sl->n_cache + 1 >= s->slot_ctx ||
                   (j->r->deadline_ms > 0 && now >= j->r->deadline_ms);
     if (eog || length) {
         nb = 0;
         if (minfer_detok_flush(j->dt, buf, sizeof buf, &nb) == MINFER_OK)
-            sbuf_add(&j->text, buf, nb);
+            add_text(&j->text, buf, nb);
     }
     if (flush_text(sl, j, eog || length)) {
         job_done(s, j, FINISH_STOP, NULL);
@@ -429,8 +454,10 @@ static void step(struct sched *s)
         budget -= take;
     }
     s->rr = (s->rr + 1) % s->n_slots;
-    if (n == 0)
+    if (n == 0) {
+        update_kv(s);
         return;
+    }
     char err[512];
     if (engine_decode(s->eng, s->batch, n, err, sizeof err)) {
         fprintf(stderr, "minfer serve: decode of %d tokens failed: %s\n", n, err);
@@ -549,8 +576,13 @@ struct sched *sched_new(const struct serve_cfg *cfg, struct minfer_ctx *ctx,
     s->batch = calloc((size_t)s->n_batch, sizeof *s->batch);
     s->q_cap = cfg->max_queue + 64 + 1;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
-    if (!s->slots || !s->batch || !s->queue)
+    s->masked = malloc(sizeof *s->masked * (size_t)n_vocab);
+    s->eog = malloc(sizeof *s->eog * (size_t)n_vocab);
+    if (!s->slots || !s->batch || !s->queue || !s->masked || !s->eog)
         goto fail;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (minfer_tokenizer_is_eog(tok, i))
+            s->eog[s->n_eog++] = i;
     for (int i = 0; i < s->n_slots; i++)
         s->slots[i].seq = i;
     pthread_mutex_init(&s->mu, NULL);
@@ -619,6 +651,8 @@ void sched_free(struct sched *s)
     free(s->slots);
     free(s->batch);
     free(s->queue);
+    free(s->masked);
+    free(s->eog);
     engine_free(s->eng);
     free(s);
 }

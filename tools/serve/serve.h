@@ -65,6 +65,7 @@ struct serve_params {
     bool logprobs;
     int32_t top_logprobs;
     bool stream, include_usage;
+    bool ignore_eos;              /* llama-server's extension: never sample end-of-generation */
 };
 
 /* Error of a request, as OpenAI's {"error": {...}}. */
@@ -220,6 +221,7 @@ void metrics_request(enum route_id route, int status);
 void metrics_active(int delta);
 void metrics_queued(int delta);
 void metrics_tokens(int64_t prompt, int64_t generated);
+void metrics_cached(int64_t n); /* prompt tokens reused from the prefix cache */
 void metrics_ttft(double ms);
 void metrics_token_latency(double ms);
 void metrics_kv(int32_t used, int32_t total);
@@ -241,7 +243,7 @@ extern struct server g_srv;
 struct MHD_Daemon;
 /* Listens on host:port (0: a free port, put in *bound_port). */
 struct MHD_Daemon *http_start(const char *host, int port, int *bound_port, char *err, size_t len);
-unsigned http_connections(struct MHD_Daemon *d); /* open connections */
+unsigned http_open_replies(void); /* generation replies still being sent */
 
 /* Route handlers return the HTTP status and fill body (JSON) or e. */
 int route_models(struct sbuf *body);
