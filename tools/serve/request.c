@@ -246,6 +246,7 @@ static int parse_prompt(const cJSON *v, struct serve_params *p, struct serve_err
 
 static int parse_stop(const cJSON *v, struct serve_params *p, struct serve_err *e)
 {
+    p->n_stop = 0; /* a repeated key: the last one counts, as for every scalar field */
     if (cJSON_IsNull(v))
         return 0;
     if (cJSON_IsString(v)) {
@@ -403,6 +404,10 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len,
     bool have_main = false;
     for (const cJSON *f = p->root->child; f; f = f->next) {
         const char *k = f->string;
+        if (have_main && (!strcmp(k, "messages") || !strcmp(k, "prompt"))) {
+            (void)BAD(k, "'%s' appears twice in the body", k);
+            goto fail;
+        }
         if (kind == SERVE_CHAT && !strcmp(k, "messages")) {
             if (parse_messages(f, p, e))
                 goto fail;
