@@ -20,6 +20,17 @@ test("chat page: streams a reply, keeps the conversation, stops a reply", async 
     const page = await browser.newPage();
     const requests = [];
     page.on("request", (r) => { if (r.method() === "POST") requests.push(r.postData()); });
+    // Bound every reply (an untrained model may never emit end-of-generation);
+    // the test changes window.__extra to shape the next request.
+    await page.evaluateOnNewDocument(() => {
+      window.__extra = { max_tokens: 48, ignore_eos: true };
+      const f = window.fetch;
+      window.fetch = (url, opts) => {
+        if (opts && opts.body)
+          opts = { ...opts, body: JSON.stringify({ ...JSON.parse(opts.body), ...window.__extra }) };
+        return f(url, opts);
+      };
+    });
     await page.goto(s.base + "/", { waitUntil: "load" });
     assert.equal(await page.title(), "minfer chat");
     await page.waitForFunction(() => document.getElementById("model").textContent.endsWith(".gguf"));
@@ -31,6 +42,7 @@ test("chat page: streams a reply, keeps the conversation, stops a reply", async 
       { timeout: 20000 });
     const first = await page.$eval(".assistant", (e) => e.textContent);
     assert.ok(first.length > 0, "no streamed text appeared");
+    assert.equal(await page.$(".error"), null, "the reply ended in an error: " + first);
     assert.match(await page.$eval("#stats", (e) => e.textContent), /tokens, [\d.]+ t\/s/);
 
     // The second turn sends the whole conversation.
@@ -42,18 +54,7 @@ test("chat page: streams a reply, keeps the conversation, stops a reply", async 
     assert.equal(sent.messages[1].content.length > 0, true);
 
     // A reply that would not end by itself: stop it from the page.
-    await page.evaluate(() => {
-      const f = window.fetch;
-      window.fetch = (url, opts) => {
-        if (opts && opts.body) {
-          const b = JSON.parse(opts.body);
-          b.ignore_eos = true;
-          b.max_tokens = 30000;
-          opts = { ...opts, body: JSON.stringify(b) };
-        }
-        return f(url, opts);
-      };
-    });
+    await page.evaluate(() => { window.__extra = { ignore_eos: true, max_tokens: 30000 }; });
     await page.type("#input", "long one");
     await page.click("#send");
     await page.waitForFunction(() => document.querySelectorAll(".assistant")[2]?.textContent.length > 50);
