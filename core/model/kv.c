@@ -185,6 +185,11 @@ static bool seq_reserve(struct kv_seq *q, int32_t n)
     return true;
 }
 
+bool kv_seq_reserve(struct kv_cache *kv, int32_t seq, int32_t n)
+{
+    return seq_reserve(&kv->seqs[seq], n);
+}
+
 minfer_status kv_seq_add(struct kv_cache *kv, int32_t seq, int32_t pos, uint32_t cell)
 {
     struct kv_seq *q = &kv->seqs[seq];

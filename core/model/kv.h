@@ -78,6 +78,9 @@ int32_t kv_seq_count_upto(const struct kv_cache *kv, int32_t seq, int32_t pos);
  * and a held cell must already have position pos. MINFER_ERR_NO_MEMORY
  * when the list cannot grow (nothing changes then). */
 minfer_status kv_seq_add(struct kv_cache *kv, int32_t seq, int32_t pos, uint32_t cell);
+/* Room for n entries in seq's list (false: out of memory), so that adding
+ * them cannot fail. */
+bool kv_seq_reserve(struct kv_cache *kv, int32_t seq, int32_t n);
 /* Drops seq's positions in [p0, p1) (p1 < 0: to the end); a cell no
  * sequence holds any more becomes free. */
 void kv_seq_rm(struct kv_cache *kv, int32_t seq, int32_t p0, int32_t p1);

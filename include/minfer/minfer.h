@@ -504,6 +504,24 @@ MINFER_API void minfer_ctx_kv_usage(const struct minfer_ctx *c, int32_t *used, i
  * cells that moved. */
 MINFER_API minfer_status minfer_ctx_kv_compact(struct minfer_ctx *c, int32_t *moved);
 
+/* Session files: one sequence's tokens and KV cells. The file carries a
+ * versioned header, the model's fingerprint (tensor names, types and
+ * shapes; a hash of the metadata), the KV types and layout, and an XXH3
+ * checksum over everything. Save writes a temporary file next to path and
+ * renames it over path. tokens[n_tokens] are the caller's record of the
+ * sequence (what it was prompted with and generated), stored as given. */
+MINFER_API minfer_status minfer_ctx_seq_save(struct minfer_ctx *c, int32_t seq, const char *path,
+                                             const int32_t *tokens, int32_t n_tokens);
+/* Replaces sequence seq with the file's cells and copies its tokens into
+ * tokens[cap] (*n_tokens, may be NULL, gets their count). A file of
+ * another model, KV type or layout, or one that is truncated, corrupt or
+ * of another version is refused with an error naming the file and the
+ * reason (MINFER_ERR_INVALID_ARG, MINFER_ERR_FORMAT, MINFER_ERR_UNSUPPORTED);
+ * MINFER_ERR_RANGE when cap is too small, MINFER_ERR_FULL when the cache
+ * has no room. On any failure the context and the file are unchanged. */
+MINFER_API minfer_status minfer_ctx_seq_load(struct minfer_ctx *c, int32_t seq, const char *path,
+                                             int32_t *tokens, int32_t cap, int32_t *n_tokens);
+
 /* ---- end models and contexts ---- */
 
 /* ---- model tools: quantize, synth ---- */
