@@ -155,6 +155,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
 /* per-op runners (validated nodes only, except for content checks) */
 minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node);
 minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_node *node);
+minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct minfer_node *node);
 
 /* element size / block helpers */
 static inline size_t cpu_type_size(uint32_t type)

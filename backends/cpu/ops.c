@@ -4,7 +4,7 @@
  * execute_node, so the two never disagree), the dispatch
  * of execute_node, and the row-wise ops: GET_ROWS, RMS_NORM(_MUL), ADD,
  * MUL, ROPE, SWIGLU, KV_STORE, COPY, SCALE. MUL_MAT / FFN_GATE_UP live in
- * matmul.c, ATTENTION in attention.c.
+ * matmul.c, ATTENTION and ATTENTION_LISTS in attention.c.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -65,6 +65,7 @@ static minfer_status check_capability(struct minfer_backend *be, const struct mi
             UNSUP("n_rot %d exceeds this plugin's 1024", node->iparams[0]);
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
+    case MINFER_OP_ATTENTION_LISTS:
         if (s0->ne[0] > 1024)
             UNSUP("head_dim %lld exceeds this plugin's 1024", (long long)s0->ne[0]);
         return MINFER_OK;
@@ -345,6 +346,8 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
         return cpu_op_matmul(be, node);
     case MINFER_OP_ATTENTION:
         return cpu_op_attention(be, node);
+    case MINFER_OP_ATTENTION_LISTS:
+        return cpu_op_attention_lists(be, node);
     default:
         return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "op %u not implemented", node->op);
     }

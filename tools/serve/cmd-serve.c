@@ -192,6 +192,7 @@ static int load(void)
     cp.n_ctx = c->n_ctx;
     cp.n_batch = c->n_batch;
     cp.n_threads = c->n_threads;
+    cp.n_seq_max = c->parallel; /* slot i is sequence i */
     g_ctx = minfer_ctx_new(g_srv.model, &cp, &st, err, sizeof err);
     if (!g_ctx) {
         fprintf(stderr, "minfer serve: cannot make a context: %s\n", err);

@@ -13,7 +13,9 @@
  * between sequences (minfer_ctx_seq_copy) the prefix of any other slot,
  * busy or idle, is forked into it instead. A cancelled job's cells are
  * freed at once and never cached. Each slot may hold n_ctx / parallel
- * tokens, as llama-server divides its context, so the cache never fills.
+ * tokens, as llama-server divides its context, so the cache does not fill;
+ * if a decode fails anyway, idle slots' prefixes are dropped and it is
+ * retried once.
  */
 #include <math.h>
 #include <stdio.h>
@@ -459,7 +461,18 @@ static void step(struct sched *s)
         return;
     }
     char err[512];
-    if (engine_decode(s->eng, s->batch, n, err, sizeof err)) {
+    int rc = engine_decode(s->eng, s->batch, n, err, sizeof err);
+    if (rc) { /* the cache may be full of idle slots' prefixes: drop them, retry once */
+        bool freed = false;
+        for (int i = 0; i < s->n_slots; i++)
+            if (!s->slots[i].job && s->slots[i].n_cache) {
+                slot_clear(s, &s->slots[i]);
+                freed = true;
+            }
+        if (freed)
+            rc = engine_decode(s->eng, s->batch, n, err, sizeof err);
+    }
+    if (rc) {
         fprintf(stderr, "minfer serve: decode of %d tokens failed: %s\n", n, err);
         for (int i = 0; i < s->n_slots; i++)
             if (s->slots[i].job && (s->slots[i].batch_idx >= 0 || n_pref[i] > 0))

@@ -38,7 +38,13 @@ struct gtensor *build_inputs_embed(struct build *b)
     b->inp_tokens = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_tokens");
     b->inp_pos = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_pos");
     b->inp_cells = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_kv_cells");
-    b->inp_kv_len = graph_input(b->g, MINFER_TYPE_I32, 1, 1, "inp_kv_len");
+    if (b->n_lists) {
+        b->inp_n_vis = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_n_vis");
+        b->inp_qlist = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_qlist");
+        b->inp_lists = graph_input(b->g, MINFER_TYPE_I32, b->n_kv, b->n_lists, "inp_kv_lists");
+    } else {
+        b->inp_kv_len = graph_input(b->g, MINFER_TYPE_I32, 1, 1, "inp_kv_len");
+    }
     return graph_get_rows(b->g, build_weight(b, -1, W_TOKEN_EMBD), b->inp_tokens, "token_embd");
 }
 
@@ -126,9 +132,14 @@ struct gtensor *build_attn(struct build *b, int il, struct gtensor *x)
     graph_kv_store(g, vc, v, b->inp_cells, lab);
 
     snprintf(lab, sizeof lab, "blk.%d.attn", il);
-    struct gtensor *a = graph_attention(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
-                                        (int)hp->n_head_kv, 1.0f / sqrtf((float)hp->head_dim),
-                                        lab);
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* many sequences: lists name cells anywhere in the cache, so attention
+     * reads the whole region, not the bucket's prefix */
+    struct gtensor *a = b->n_lists
+        ? graph_attention_lists(g, q, kc, vc, b->inp_n_vis, b->inp_qlist, b->inp_lists,
+                                (int)hp->n_head_kv, scale, lab)
+        : graph_attention(g, q, kview, vview, b->inp_kv_len, b->inp_pos, (int)hp->n_head_kv,
+                          scale, lab);
     a = graph_reshape(g, a, hp->head_dim * hp->n_head, T, 1);
     snprintf(lab, sizeof lab, "blk.%d.attn_output", il);
     return graph_mul_mat(g, build_weight(b, il, W_ATTN_OUT), a, lab);
