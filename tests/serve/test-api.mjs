@@ -177,9 +177,46 @@ test("32 concurrent clients each get their own correct answer", async () => {
     }));
     answers.forEach((a, i) => assert.equal(a, refs[i], `client ${i} got another answer`));
     const m = await metrics(s.base);
+    // Continuous batching: passes carried several sequences on average.
+    const perStep = m["minfer_batch_sequences_total"] / m["minfer_decode_steps_total"];
+    assert.ok(perStep > 2, `only ${perStep.toFixed(2)} sequences per forward pass`);
     assert.equal(m["minfer_requests_active"], 0);
     assert.equal(m["minfer_requests_queued"], 0);
     assert.equal(m['minfer_requests_total{route="/v1/completions",status="200"}'], 32);
+  } finally {
+    await s.stop();
+  }
+});
+
+test("chunked prefill: a long prompt does not stall a running stream", async () => {
+  const s = await startServer(["-c", "32768", "--parallel", "2", "-b", "16"]);
+  try {
+    const res = await fetch(s.base + COMP, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: "running", max_tokens: 15000, ignore_eos: true, stream: true }),
+    });
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let events = 0, pending = "";
+    const count = async () => {
+      const { value } = await reader.read();
+      pending += dec.decode(value);
+      const parts = pending.split("\n\n");
+      pending = parts.pop();
+      events += parts.length;
+    };
+    await count();
+    // 3,000 prompt tokens at -b 16 take ~190 passes; each must also carry
+    // the running stream's next token.
+    let finished = false;
+    const long = post(s.base, COMP, { prompt: Array(3000).fill(97), max_tokens: 1 })
+      .then((r) => { finished = true; return r; });
+    const before = events;
+    while (!finished) await count();
+    const r = await long;
+    assert.equal(r.status, 200);
+    assert.ok(events - before >= 100,
+      `the stream got ${events - before} tokens while a 3000-token prompt was prefilled`);
   } finally {
     await s.stop();
   }

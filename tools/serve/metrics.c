@@ -37,6 +37,7 @@ static struct {
     uint64_t requests[ROUTE_COUNT][N_STATUS];
     int64_t active, queued;
     int64_t prompt_tokens, generated_tokens, cached_tokens;
+    int64_t steps, step_tokens, step_seqs;
     int32_t kv_used, kv_total;
     struct hist ttft, tok;
 } m = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -70,6 +71,15 @@ void metrics_tokens(int64_t prompt, int64_t generated)
     pthread_mutex_lock(&m.mu);
     m.prompt_tokens += prompt;
     m.generated_tokens += generated;
+    pthread_mutex_unlock(&m.mu);
+}
+
+void metrics_step(int n_tokens, int n_seqs)
+{
+    pthread_mutex_lock(&m.mu);
+    m.steps++;
+    m.step_tokens += n_tokens;
+    m.step_seqs += n_seqs;
     pthread_mutex_unlock(&m.mu);
 }
 
@@ -165,6 +175,15 @@ void metrics_render(struct sbuf *b)
     line(b, "# HELP minfer_tokens_generated_total Tokens sampled.\n"
             "# TYPE minfer_tokens_generated_total counter\nminfer_tokens_generated_total %lld\n",
          (long long)m.generated_tokens);
+    line(b, "# HELP minfer_decode_steps_total Forward passes of the engine.\n"
+            "# TYPE minfer_decode_steps_total counter\nminfer_decode_steps_total %lld\n",
+         (long long)m.steps);
+    line(b, "# HELP minfer_batch_tokens_total Tokens over all forward passes.\n"
+            "# TYPE minfer_batch_tokens_total counter\nminfer_batch_tokens_total %lld\n",
+         (long long)m.step_tokens);
+    line(b, "# HELP minfer_batch_sequences_total Sequences over all forward passes (their mean "
+            "per step is the decode batch size).\n# TYPE minfer_batch_sequences_total counter\n"
+            "minfer_batch_sequences_total %lld\n", (long long)m.step_seqs);
     line(b, "# HELP minfer_kv_cells_used KV cache cells holding a token (prefix cache included).\n"
             "# TYPE minfer_kv_cells_used gauge\nminfer_kv_cells_used %d\n", m.kv_used);
     line(b, "# HELP minfer_kv_cells_total KV cache cells.\n"

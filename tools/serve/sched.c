@@ -480,6 +480,10 @@ static void step(struct sched *s)
         update_kv(s);
         return;
     }
+    int n_seqs = 0;
+    for (int i = 0; i < s->n_slots; i++)
+        n_seqs += s->slots[i].job && (s->slots[i].generating || n_pref[i] > 0);
+    metrics_step(n, n_seqs);
     for (int i = 0; i < s->n_slots; i++) {
         struct slot *sl = &s->slots[i];
         if (!sl->job)

@@ -221,6 +221,7 @@ void metrics_request(enum route_id route, int status);
 void metrics_active(int delta);
 void metrics_queued(int delta);
 void metrics_tokens(int64_t prompt, int64_t generated);
+void metrics_step(int n_tokens, int n_seqs); /* one forward pass */
 void metrics_cached(int64_t n); /* prompt tokens reused from the prefix cache */
 void metrics_ttft(double ms);
 void metrics_token_latency(double ms);
