@@ -17,6 +17,8 @@
 #include "minfer/minfer.h"
 #include "engine.h"
 
+#define FIX_GGUF MINFER_FIXTURES_DIR "/models/fixture-A-f16.gguf"
+
 #define SPEC(ff)                                                                            \
     "custom:n_embd=128,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=" #ff                \
     ",n_vocab=300,n_ctx=1024,tied=0"
@@ -265,6 +267,111 @@ START_TEST(bad_sessions_are_refused_and_change_nothing)
 }
 END_TEST
 
+/* stdout of cmd, which must exit 0 */
+static char *run_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;)
+        n += got;
+    buf[n] = 0;
+    ck_assert_msg(pclose(p) == 0, "%s failed: %s", cmd, buf);
+    return buf;
+}
+
+/* The "generated_ids":[...] part of a JSON line (copied). */
+static char *gen_ids(const char *js)
+{
+    const char *p = strstr(js, "\"generated_ids\":");
+    ck_assert_msg(p, "no generated_ids in %s", js);
+    const char *e = strchr(p, ']');
+    ck_assert_ptr_nonnull(e);
+    return strndup(p, (size_t)(e - p + 1));
+}
+
+START_TEST(cli_prompts_and_session)
+{
+    /* Catches `minfer run --prompts` giving a prompt other tokens than
+     * running it alone, JSON Lines out of input order or without index,
+     * and `--session` not reusing the common prefix (reused_tokens) or not
+     * saving. */
+    if (access(FIX_GGUF, R_OK)) {
+        fprintf(stderr, "cli_prompts_and_session: %s absent, skipped\n", FIX_GGUF);
+        return;
+    }
+    char jl[300], cmd[2048], sess[300];
+    snprintf(jl, sizeof jl, "%s/p.jsonl", dir);
+    snprintf(sess, sizeof sess, "%s/cli.session", dir);
+    static const char *lines[3] = {"{\"prompt\": \"Hello there\"}",
+                                   "{\"ids\": [785, 3974, 13876, 38835]}",
+                                   "{\"prompt\": \"The capital of France is\"}"};
+    static const char *alone[3] = {"-p 'Hello there'", "--ids 785,3974,13876,38835",
+                                   "-p 'The capital of France is'"};
+    FILE *f = fopen(jl, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n\n%s\n%s\n", lines[0], lines[1], lines[2]);
+    fclose(f);
+    const char *run = "MINFER_PLUGIN_PATH=" MINFER_PLUGIN_DIR " " MINFER_BUILD_DIR
+                      "/bin/minfer run -m " FIX_GGUF " -n 6 --temp 0 -t 2";
+    for (int par = 1; par <= 3; par += 2) {
+        snprintf(cmd, sizeof cmd, "%s --prompts %s --parallel %d --json 2>/dev/null", run, jl,
+                 par);
+        char *out = run_capture(cmd);
+        char *line = out;
+        for (int i = 0; i < 3; i++) {
+            char idx[32];
+            snprintf(idx, sizeof idx, "{\"index\":%d,", i);
+            ck_assert_msg(!strncmp(line, idx, strlen(idx)), "line %d: %s", i, line);
+            char *nl = strchr(line, '\n');
+            ck_assert_ptr_nonnull(nl);
+            *nl = 0;
+            snprintf(cmd, sizeof cmd, "%s %s --json 2>/dev/null | tr -d ' \\n\\t'", run,
+                     alone[i]);
+            char *one = run_capture(cmd);
+            char *a = gen_ids(line), *b = gen_ids(one);
+            ck_assert_msg(!strcmp(a, b), "--parallel %d prompt %d: %s, alone %s", par, i, a, b);
+            free(a);
+            free(b);
+            free(one);
+            line = nl + 1;
+        }
+        free(out);
+    }
+    /* --session: the first run saves, the second reuses the 5-token prefix */
+    snprintf(cmd, sizeof cmd, "%s -p 'The capital of France is' --session %s --json 2>/dev/null",
+             run, sess);
+    char *o1 = run_capture(cmd);
+    ck_assert_msg(strstr(o1, "\"reused_tokens\":0"), "%s", o1);
+    snprintf(cmd, sizeof cmd,
+             "%s -p 'The capital of France is Paris' --session %s --json 2>/dev/null", run, sess);
+    char *o2 = run_capture(cmd);
+    ck_assert_msg(strstr(o2, "\"reused_tokens\":5"), "%s", o2);
+    snprintf(cmd, sizeof cmd, "%s -p 'The capital of France is Paris' --json 2>/dev/null"
+             " | tr -d ' \\n\\t'", run);
+    char *o3 = run_capture(cmd);
+    char *a = gen_ids(o2), *b = gen_ids(o3);
+    ck_assert_msg(!strcmp(a, b), "with session %s, without %s", a, b);
+    free(a);
+    free(b);
+    free(o1);
+    free(o2);
+    free(o3);
+    /* a session of another KV type is refused, naming the file */
+    snprintf(cmd, sizeof cmd, "%s -p hi -ctk q8_0 -ctv q8_0 --session %s 2>&1; echo rc=$?", run,
+             sess);
+    FILE *p = popen(cmd, "r");
+    char buf[4096] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    pclose(p);
+    ck_assert_msg(strstr(buf, sess) && strstr(buf, "KV cache") && strstr(buf, "rc=1"), "%s",
+                  buf);
+}
+END_TEST
+
 Suite *session_suite(void);
 Suite *session_suite(void)
 {
@@ -274,6 +381,7 @@ Suite *session_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, round_trip_gives_identical_logits);
     tcase_add_test(tc, bad_sessions_are_refused_and_change_nothing);
+    tcase_add_test(tc, cli_prompts_and_session);
     suite_add_tcase(s, tc);
     return s;
 }

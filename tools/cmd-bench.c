@@ -11,6 +11,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 #include "minfer/gguf.h"
 
 static void usage(FILE *f)
@@ -19,6 +20,8 @@ static void usage(FILE *f)
                "  -p N[,N...]        prompt tokens per pp test (0 = skip)\n"
                "  -n N[,N...]        generated tokens per tg test (0 = skip)\n"
                "  -r N               repetitions (default 5)\n"
+               "  --parallel B[,B...] llama batched-bench rows: B sequences at once, each -p\n"
+               "                     prompt tokens then -n generated (bench-parallel.c)\n"
                "  --arch A --shape S --type T   synthetic model without -m\n"
                "                     (default qwen2 qwen2.5-0.5b Q4_K_M)\n");
     cli_common_usage(f);
@@ -124,6 +127,12 @@ int cmd_bench(int argc, char **argv)
      * them off first. */
     const char *arch = "qwen2", *shape = "qwen2.5-0.5b", *type = "Q4_K_M";
     const char *pp_list = "512", *tg_list = "128";
+    int32_t par[BENCH_PARALLEL_MAX];
+    int n_par = 0;
+    if (bench_parallel_take_opts(&argc, argv, par, &n_par)) {
+        usage(stderr);
+        return 2;
+    }
     char **rest = malloc(sizeof *rest * (size_t)(argc + 1));
     int nrest = 0;
     if (!rest)
@@ -186,6 +195,11 @@ int cmd_bench(int argc, char **argv)
     if (!label[0])
         snprintf(label, sizeof label, "%s %s %s", info.arch, info.name, info.type_desc);
 
+    if (n_par) {
+        rc = bench_parallel(&s, &o, par, n_par, n_pp, n_tg, label);
+        cli_close(&s);
+        return rc;
+    }
     int32_t n_ids = n_pp > n_tg ? n_pp : n_tg;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids + 1));
     double *v = malloc(sizeof *v * (size_t)o.reps);

@@ -9,6 +9,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 
 static void usage(FILE *f)
 {
@@ -21,6 +22,7 @@ static void usage(FILE *f)
                "  --no-special       do not match special tokens written in the text\n"
                "  --json             print one JSON object (prompt_ids, generated_ids, text,\n"
                "                     timings) instead of streaming\n");
+    run_batch_usage(f);
     cli_common_usage(f);
     cli_sampling_usage(f);
 }
@@ -57,11 +59,16 @@ static cJSON *ids_json(const int32_t *ids, size_t n)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int rc = cli_parse(argc, argv, CLI_TAKES_PROMPT, &o);
+    struct run_batch_opts bo; /* --prompts / --parallel / --session: run-prompts.c */
+    int rc = run_batch_take_opts(&argc, argv, &bo);
+    if (!rc)
+        rc = cli_parse(argc, argv, CLI_TAKES_PROMPT, &o);
     if (rc) {
         usage(rc == 1 ? stdout : stderr);
         return rc == 1 ? 0 : 2;
     }
+    if (run_batch_wanted(&bo))
+        return run_batch(&o, &bo);
     struct cli_session s;
     if (cli_open("run", &o, NULL, true, &s))
         return 1;
