@@ -56,6 +56,7 @@ struct sched {
     bool stop;
     int rr; /* round-robin start among prefilling slots */
     struct eng_tok *batch;
+    struct eng_tok *sub;  /* one sequence's part of a failed batch */
     float *masked;      /* [n_vocab] logits with end-of-generation removed (ignore_eos) */
     int32_t *eog;       /* the vocabulary's end-of-generation ids */
     int32_t n_eog;
@@ -422,6 +423,57 @@ static void check_running(struct sched *s)
     }
 }
 
+/* A slot's bookkeeping after a pass that held its tokens (batch_idx: its
+ * logits row in that pass, or -1). */
+static void after_decode(struct sched *s, struct slot *sl, int32_t n_pref)
+{
+    if (sl->generating && sl->batch_idx >= 0) {
+        cache_push(sl, sl->next_tok);
+    } else if (n_pref > 0) {
+        for (int32_t t = 0; t < n_pref; t++)
+            cache_push(sl, sl->job->prompt[sl->n_prefilled + t]);
+        sl->n_prefilled += n_pref;
+    }
+    if (sl->batch_idx >= 0) {
+        const float *lg = engine_logits(s->eng, sl->batch_idx);
+        if (!lg)
+            job_done(s, sl->job, FINISH_ERROR, "no logits for the sequence's last token");
+        else
+            on_token(s, sl, lg);
+    }
+}
+
+/* A pass failed: run each sequence's tokens alone, so one request's
+ * failure ends that request only. */
+static void isolate(struct sched *s, int n, const int32_t *n_pref)
+{
+    for (int i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (!sl->job || (!sl->generating && n_pref[i] == 0))
+            continue;
+        int m = 0, last = -1;
+        for (int k = 0; k < n; k++)
+            if (s->batch[k].seq == sl->seq) {
+                s->sub[m] = s->batch[k];
+                if (s->batch[k].logits)
+                    last = m;
+                m++;
+            }
+        if (m == 0)
+            continue;
+        char err[512];
+        engine_seq_rm(s->eng, sl->seq, s->sub[0].pos); /* what the failed pass may have left */
+        if (engine_decode(s->eng, s->sub, m, err, sizeof err)) {
+            fprintf(stderr, "minfer serve: sequence %d failed alone: %s\n", sl->seq, err);
+            job_done(s, sl->job, FINISH_ERROR, err);
+            continue;
+        }
+        metrics_step(m, 1);
+        sl->batch_idx = last;
+        after_decode(s, sl, n_pref[i]);
+    }
+}
+
 static void step(struct sched *s)
 {
     int n = 0;
@@ -473,10 +525,9 @@ static void step(struct sched *s)
             rc = engine_decode(s->eng, s->batch, n, err, sizeof err);
     }
     if (rc) {
-        fprintf(stderr, "minfer serve: decode of %d tokens failed: %s\n", n, err);
-        for (int i = 0; i < s->n_slots; i++)
-            if (s->slots[i].job && (s->slots[i].batch_idx >= 0 || n_pref[i] > 0))
-                job_done(s, s->slots[i].job, FINISH_ERROR, err);
+        fprintf(stderr, "minfer serve: a pass of %d tokens failed (%s); retrying each sequence "
+                        "alone\n", n, err);
+        isolate(s, n, n_pref);
         update_kv(s);
         return;
     }
@@ -484,25 +535,9 @@ static void step(struct sched *s)
     for (int i = 0; i < s->n_slots; i++)
         n_seqs += s->slots[i].job && (s->slots[i].generating || n_pref[i] > 0);
     metrics_step(n, n_seqs);
-    for (int i = 0; i < s->n_slots; i++) {
-        struct slot *sl = &s->slots[i];
-        if (!sl->job)
-            continue;
-        if (sl->generating && sl->batch_idx >= 0) {
-            cache_push(sl, sl->next_tok);
-        } else if (n_pref[i] > 0) {
-            for (int32_t t = 0; t < n_pref[i]; t++)
-                cache_push(sl, sl->job->prompt[sl->n_prefilled + t]);
-            sl->n_prefilled += n_pref[i];
-        }
-        if (sl->batch_idx >= 0) {
-            const float *lg = engine_logits(s->eng, sl->batch_idx);
-            if (!lg)
-                job_done(s, sl->job, FINISH_ERROR, "no logits for the sequence's last token");
-            else
-                on_token(s, sl, lg);
-        }
-    }
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job)
+            after_decode(s, &s->slots[i], n_pref[i]);
     update_kv(s);
 }
 
@@ -591,11 +626,12 @@ struct sched *sched_new(const struct serve_cfg *cfg, struct minfer_ctx *ctx,
         s->n_batch = s->n_slots + 1;
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->batch = calloc((size_t)s->n_batch, sizeof *s->batch);
+    s->sub = calloc((size_t)s->n_batch, sizeof *s->sub);
     s->q_cap = cfg->max_queue + 64 + 1;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
     s->masked = malloc(sizeof *s->masked * (size_t)n_vocab);
     s->eog = malloc(sizeof *s->eog * (size_t)n_vocab);
-    if (!s->slots || !s->batch || !s->queue || !s->masked || !s->eog)
+    if (!s->slots || !s->batch || !s->sub || !s->queue || !s->masked || !s->eog)
         goto fail;
     for (int32_t i = 0; i < n_vocab; i++)
         if (minfer_tokenizer_is_eog(tok, i))
@@ -667,6 +703,7 @@ void sched_free(struct sched *s)
         free(s->slots[i].cache);
     free(s->slots);
     free(s->batch);
+    free(s->sub);
     free(s->queue);
     free(s->masked);
     free(s->eog);
