@@ -285,8 +285,10 @@ int cli_tokenize(const char *cmd, const struct cli_session *s, const char *text,
     }
     bool bos = minfer_tokenizer_add_bos(s->tok) && minfer_tokenizer_bos(s->tok) >= 0;
     *ids = malloc(sizeof **ids * (need + 2));
-    if (!*ids)
+    if (!*ids) {
+        fprintf(stderr, "minfer %s: out of memory for %zu token ids\n", cmd, need + 2);
         return 1;
+    }
     size_t off = bos ? 1 : 0;
     if (bos)
         (*ids)[0] = minfer_tokenizer_bos(s->tok);
@@ -324,8 +326,11 @@ static char *read_file(const char *cmd, const char *path, size_t *len)
         }
     }
     fclose(f);
-    if (buf)
-        buf[n] = 0;
+    if (!buf) {
+        fprintf(stderr, "minfer %s: out of memory reading %s\n", cmd, path);
+        return NULL;
+    }
+    buf[n] = 0;
     *len = n;
     return buf;
 }
@@ -408,8 +413,11 @@ int cli_prompt_ids(const char *cmd, const struct cli_opts *o, const struct cli_s
         fprintf(stderr, "minfer %s: no prompt (-p TEXT, -f FILE or --ids 1,2,3)\n", cmd);
         return 2;
     }
-    if (!text)
+    if (!text) {
+        if (!o->file) /* read_file reported its failure */
+            fprintf(stderr, "minfer %s: out of memory copying the prompt\n", cmd);
         return 1;
+    }
     if (o->chat) {
         struct minfer_chat_msg msgs[2];
         size_t nm = 0;
