@@ -172,7 +172,7 @@ static minfer_status cpu_create(const struct minfer_backend_config *cfg,
     be->n_threads = n_threads;
     be->isa = cpu_isa_detect();
     be->k = cpu_kernels_for(be->isa);
-    const char *env = getenv("MINFER_CPU_ISA");
+    const char *env = secure_getenv("MINFER_CPU_ISA");
     if (env && *env && cpu_set_isa(be, env) != MINFER_OK) {
         snprintf(g_create_err, sizeof g_create_err, "%s", be->err);
         free(be);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef MINFER_INSTALL_PLUGIN_DIR
 #define MINFER_INSTALL_PLUGIN_DIR "/usr/local/lib/minfer/backends"
@@ -50,7 +51,9 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static void log_init(void)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
-    const char *s = getenv("MINFER_LOG_LEVEL");
+    /* secure_getenv: a setuid/setgid program's caller does not choose its
+     * log level (nor anything else the library reads from the environment). */
+    const char *s = secure_getenv("MINFER_LOG_LEVEL");
     if (!s || !*s)
         return;
     for (int i = 0; i < 4; i++)
@@ -453,6 +456,45 @@ out_close:
     return NULL;
 }
 
+/* Warns when st (of path, a plugin file or its directory) could be changed
+ * by someone other than root or this process's effective user: whoever can
+ * write it chooses code that dlopen runs (its ELF constructors run before
+ * any ABI check). A warning, not a refusal, so a developer's build tree in a
+ * shared group directory still loads (docs/plugin-abi.md, "Trust"). */
+static void warn_if_untrusted(const char *what, const char *path, const struct stat *st)
+{
+    if (st->st_uid != 0 && st->st_uid != geteuid())
+        plugin_log(MINFER_LOG_WARN,
+                   "plugin %s %s is owned by uid %u, neither root nor this process's user "
+                   "(uid %u): whoever owns it chooses the code this process runs",
+                   what, path, (unsigned)st->st_uid, (unsigned)geteuid());
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        plugin_log(MINFER_LOG_WARN,
+                   "plugin %s %s is %s-writable (mode %04o): anyone who can write it chooses "
+                   "the code this process runs; chmod go-w it",
+                   what, path, st->st_mode & S_IWOTH ? "world" : "group",
+                   (unsigned)(st->st_mode & 07777));
+}
+
+/* Checks the real path of a plugin about to be opened and its directory. */
+static void check_trust(const char *real)
+{
+    struct stat st;
+    if (stat(real, &st) == 0)
+        warn_if_untrusted("file", real, &st);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return;
+    if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(dir, &st) == 0)
+        warn_if_untrusted("directory", dir, &st);
+}
+
 static void consider_file(struct minfer_runtime *rt, const char *path, const char *origin)
 {
     struct record *r = add_record(rt, path, origin);
@@ -483,6 +525,7 @@ static void consider_file(struct minfer_runtime *rt, const char *path, const cha
         e->refs++;
     } else {
         char *why;
+        check_trust(real);
         e = open_plugin(real, r, &why);
         if (!e) {
             reject(rt, r, MINFER_PLUGIN_REJECTED, why);
@@ -587,6 +630,22 @@ static void consider_path(struct minfer_runtime *rt, const char *path, const cha
     } else {
         consider_file(rt, path, origin);
     }
+}
+
+/* One MINFER_PLUGIN_PATH entry. A relative entry is refused: it would
+ * resolve against whatever directory the process happens to run in. */
+static void consider_env_entry(struct minfer_runtime *rt, const char *path)
+{
+    if (path[0] == '/') {
+        consider_path(rt, path, "env", true);
+        return;
+    }
+    add_search(rt, path, "env");
+    struct record *r = add_record(rt, path, "env");
+    if (r)
+        reject(rt, r, MINFER_PLUGIN_REJECTED,
+               strf("relative entry in MINFER_PLUGIN_PATH refused: it would depend on the "
+                    "current directory; give an absolute path"));
 }
 
 /* <dir of the object holding this code>/minfer/backends, or NULL. */
@@ -710,14 +769,17 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
     for (size_t i = 0; i < o.n_plugin_paths; i++)
         if (o.plugin_paths[i] && o.plugin_paths[i][0])
             consider_path(rt, o.plugin_paths[i], "api", true);
-    const char *env = (o.flags & MINFER_RUNTIME_NO_ENV) ? NULL : getenv("MINFER_PLUGIN_PATH");
+    /* secure_getenv: NULL in a setuid/setgid (AT_SECURE) process, so its
+     * caller cannot make it dlopen a library of the caller's choosing. */
+    const char *env =
+        (o.flags & MINFER_RUNTIME_NO_ENV) ? NULL : secure_getenv("MINFER_PLUGIN_PATH");
     if (env && *env) {
         char *copy = strdup(env);
         if (!copy)
             rt->oom = true;
         for (char *save = NULL, *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
              tok = strtok_r(NULL, ":", &save))
-            consider_path(rt, tok, "env", true);
+            consider_env_entry(rt, tok);
         free(copy);
     }
     if (!(o.flags & MINFER_RUNTIME_NO_DEFAULT_DIRS)) {
