@@ -49,13 +49,22 @@ bool cli_progress_bar(uint64_t done, uint64_t total, void *label)
 
 /* ---- options ---- */
 
+/* The range of the last integer option that failed to parse, so the
+ * message states the limits ("-c ... an integer from 0 to 16777216"). */
+static bool bad_range;
+static int32_t bad_lo, bad_hi;
+
 static bool parse_i32(const char *s, int32_t lo, int32_t hi, int32_t *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    if (errno || end == s || *end || v < lo || v > hi) {
+        bad_range = true;
+        bad_lo = lo;
+        bad_hi = hi;
         return false;
+    }
     *out = (int32_t)v;
     return true;
 }
@@ -113,6 +122,7 @@ int cli_parse(int argc, char **argv, unsigned takes, struct cli_opts *o)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, used_v = true;
+        bad_range = false;
 #define IS(s) (!strcmp(a, s))
         if (IS("-h") || IS("--help"))
             return 1;
@@ -185,8 +195,12 @@ int cli_parse(int argc, char **argv, unsigned takes, struct cli_opts *o)
         }
 #undef IS
         if (!ok) {
-            fprintf(stderr, "minfer %s: option %s needs a valid value%s%s\n", cmd, a,
-                    v ? ", not " : "", v ? v : "");
+            if (bad_range)
+                fprintf(stderr, "minfer %s: option %s needs an integer from %d to %d, not %s\n",
+                        cmd, a, bad_lo, bad_hi, v);
+            else
+                fprintf(stderr, "minfer %s: option %s needs a valid value%s%s\n", cmd, a,
+                        v ? ", not " : "", v ? v : "");
             return 2;
         }
         if (used_v)
