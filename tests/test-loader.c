@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,7 +498,37 @@ START_TEST(directory_scan_records_every_test_plugin)
 }
 END_TEST
 
-/* ---- search order and options ---- */
+START_TEST(only_backend_opens_only_its_file)
+{
+    /* Catches a run that names its backend still dlopening every plugin of
+     * a scanned directory (the CUDA plugin's static runtime initialises in
+     * dlopen, and crashed there under memory pressure): with only_backend
+     * "test-good" a scan of the test plugins opens and records that file
+     * alone, while a file named explicitly is still opened. */
+    const char *paths[] = {MINFER_TEST_PLUGIN_DIR, TP("probe-zero")};
+    struct minfer_runtime_opts o = {.struct_size = sizeof o, .plugin_paths = paths,
+                                    .n_plugin_paths = 2, .only_backend = "test-good",
+                                    .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS};
+    minfer_status st;
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, NULL, 0);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 2);
+    ck_assert_str_eq(rec(rt, 0).path, TP("good"));
+    ck_assert(rec(rt, 0).loaded);
+    ck_assert_str_eq(rec(rt, 1).path, TP("probe-zero"));
+    minfer_runtime_free(rt);
+
+    /* an older caller's struct (without the field) still scans everything */
+    o.struct_size = offsetof(struct minfer_runtime_opts, only_backend);
+    o.n_plugin_paths = 1;
+    rt = minfer_runtime_new(&o, &st, NULL, 0);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 14);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- search order and options ---- *//* ---- search order and options ---- */
 
 START_TEST(search_order_api_env_libdir_install)
 {
@@ -766,6 +797,7 @@ Suite *loader_suite(void)
     tcase_add_test(tc, concurrent_runtimes_share_one_load);
     tcase_add_test(tc, higher_score_shadows_lower_in_any_order);
     tcase_add_test(tc, directory_scan_records_every_test_plugin);
+    tcase_add_test(tc, only_backend_opens_only_its_file);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("search");

@@ -220,6 +220,7 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
     double t0 = cli_now_ms();
     struct minfer_runtime_opts ro = {
         .struct_size = sizeof ro, .plugin_paths = o->plugins, .n_plugin_paths = o->n_plugins,
+        .only_backend = o->backend, /* --backend cpu never opens the CUDA plugin */
     };
     s->rt = minfer_runtime_new(&ro, &st, err, sizeof err);
     if (!s->rt) {

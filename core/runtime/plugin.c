@@ -226,6 +226,7 @@ struct minfer_runtime {
     struct minfer_plugin *plugins;     /* the loaded ones, in search order */
     size_t n_plugins;
     bool oom;
+    const char *only_backend; /* opts' filter, read during minfer_runtime_new only */
 };
 
 /* Grows a (ptr, n, cap) array by one element of size sz; false on overflow
@@ -558,6 +559,14 @@ static bool is_plugin_file_name(const char *n)
            !strcmp(n + len - 3, ".so");
 }
 
+/* Whether file name n is libminfer-<backend>.so. */
+static bool is_file_of_backend(const char *n, const char *backend)
+{
+    size_t bl = strlen(backend);
+    return !strncmp(n, "libminfer-", 10) && !strncmp(n + 10, backend, bl) &&
+           !strcmp(n + 10 + bl, ".so");
+}
+
 /* Scans a directory for libminfer-*.so in name order. A missing directory
  * is a candidate only when the user named it (explicit). */
 static void consider_dir(struct minfer_runtime *rt, const char *dir, const char *origin)
@@ -576,6 +585,11 @@ static void consider_dir(struct minfer_runtime *rt, const char *dir, const char 
     while ((de = readdir(d))) {
         if (!is_plugin_file_name(de->d_name))
             continue;
+        if (rt->only_backend && !is_file_of_backend(de->d_name, rt->only_backend)) {
+            plugin_log(MINFER_LOG_DEBUG, "plugin %s/%s not opened: only backend '%s' was asked for",
+                       dir, de->d_name, rt->only_backend);
+            continue;
+        }
         char *s = strdup(de->d_name);
         if (!s || !grow((void **)&names, &cap, n, sizeof *names)) {
             free(s);
@@ -752,7 +766,7 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
                 *st = MINFER_ERR_INVALID_ARG;
             return NULL;
         }
-        memcpy(&o, opts, opts_v1);
+        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
         if (o.n_plugin_paths && !o.plugin_paths) {
             errf(err, err_len, MINFER_ERR_INVALID_ARG,
                  "minfer_runtime_new: n_plugin_paths > 0 but plugin_paths is NULL");
@@ -764,6 +778,7 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
     struct minfer_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         goto out_oom;
+    rt->only_backend = o.only_backend && o.only_backend[0] ? o.only_backend : NULL;
 
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < o.n_plugin_paths; i++)
