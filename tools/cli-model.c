@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <stdio.h>
@@ -418,7 +419,15 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
     cp.flags = o->no_graphs ? MINFER_CTX_NO_GRAPHS : 0;
     cp.progress = cli_progress_bar;
     cp.progress_user = "prompt";
+    /* The backend's worker threads start here and inherit this mask: with
+     * SIGINT blocked in them, Ctrl-C always lands on this thread, so it
+     * interrupts a blocking read (chat's prompt) instead of a worker. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     s->ctx = minfer_ctx_new(s->model, &cp, &st, err, sizeof err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!s->ctx) {
         fprintf(stderr, "minfer %s: cannot make a context: %s\n", cmd, err);
         goto fail;

@@ -310,6 +310,10 @@ static char *read_message(bool tty, bool *interrupted)
             close = true;
         }
         size_t pl = strlen(part);
+        if (close && !pl && msg) { /* a closing """ on its own line adds nothing */
+            free(line);
+            return msg;
+        }
         char *nm = realloc(msg, mlen + pl + 2);
         if (!nm) {
             free(msg);
