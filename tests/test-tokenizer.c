@@ -806,7 +806,7 @@ START_TEST(cli_tokenize_detokenize)
     for (int special = 0; special < 2; special++) {
         char cmd[4096];
         snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s'%s", bin, gguf, path,
-                 special ? " --special" : "");
+                 special ? " --special" : " --no-special");
         size_t n;
         char *out = run_cmd(cmd, &n);
         ck_assert_msg(out, "%s failed", cmd);
