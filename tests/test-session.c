@@ -315,7 +315,7 @@ START_TEST(cli_prompts_and_session)
     fprintf(f, "%s\n\n%s\n%s\n", lines[0], lines[1], lines[2]);
     fclose(f);
     const char *run = "MINFER_PLUGIN_PATH=" MINFER_PLUGIN_DIR " " MINFER_BUILD_DIR
-                      "/bin/minfer run -m " FIX_GGUF " -n 6 --temp 0 -t 2";
+                      "/bin/minfer run -m " FIX_GGUF " -n 6 --temp 0 -t 2 --raw";
     for (int par = 1; par <= 3; par += 2) {
         snprintf(cmd, sizeof cmd, "%s --prompts %s --parallel %d --json 2>/dev/null", run, jl,
                  par);

@@ -295,8 +295,16 @@ static minfer_status batch_pass(struct minfer_ctx *c, const struct minfer_batch 
         }
     }
     struct graph_entry *e = NULL;
-    st = ctx_get_graph(c, T, ctx_kv_bucket(c, n_kv), n_out, fast ? 0 : pow2_at_least(n_lists),
-                       &e);
+    int32_t bucket = ctx_kv_bucket(c, n_kv);
+    /* Cells below kv->n_clear are zeroed or written: ATTENTION reads the
+     * bucket's cells (masked past kv_len), and a later clear must never
+     * reach a cell this pass writes, so clear past both first. */
+    uint32_t top = fast ? (uint32_t)bucket : 0;
+    for (int32_t i = 0; i < T; i++)
+        top = cells[i] + 1 > top ? cells[i] + 1 : top;
+    st = kv_clear_to(kv, top, c->err, sizeof c->err);
+    if (st == MINFER_OK)
+        st = ctx_get_graph(c, T, bucket, n_out, fast ? 0 : pow2_at_least(n_lists), &e);
     char *in[CTX_MAX_INPUTS];
     if (st == MINFER_OK)
         st = write_inputs(c, e, in);

@@ -255,7 +255,7 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         goto out_free;
     }
 
-    const char *prof = getenv("MINFER_PROFILE");
+    const char *prof = secure_getenv("MINFER_PROFILE");
     c->prof.on = prof && *prof && strcmp(prof, "0");
     c->sb.plugin = m->plugin;
     struct minfer_backend_config cfg = {

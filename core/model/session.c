@@ -355,6 +355,10 @@ minfer_status minfer_ctx_seq_load(struct minfer_ctx *c, int32_t seq, const char 
     }
     /* rows go to free cells first: a failure leaves the sequence as it was */
     st = kv_pick_free(kv, h->n_cells, cells);
+    /* cells below n_clear are zeroed or written: clear past these first so
+     * no later clear wipes them (kv_clear_to) */
+    if (st == MINFER_OK && h->n_cells)
+        st = kv_clear_to(kv, cells[h->n_cells - 1] + 1, c->err, sizeof c->err);
     if (st == MINFER_OK)
         st = copy_rows(c, cells, h->n_cells, (uint8_t *)v.rows, true);
     if (st == MINFER_OK) {

@@ -114,6 +114,7 @@ export async function until(f, ms, what) {
 // must equal. ids from --json; text from the streamed stdout (its exact
 // bytes less the final newline, NULs dropped as the server's JSON does).
 export function minferRun(args) {
+  if (!args.includes("--chat")) args = ["--raw", ...args]; // completions: no chat template
   const run = (extra) => execFileSync(BIN, ["run", "-m", MODEL, "--temp", "0", ...extra, ...args],
     { stdio: ["ignore", "pipe", "pipe"] });
   const json = JSON.parse(run(["--json"]).toString("utf8"));

@@ -14,29 +14,17 @@
 
 #include <microhttpd.h>
 
+#include "../cli-opts.h"
 #include "../commands.h"
 #include "serve.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: minfer serve -m MODEL [options]\n"
-            "  an OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions,\n"
-            "  /tokenize, /detokenize; GET /v1/models, /health, /metrics, / (a chat page)\n"
-            "  --host ADDR         listen address (default 127.0.0.1)\n"
-            "  --port N            port (default 8080; 0 picks a free one, printed on stderr)\n"
-            "  --parallel N        sequences decoded at once in one batch (default 4)\n"
-            "  -c N                KV cells in all; each sequence may hold N / parallel\n"
-            "  -b N                most tokens per forward pass (default 512)\n"
-            "  -t N                backend threads\n"
-            "  --api-key KEY       require 'Authorization: Bearer KEY' (also --api-key-file F)\n"
-            "  --max-body BYTES    largest request body (default 8388608)\n"
-            "  --max-queue N       requests waiting for a sequence before 503 (default 64)\n"
-            "  --timeout S         end a request after S seconds (default 600; 0 = none)\n"
-            "  --backend NAME      backend plugin (default: the best available)\n"
-            "  --plugin PATH       load this plugin file (repeatable)\n"
-            "  --alias NAME        model name in responses (default: the file name)\n"
-            "  --no-prefix-cache   prefill every prompt in full\n");
+    fprintf(f, "usage: minfer serve -m MODEL [options]\n"
+               "  an OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions,\n"
+               "  /tokenize, /detokenize; GET /v1/models, /health, /metrics, / (a chat page).\n"
+               "  -c is the KV cache in all, shared by the --parallel sequences.\n");
+    cli_print_options(f, CMD_SERVE);
 }
 
 static char *read_key_file(const char *path)
@@ -60,20 +48,16 @@ static char *read_key_file(const char *path)
     return strdup(buf);
 }
 
-static bool parse_num(const char *opt, const char *v, double lo, double hi, double *out)
+static bool kv_type(const char *opt, const char *v, uint32_t *t)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "minfer serve: %s %s: expected a number from %g to %g\n", opt, v, lo, hi);
-        return false;
-    }
-    *out = x;
-    return true;
+    if (minfer_type_from_name(v, t) &&
+        (*t == MINFER_TYPE_F32 || *t == MINFER_TYPE_F16 || *t == MINFER_TYPE_Q8_0))
+        return true;
+    cli_usage_error("serve", "%s %s: expected f32, f16 or q8_0", opt, v);
+    return false;
 }
 
-/* 0 ok, 1 --help, 2 bad usage. */
+/* 0 ok, 1 --help, 2 bad usage (printed). */
 static int parse(int argc, char **argv, struct serve_cfg *c, char **key_mem)
 {
     memset(c, 0, sizeof *c);
@@ -83,71 +67,72 @@ static int parse(int argc, char **argv, struct serve_cfg *c, char **key_mem)
     c->max_body = 8u << 20;
     c->max_queue = 64;
     c->timeout_s = 600;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return 1;
-        if (!strcmp(a, "--no-prefix-cache")) {
-            c->no_prefix_cache = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "minfer serve: %s needs a value (or is unknown)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        double x;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            c->model_path = v;
-        else if (!strcmp(a, "--host"))
-            c->host = v;
-        else if (!strcmp(a, "--alias"))
-            c->model_name = v;
-        else if (!strcmp(a, "--backend"))
-            c->backend = v;
-        else if (!strcmp(a, "--plugin") && c->n_plugins < 8)
+    c->type_k = c->type_v = MINFER_TYPE_F16;
+    struct cli_args a = {"serve", CMD_SERVE, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        const char *opt = a.opt;
+        bool ok = true;
+        int32_t n;
+        float x;
+        uint64_t u;
+        switch (id) {
+        case OPT_HELP: return 1;
+        case OPT_MODEL: c->model_path = v; break;
+        case OPT_CTX: ok = cli_num_i32("serve", opt, v, 0, 1 << 24, &c->n_ctx); break;
+        case OPT_BATCH: ok = cli_num_i32("serve", opt, v, 1, 1 << 20, &c->n_batch); break;
+        case OPT_THREADS: ok = cli_num_i32("serve", opt, v, 0, 4096, &c->n_threads); break;
+        case OPT_BACKEND: c->backend = v; break;
+        case OPT_PLUGIN:
+            if (c->n_plugins == 8)
+                return cli_usage_error("serve", "at most 8 --plugin paths");
             c->plugins[c->n_plugins++] = v;
-        else if (!strcmp(a, "--api-key"))
-            c->api_key = v;
-        else if (!strcmp(a, "--api-key-file")) {
+            break;
+        case OPT_CTK: ok = kv_type(opt, v, &c->type_k); break;
+        case OPT_CTV: ok = kv_type(opt, v, &c->type_v); break;
+        case OPT_CACHE_TYPE: ok = kv_type(opt, v, &c->type_k) && kv_type(opt, v, &c->type_v); break;
+        case OPT_NO_GRAPHS: c->no_graphs = true; break;
+        case OPT_SERVE_HOST: c->host = v; break;
+        case OPT_SERVE_PORT:
+            ok = cli_num_i32("serve", opt, v, 0, 65535, &n);
+            c->port = n;
+            break;
+        case OPT_SERVE_PARALLEL:
+            ok = cli_num_i32("serve", opt, v, 1, 256, &n);
+            c->parallel = n;
+            break;
+        case OPT_SERVE_API_KEY: c->api_key = v; break;
+        case OPT_SERVE_API_KEY_FILE:
+            free(*key_mem);
             if (!(*key_mem = read_key_file(v)))
                 return 2;
             c->api_key = *key_mem;
-        } else {
-            static const struct {
-                const char *name, *alt;
-                double lo, hi;
-            } nums[] = {
-                {"--port", NULL, 0, 65535},        {"--parallel", "-np", 1, 256},
-                {"-c", "--ctx-size", 0, 1 << 24},  {"-b", "--batch-size", 1, 1 << 16},
-                {"-t", "--threads", 0, 1024},      {"--max-body", NULL, 1, 1e12},
-                {"--max-queue", NULL, 0, 1e6},     {"--timeout", NULL, 0, 1e9},
-            };
-            size_t k = 0, n = sizeof nums / sizeof nums[0];
-            while (k < n && strcmp(a, nums[k].name) && (!nums[k].alt || strcmp(a, nums[k].alt)))
-                k++;
-            if (k == n) {
-                fprintf(stderr, "minfer serve: unknown option %s\n", a);
-                return 2;
-            }
-            if (!parse_num(a, v, nums[k].lo, nums[k].hi, &x))
-                return 2;
-            switch (k) {
-            case 0: c->port = (int)x; break;
-            case 1: c->parallel = (int)x; break;
-            case 2: c->n_ctx = (int32_t)x; break;
-            case 3: c->n_batch = (int32_t)x; break;
-            case 4: c->n_threads = (int32_t)x; break;
-            case 5: c->max_body = (size_t)x; break;
-            case 6: c->max_queue = (int)x; break;
-            default: c->timeout_s = x; break;
-            }
+            break;
+        case OPT_SERVE_MAX_BODY:
+            ok = cli_num_u64("serve", opt, v, &u) && u > 0;
+            c->max_body = (size_t)u;
+            break;
+        case OPT_SERVE_MAX_QUEUE:
+            ok = cli_num_i32("serve", opt, v, 0, 1 << 20, &n);
+            c->max_queue = n;
+            break;
+        case OPT_SERVE_TIMEOUT:
+            ok = cli_num_f32("serve", opt, v, &x) && x >= 0;
+            c->timeout_s = x;
+            break;
+        case OPT_SERVE_ALIAS: c->model_name = v; break;
+        case OPT_SERVE_NO_PREFIX_CACHE: c->no_prefix_cache = true; break;
+        case CLI_BAD: return 2;
+        default:
+            return cli_usage_error("serve", "unexpected argument '%s'", v ? v : opt);
         }
+        if (!ok)
+            return id == OPT_SERVE_MAX_BODY || id == OPT_SERVE_TIMEOUT
+                       ? cli_usage_error("serve", "%s %s: expected a positive number", opt, v)
+                       : 2;
     }
-    if (!c->model_path) {
-        fprintf(stderr, "minfer serve: no model given (-m FILE)\n");
-        return 2;
-    }
+    if (!c->model_path)
+        return cli_usage_error("serve", "no model given (-m FILE)");
     if (!c->model_name) {
         const char *b = strrchr(c->model_path, '/');
         c->model_name = b ? b + 1 : c->model_path;
@@ -192,6 +177,9 @@ static int load(void)
     cp.n_ctx = c->n_ctx;
     cp.n_batch = c->n_batch;
     cp.n_threads = c->n_threads;
+    cp.type_k = c->type_k;
+    cp.type_v = c->type_v;
+    cp.flags = c->no_graphs ? MINFER_CTX_NO_GRAPHS : 0;
     cp.n_seq_max = c->parallel; /* slot i is sequence i */
     g_ctx = minfer_ctx_new(g_srv.model, &cp, &st, err, sizeof err);
     if (!g_ctx) {
@@ -216,9 +204,10 @@ int cmd_serve(int argc, char **argv)
     char *key_mem = NULL;
     int rc = parse(argc, argv, &g_srv.cfg, &key_mem);
     if (rc) {
-        usage(rc == 1 ? stdout : stderr);
+        if (rc == 1)
+            usage(stdout);
         free(key_mem);
-        return rc == 1 ? 0 : 2;
+        return rc == 1 ? cli_stdout_done("serve") : 2;
     }
     /* Every thread started from here inherits the mask; sigwait below
      * receives SIGINT/SIGTERM. */

@@ -172,6 +172,8 @@ struct serve_cfg {
     int port;
     int parallel;
     int32_t n_ctx, n_batch, n_threads;
+    uint32_t type_k, type_v;      /* KV cache types (default f16) */
+    bool no_graphs;
     const char *api_key;
     size_t max_body;
     int max_queue;
