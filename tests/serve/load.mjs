@@ -2,9 +2,9 @@
 // Load test for minfer serve (a benchmark, not a unit test): N concurrent
 // streaming chat clients for M seconds on loopback against a running
 // server. Reports requests/s, generated tokens/s, time to first token
-// p50/p99, errors (must be 0), and that no KV cells leak (the server's
-// minfer_kv_cells_used and requests_active once the clients stop; with the
-// prefix cache, used cells may stay but must not exceed the cache's share).
+// p50/p99, errors (must be 0), and that no KV cells leak (once the clients
+// stop: no active or queued request, and no more cells used than the
+// sequences' cached prompts hold, minfer_kv_tokens_held).
 //
 //   node tests/serve/load.mjs --url http://127.0.0.1:8080 --clients 32 --seconds 30 \
 //        --prompt-tokens 128 --max-tokens 256 [--api-key KEY] [--json]
@@ -106,14 +106,17 @@ const pct = (a, p) => {
   const s = [...a].sort((x, y) => x - y);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
+// Cells no sequence accounts for are leaked (shared prefixes make the
+// tokens held exceed the cells used, never the reverse).
 const leak = after.minfer_requests_active !== 0 || after.minfer_requests_queued !== 0 ||
-  after.minfer_kv_cells_used > after.minfer_kv_cells_total;
+  after.minfer_kv_cells_used > after.minfer_kv_tokens_held;
 const report = {
   clients: N, seconds: wall, requests, errors,
   requests_per_s: requests / wall,
   tokens_per_s: gen / wall, client_tokens_per_s: tokens / wall,
   ttft_p50_ms: pct(ttft, 50), ttft_p99_ms: pct(ttft, 99),
   kv_cells_used_after: after.minfer_kv_cells_used, kv_cells_total: after.minfer_kv_cells_total,
+  kv_tokens_held_after: after.minfer_kv_tokens_held,
   requests_active_after: after.minfer_requests_active, leak,
 };
 if (o.json) console.log(JSON.stringify(report));
@@ -121,7 +124,8 @@ else {
   console.log(`${N} clients, ${wall.toFixed(1)} s: ${requests} requests (${report.requests_per_s.toFixed(2)}/s), ` +
     `${report.tokens_per_s.toFixed(1)} generated tokens/s, TTFT p50 ${report.ttft_p50_ms.toFixed(1)} ms ` +
     `p99 ${report.ttft_p99_ms.toFixed(1)} ms, errors ${errors}, ` +
-    `after: ${after.minfer_requests_active} active, ${after.minfer_kv_cells_used}/${after.minfer_kv_cells_total} cells used` +
+    `after: ${after.minfer_requests_active} active, ${after.minfer_kv_cells_used}/${after.minfer_kv_cells_total} cells used ` +
+    `for ${after.minfer_kv_tokens_held} cached tokens` +
     (leak ? " — LEAK" : ""));
   for (const e of firstErrors) console.log("error: " + e);
 }

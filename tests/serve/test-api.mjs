@@ -177,6 +177,8 @@ test("32 concurrent clients each get their own correct answer", async () => {
     }));
     answers.forEach((a, i) => assert.equal(a, refs[i], `client ${i} got another answer`));
     const m = await metrics(s.base);
+    assert.ok(m["minfer_kv_cells_used"] <= m["minfer_kv_tokens_held"],
+      `${m["minfer_kv_cells_used"]} cells used but the sequences hold ${m["minfer_kv_tokens_held"]} tokens`);
     // Continuous batching: passes carried several sequences on average.
     const perStep = m["minfer_batch_sequences_total"] / m["minfer_decode_steps_total"];
     assert.ok(perStep > 2, `only ${perStep.toFixed(2)} sequences per forward pass`);

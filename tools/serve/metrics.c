@@ -39,6 +39,7 @@ static struct {
     int64_t prompt_tokens, generated_tokens, cached_tokens;
     int64_t steps, step_tokens, step_seqs;
     int32_t kv_used, kv_total;
+    int64_t kv_held;
     struct hist ttft, tok;
 } m = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -112,11 +113,12 @@ void metrics_token_latency(double ms)
     observe(&m.tok, tok_bounds, N_TOK, ms / 1e3);
 }
 
-void metrics_kv(int32_t used, int32_t total)
+void metrics_kv(int32_t used, int32_t total, int64_t held)
 {
     pthread_mutex_lock(&m.mu);
     m.kv_used = used;
     m.kv_total = total;
+    m.kv_held = held;
     pthread_mutex_unlock(&m.mu);
 }
 
@@ -186,6 +188,10 @@ void metrics_render(struct sbuf *b)
             "minfer_batch_sequences_total %lld\n", (long long)m.step_seqs);
     line(b, "# HELP minfer_kv_cells_used KV cache cells holding a token (prefix cache included).\n"
             "# TYPE minfer_kv_cells_used gauge\nminfer_kv_cells_used %d\n", m.kv_used);
+    line(b, "# HELP minfer_kv_tokens_held Tokens the sequences hold by the scheduler's count; "
+            "shared prefixes make it exceed the cells used, a leak makes it fall below.\n"
+            "# TYPE minfer_kv_tokens_held gauge\nminfer_kv_tokens_held %lld\n",
+         (long long)m.kv_held);
     line(b, "# HELP minfer_kv_cells_total KV cache cells.\n"
             "# TYPE minfer_kv_cells_total gauge\nminfer_kv_cells_total %d\n", m.kv_total);
     render_hist(b, "minfer_time_to_first_token_seconds",

@@ -102,8 +102,11 @@ static void slot_clear(struct sched *s, struct slot *sl)
 static void update_kv(struct sched *s)
 {
     int32_t used, total;
+    int64_t held = 0;
     engine_kv_usage(s->eng, &used, &total);
-    metrics_kv(used, total);
+    for (int i = 0; i < s->n_slots; i++)
+        held += s->slots[i].n_cache;
+    metrics_kv(used, total, held);
 }
 
 /* Puts job j into an idle slot, reusing the longest cached prefix. */

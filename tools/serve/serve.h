@@ -227,7 +227,7 @@ void metrics_step(int n_tokens, int n_seqs); /* one forward pass */
 void metrics_cached(int64_t n); /* prompt tokens reused from the prefix cache */
 void metrics_ttft(double ms);
 void metrics_token_latency(double ms);
-void metrics_kv(int32_t used, int32_t total);
+void metrics_kv(int32_t used, int32_t total, int64_t held); /* held: slots' tokens */
 void metrics_render(struct sbuf *b);
 
 /* ---- the server (http.c) ---- */
