@@ -354,3 +354,20 @@ test("SIGTERM during streams: every stream gets a final event, exit 0", async ()
   assert.equal(code, 0);
   assert.match(s.log(), /SIGTERM: ending in-flight requests/);
 });
+
+test("--api-key-file: the key is the file's first line", async () => {
+  const { writeFileSync, mkdtempSync } = await import("node:fs");
+  const dir = mkdtempSync("/tmp/minfer-serve-key-");
+  writeFileSync(dir + "/key", "from-file\n");
+  const s = await startServer(["--api-key-file", dir + "/key"]);
+  try {
+    let r = await fetch(s.base + "/v1/models", { headers: { Authorization: "Bearer from-file" } });
+    assert.equal(r.status, 200);
+    r = await fetch(s.base + "/v1/models", { headers: { Authorization: "Bearer from-fil" } });
+    assert.equal(r.status, 401);
+    r = await fetch(s.base + "/metrics");
+    assert.equal(r.status, 401, "/metrics without the key");
+  } finally {
+    await s.stop();
+  }
+});
