@@ -33,6 +33,10 @@ struct kctx {
     size_t err_len;
 };
 
+/* Fault injection (device.c, test hook minfer_cuda_test_fail_nth): 1 when
+ * the launch about to be made is the device-layer call chosen to fail. */
+int cu_launch_injected(void);
+
 /* A strided 4-D tensor view (ggml order: ne[0] innermost; nb in bytes). */
 struct kview {
     void *data;
