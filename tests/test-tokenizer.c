@@ -811,7 +811,7 @@ START_TEST(cli_tokenize_detokenize)
     for (int special = 0; special < 2; special++) {
         char cmd[4096];
         snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s'%s", bin, gguf, path,
-                 special ? " --special" : "");
+                 special ? " --special" : " --no-special");
         size_t n;
         char *out = run_cmd(cmd, &n);
         ck_assert_msg(out, "%s failed", cmd);
@@ -851,14 +851,14 @@ START_TEST(unsupported_tokenizer_refused)
      * rules instead of a clear refusal naming the value. */
     const char *toks[1] = {"a"};
     size_t lens[1] = {1};
-    struct tok_source src = {.model = "llama", .model_len = 5, .pre = "qwen2", .pre_len = 5,
+    struct tok_source src = {.model = "t5", .model_len = 2, .pre = "qwen2", .pre_len = 5,
                              .n_tokens = 1, .tokens = toks, .token_lens = lens,
                              .bos = -1, .eos = -1, .eot = -1, .pad = -1};
     minfer_status st;
     char err[256];
     ck_assert_ptr_null(tok_new(&src, &st, err, sizeof err));
     ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(err, "llama"));
+    ck_assert_ptr_nonnull(strstr(err, "t5"));
     src.model = "gpt2";
     src.model_len = 4;
     src.pre = "deepseek-coder";

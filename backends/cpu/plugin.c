@@ -236,6 +236,7 @@ static void cpu_destroy(struct minfer_backend *be)
         return;
     cpu_pool_free(be->pool);
     free(be->scratch);
+    free(be->moe_scratch);
     free(be);
 }
 
