@@ -136,8 +136,10 @@ int cmd_run(int argc, char **argv)
     t0 = cli_now_ms();
     size_t slen = cli_stop_max_len(&o);
     char *buf = malloc(minfer_detok_max_out(dt) + 1);
-    if (!buf)
+    if (!buf) {
+        fprintf(stderr, "minfer run: out of memory for the output buffer\n");
         goto out;
+    }
     size_t nb;
     bool done = st != MINFER_OK; /* interrupted during the prompt */
     if (done)
