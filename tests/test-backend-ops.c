@@ -953,6 +953,9 @@ START_TEST(unsupported_node_is_refused_by_both)
 }
 END_TEST
 
+/* the model families' ops (ABI 1.1) */
+#include "backend-ops-models.inc"
+
 Suite *backend_ops_suite(void);
 Suite *backend_ops_suite(void)
 {
@@ -976,6 +979,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, bad_id_reported_at_sync);
     tcase_add_loop_test(tc, weight_registry_reuses, 0, UT_COUNT);
     tcase_add_loop_test(tc, unsupported_node_is_refused_by_both, 0, UT_COUNT);
+    add_model_family_cases(tc);
     suite_add_tcase(s, tc);
     return s;
 }

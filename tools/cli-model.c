@@ -378,6 +378,7 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
     double t0 = cli_now_ms();
     struct minfer_runtime_opts ro = {
         .struct_size = sizeof ro, .plugin_paths = o->plugins, .n_plugin_paths = o->n_plugins,
+        .only_backend = o->backend, /* --backend cpu never opens the CUDA plugin */
     };
     s->rt = minfer_runtime_new(&ro, &st, err, sizeof err);
     if (!s->rt) {
@@ -466,8 +467,10 @@ int cli_tokenize(const char *cmd, const struct cli_session *s, const char *text,
     }
     bool bos = minfer_tokenizer_add_bos(s->tok) && minfer_tokenizer_bos(s->tok) >= 0;
     *ids = malloc(sizeof **ids * (need + 2));
-    if (!*ids)
+    if (!*ids) {
+        fprintf(stderr, "minfer %s: out of memory for %zu token ids\n", cmd, need + 2);
         return 1;
+    }
     size_t off = bos ? 1 : 0;
     if (bos)
         (*ids)[0] = minfer_tokenizer_bos(s->tok);
@@ -505,8 +508,11 @@ static char *read_file(const char *cmd, const char *path, size_t *len)
         }
     }
     fclose(f);
-    if (buf)
-        buf[n] = 0;
+    if (!buf) {
+        fprintf(stderr, "minfer %s: out of memory reading %s\n", cmd, path);
+        return NULL;
+    }
+    buf[n] = 0;
     *len = n;
     return buf;
 }
@@ -613,8 +619,11 @@ int cli_prompt_ids(const char *cmd, const struct cli_opts *o, const struct cli_s
     else {
         return cli_usage_error(cmd, "no prompt (-p TEXT, -f FILE or --ids 1,2,3)");
     }
-    if (!text)
+    if (!text) {
+        if (!o->file) /* read_file reported its failure */
+            fprintf(stderr, "minfer %s: out of memory copying the prompt\n", cmd);
         return 1;
+    }
     if (tmpl) {
         struct minfer_chat_msg msgs[2];
         size_t nm = 0;

@@ -168,7 +168,11 @@ static int32_t *parse_ids(const char *s, size_t *n_out)
 {
     size_t n = 0, cap = 16;
     int32_t *v = malloc(cap * sizeof *v);
-    while (v && *s) {
+    if (!v) {
+        fprintf(stderr, "minfer detokenize: out of memory for the id list\n");
+        return NULL;
+    }
+    while (*s) {
         if (strchr("[], \t\n", *s)) {
             s++;
             continue;
@@ -184,6 +188,7 @@ static int32_t *parse_ids(const char *s, size_t *n_out)
         if (n == cap) {
             int32_t *nv = realloc(v, 2 * cap * sizeof *v);
             if (!nv) {
+                fprintf(stderr, "minfer detokenize: out of memory for %zu ids\n", 2 * cap);
                 free(v);
                 return NULL;
             }

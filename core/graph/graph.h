@@ -94,6 +94,22 @@ struct gtensor *graph_mul_mat(struct graph *g, struct gtensor *w, struct gtensor
                               const char *label);
 struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
                            float freq_base, float freq_scale, const char *label);
+/* ROPE, or ROPE_DIV when factors (F32 [n_rot / 2]) is given; layout 0 NeoX,
+ * 1 normal (ir.h). */
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               struct gtensor *factors, int n_rot, int layout, float freq_base,
+                               float freq_scale, const char *label);
+struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
+                            const char *label);
+/* Mixture of experts (ir.h): the k largest per column (I32 [k, T]), the
+ * chosen experts' router weights, their products, the weighted sum. */
+struct gtensor *graph_topk(struct graph *g, struct gtensor *x, int k, const char *label);
+struct gtensor *graph_moe_weights(struct graph *g, struct gtensor *logits, struct gtensor *ids,
+                                  bool renorm, const char *label);
+struct gtensor *graph_mul_mat_id(struct graph *g, struct gtensor *w, struct gtensor *x,
+                                 struct gtensor *ids, const char *label);
+struct gtensor *graph_moe_sum(struct graph *g, struct gtensor *x, struct gtensor *weights,
+                              const char *label);
 struct gtensor *graph_swiglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
                              const char *label);
 /* Writes rows of x into cache at cells; returns the cache (for ordering). */
@@ -102,6 +118,11 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
 struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtensor *k,
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label);
+/* The same with a sliding window of `window` positions (0 = none). */
+struct gtensor *graph_attention_swa(struct graph *g, struct gtensor *q, struct gtensor *k,
+                                    struct gtensor *v, struct gtensor *kv_len,
+                                    struct gtensor *pos, int n_kv_head, float scale,
+                                    int window, const char *label);
 /* Marks t as a pass output (read by the host afterwards). */
 void graph_set_output(struct graph *g, struct gtensor *t);
 

@@ -95,6 +95,12 @@ struct minfer_runtime_opts {
     const char *const *plugin_paths;   /* files or directories, searched first */
     size_t n_plugin_paths;
     uint32_t flags;                    /* MINFER_RUNTIME_* */
+    /* Appended in 0.1 (read only when struct_size covers it): when not
+     * NULL, directory scans open only libminfer-<only_backend>.so, so a
+     * run that names its backend ("cpu") never dlopens the others (the
+     * CUDA plugin's runtime initialises at load time). Files named
+     * explicitly (plugin_paths, $MINFER_PLUGIN_PATH) are still opened. */
+    const char *only_backend;
 };
 
 /* Finds and loads plugins. opts may be NULL (defaults). Finding no usable
