@@ -236,10 +236,13 @@ int cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(tm, "gen_tokens", (double)n_gen);
         cJSON_AddNumberToObject(tm, "gen_tps", t_gen > 0 ? 1e3 * (double)n_gen / t_gen : 0);
         char *js = cJSON_Print(j);
-        if (js)
-            printf("%s\n", js);
-        free(js);
         cJSON_Delete(j);
+        if (!js) {
+            fprintf(stderr, "minfer run: out of memory for the JSON output\n");
+            goto out;
+        }
+        printf("%s\n", js);
+        free(js);
     } else {
         printf("\n");
         fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f t/s); generated: %zu tokens in "

@@ -9,8 +9,12 @@
 #ifndef MINFER_H
 #define MINFER_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "device.h"
-#include "ir.h"
+#include "types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +25,39 @@ extern "C" {
 #else
 #define MINFER_API __attribute__((visibility("default")))
 #endif
+
+/* The version of these headers. CMakeLists.txt reads the project version
+ * from these three lines; minfer_version() is the library's at run time. */
+#define MINFER_VERSION_MAJOR 0
+#define MINFER_VERSION_MINOR 1
+#define MINFER_VERSION_PATCH 0
+#define MINFER_VERSION_STRING "0.1.0"
+/* One number for #if: MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define MINFER_VERSION_NUMBER \
+    (MINFER_VERSION_MAJOR * 10000 + MINFER_VERSION_MINOR * 100 + MINFER_VERSION_PATCH)
+
+/* Errors. Every call that can fail returns a minfer_status (or NULL for a
+ * constructor, with *st set). The text saying what and where goes to the
+ * caller's err[err_len] for constructors and one-shot calls (they have no
+ * object yet), and is kept by the object for calls on one:
+ * minfer_ctx_last_error. minfer_status_str names a status. */
+
+/* Threads. A runtime and a loaded model are immutable: any number of
+ * threads may use them at once (and the tokenizer a model lends, see
+ * minfer_model_tokenizer). A context, a sampler and a streaming
+ * detokenizer are used by one thread at a time: each has state that every
+ * call changes; give each thread its own, or lock around them. Logging
+ * (minfer_log_set) may call back from any thread. */
+
+/* Library messages (warnings, plugin notes, debug). level: 0 error,
+ * 1 warning, 2 info, 3 debug. msg has no trailing newline and lives only
+ * for the call. The callback may be called from any thread, also
+ * concurrently: it must be thread-safe. */
+typedef void (*minfer_log_fn)(int level, const char *msg, void *user);
+/* Routes messages at or below max_level to fn (NULL: back to stderr,
+ * "minfer: warn: ..."). max_level < 0 keeps the current threshold
+ * ($MINFER_LOG_LEVEL: error, warn, info or debug; default warn). */
+MINFER_API void minfer_log_set(minfer_log_fn fn, void *user, int max_level);
 
 /* Version of the library, e.g. "0.1.0". Static string. */
 MINFER_API const char *minfer_version(void);
@@ -204,6 +241,7 @@ MINFER_API minfer_status minfer_detokenize(const struct minfer_tokenizer *tok,
  * arrive; bytes that can never form a valid sequence come out as U+FFFD.
  * Borrows tok (free the detokenizer first). Caller frees. */
 struct minfer_detok;
+/* One thread at a time per detokenizer (it holds partial characters). */
 MINFER_API struct minfer_detok *minfer_detok_new(const struct minfer_tokenizer *tok,
                                                  bool render_special);
 MINFER_API void minfer_detok_free(struct minfer_detok *d); /* NULL is a no-op */
@@ -299,6 +337,8 @@ MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *
  *      else is integer or plain IEEE float arithmetic).
  * Ties between equal logits are ordered by lower id first. */
 struct minfer_sampler_params {
+    uint32_t struct_size;    /* sizeof(struct minfer_sampler_params): start from
+                                minfer_sampler_default_params(), which sets it */
     float temperature;       /* <= 0: greedy. default 0.8 */
     int32_t top_k;           /* <= 0: off. default 40 */
     float top_p;             /* >= 1: off. default 0.95 */
@@ -314,7 +354,8 @@ struct minfer_sampler;
 
 /* Defaults as documented in struct minfer_sampler_params. */
 MINFER_API struct minfer_sampler_params minfer_sampler_default_params(void);
-/* NULL on failure (bad parameter: message names it). Caller frees. */
+/* NULL on failure (bad parameter: message names it). Caller frees. A
+ * sampler is used by one thread at a time. */
 MINFER_API struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
                                                      int32_t n_vocab, minfer_status *st,
                                                      char *err, size_t err_len);
@@ -391,6 +432,14 @@ struct minfer_model_info {
 };
 /* Copies up to info->struct_size bytes. */
 MINFER_API void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *info);
+/* The model's tokenizer, read from its GGUF once (on the first call) and
+ * shared: every later call returns the same object, borrowed for the
+ * model's life (do not free it). Thread-safe, like the model. NULL when
+ * the GGUF has no usable tokenizer, with *st and err set (either may be
+ * NULL/0). */
+MINFER_API const struct minfer_tokenizer *minfer_model_tokenizer(const struct minfer_model *m,
+                                                                 minfer_status *st, char *err,
+                                                                 size_t err_len);
 /* The model's GGUF (for minfer_tokenizer_from_gguf). Borrowed for the
  * model's life. */
 MINFER_API const struct minfer_gguf *minfer_model_gguf(const struct minfer_model *m);
