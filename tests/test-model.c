@@ -688,7 +688,7 @@ START_TEST(cli_eval_and_run_json)
     char cmd[1024], out[64];
     snprintf(out, sizeof out, "/tmp/minfer-eval-test-%d.bin", (int)getpid());
     snprintf(cmd, sizeof cmd,
-             "MINFER_PLUGIN_PATH=%s %s/bin/minfer eval -m %s 'The quick brown fox' --all "
+             "MINFER_PLUGIN_PATH=%s %s/bin/minfer eval -m %s 'The quick brown fox' --raw --all "
              "-o %s 2>/dev/null",
              MINFER_PLUGIN_DIR, MINFER_BUILD_DIR, FIX_GGUF, out);
     char *ids_s = run_capture(cmd);

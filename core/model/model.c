@@ -354,7 +354,7 @@ static minfer_status pick_backend(const struct minfer_model *m, struct minfer_ru
             best = p;
     }
     char why[512] = "";
-    if (best && getenv("MINFER_NO_AUTO_GPU") == NULL) {
+    if (best && secure_getenv("MINFER_NO_AUTO_GPU") == NULL) {
         if (backend_runs_model(m, best, why, sizeof why)) {
             *out = best;
             return MINFER_OK;
