@@ -32,7 +32,8 @@
 
 /* ---- load refusals ---- */
 
-enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32 };
+enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32,
+            E_ROPE_YARN };
 
 static uint32_t edit_value; /* for E_SET_U32 */
 
@@ -46,6 +47,13 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
     struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
     ck_assert_ptr_nonnull(g);
     struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    bool set = false;
+    if (e == E_ROPE_YARN) { /* a scaling type real files use that this build does not run */
+        float factor = 4.0f;
+        ck_assert_int_eq(minfer_gguf_writer_set_str(w, target, "yarn", 4), MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_writer_set(w, "llama.rope.scaling.factor",
+                                                MINFER_GGUF_FLOAT32, &factor), MINFER_OK);
+    }
     for (int64_t i = 0; i < minfer_gguf_kv_count(g); i++) {
         const char *key = minfer_gguf_kv_key(g, i);
         if ((!strcmp(key, target) && e == E_DROP_KEY) ||
@@ -54,6 +62,7 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         if (!strcmp(key, target) && e == E_SET_U32) {
             ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &edit_value),
                              MINFER_OK);
+            set = true;
             continue;
         }
         if (!strcmp(key, target) && e == E_KEY_TYPE) {
@@ -67,6 +76,9 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         }
         ck_assert_int_eq(minfer_gguf_writer_copy_kv(w, g, i), MINFER_OK);
     }
+    if (e == E_SET_U32 && !set) /* a key the file lacked */
+        ck_assert_int_eq(minfer_gguf_writer_set(w, target, MINFER_GGUF_UINT32, &edit_value),
+                         MINFER_OK);
     float *f16buf = NULL;
     for (int64_t i = 0; i < minfer_gguf_tensor_count(g); i++) {
         const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
@@ -171,6 +183,46 @@ START_TEST(refuses_bad_hparams)
     /* Qwen3's head_dim is its own key, never n_embd / n_head. */
     EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_DROP_KEY, "qwen3.attention.key_length",
                       "qwen3.attention.key_length");
+}
+END_TEST
+
+#define TINY_LLAMA "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320"
+#define TINY_GEMMA3                                                                          \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=96,n_vocab=320,"       \
+    "sliding_window=8"
+#define TINY_MOE                                                                             \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320,"       \
+    "n_expert=8,n_expert_used=2,n_ff_exp=32"
+
+START_TEST(refuses_bad_family_files)
+{
+    /* Catches the new families' keys and tensors being guessed instead of
+     * read: each missing or inconsistent one is an error naming it. */
+    EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_DROP_KEY, "gemma3.attention.sliding_window",
+                      "gemma3.attention.sliding_window");
+    EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_DROP_TENSOR, "blk.1.post_ffw_norm.weight",
+                      "missing tensor blk.1.post_ffw_norm.weight");
+    edit_value = 9;
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_SET_U32, "qwen3moe.expert_used_count",
+                      "qwen3moe.expert_used_count 9", "expert_count 8");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_DROP_KEY, "qwen3moe.expert_feed_forward_length",
+                      "qwen3moe.expert_feed_forward_length");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_DROP_TENSOR, "blk.1.ffn_up_exps.weight",
+                      "missing tensor blk.1.ffn_up_exps.weight");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_SHAPE, "blk.0.ffn_down_exps.weight",
+                      "blk.0.ffn_down_exps.weight", "expected [32, 64, 8]");
+    /* Mixtral stored as llama, and a RoPE scaling type this build does not run */
+    edit_value = 8;
+    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_SET_U32, "llama.expert_count",
+                      "llama.expert_count", "Mixtral");
+    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_ROPE_YARN, "llama.rope.scaling.type",
+                      "llama.rope.scaling.type", "yarn");
+    /* and the unedited files load */
+    char err[512];
+    load_edited("llama", TINY_LLAMA, E_DROP_KEY, "general.no-such-key", err, sizeof err);
+    ck_assert_msg(!err[0], "llama: %s", err);
+    load_edited("qwen3moe", TINY_MOE, E_DROP_KEY, "general.no-such-key", err, sizeof err);
+    ck_assert_msg(!err[0], "qwen3moe: %s", err);
 }
 END_TEST
 
@@ -833,6 +885,7 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_missing_tensor);
     tcase_add_test(tc, refuses_wrong_shape_and_type);
     tcase_add_test(tc, refuses_bad_hparams);
+    tcase_add_test(tc, refuses_bad_family_files);
     tcase_add_test(tc, refuses_prompt_longer_than_context);
     tcase_add_test(tc, run_refuses_model_without_tokenizer);
     tcase_add_test(tc, hostile_hparams_never_crash);
