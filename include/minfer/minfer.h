@@ -230,6 +230,11 @@ enum minfer_chat_format {
                                 added when the first message is not "system";
                                 Qwen3's <think> handling of past turns applies when
                                 the template has it */
+    MINFER_CHAT_LLAMA3 = 2,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+                                (Llama 3.x), contents trimmed */
+    MINFER_CHAT_GEMMA = 3,   /* <start_of_turn>user\ncontent<end_of_turn>\n (Gemma 2/3;
+                                the assistant is "model", a system message joins the
+                                first user turn), contents trimmed */
 };
 
 struct minfer_chat_msg {
@@ -244,7 +249,8 @@ MINFER_API const char *minfer_tokenizer_chat_template(const struct minfer_tokeni
                                                       size_t *len);
 /* Recognises a template text; MINFER_CHAT_UNKNOWN if not a known format. */
 MINFER_API enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len);
-/* "chatml" <-> MINFER_CHAT_CHATML; "unknown" for others. from_name false if unknown. */
+/* "chatml", "llama3", "gemma" <-> their formats; "unknown" for others. from_name
+ * false if unknown. */
 MINFER_API const char *minfer_chat_format_name(enum minfer_chat_format f);
 MINFER_API bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f);
 
