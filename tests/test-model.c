@@ -33,7 +33,9 @@
 /* ---- load refusals ---- */
 
 enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32,
-            E_ROPE_YARN };
+            E_ROPE_YARN, E_ROPE_FREQS };
+
+static float edit_freq; /* E_ROPE_FREQS: every factor of the added rope_freqs.weight */
 
 static uint32_t edit_value; /* for E_SET_U32 */
 
@@ -99,6 +101,18 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         }
         ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, t->name, type, t->n_dims, ne, data,
                                                        NULL, NULL),
+                         MINFER_OK);
+    }
+    float freqs[256];
+    if (e == E_ROPE_FREQS) { /* Llama 3.1's frequency factors, [n_rot / 2] */
+        int64_t ne[4] = {0, 1, 1, 1};
+        ck_assert_int_eq(minfer_gguf_get_i64(g, target, &ne[0]), MINFER_OK);
+        ne[0] /= 2;
+        ck_assert_int_le(ne[0], 256);
+        for (int i = 0; i < ne[0]; i++)
+            freqs[i] = edit_freq;
+        ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "rope_freqs.weight", MINFER_TYPE_F32, 1,
+                                                       ne, freqs, NULL, NULL),
                          MINFER_OK);
     }
     int fd = mkstemp(path);
@@ -223,6 +237,59 @@ START_TEST(refuses_bad_family_files)
     ck_assert_msg(!err[0], "llama: %s", err);
     load_edited("qwen3moe", TINY_MOE, E_DROP_KEY, "general.no-such-key", err, sizeof err);
     ck_assert_msg(!err[0], "qwen3moe: %s", err);
+}
+END_TEST
+
+/* Last-token logits of a llama file edited by e (target: the key holding
+ * head_dim, for E_ROPE_FREQS). */
+static float *llama_logits(enum edit e, const char *target, int32_t *n_vocab)
+{
+    char path[] = "/tmp/minfer-test-freqs-XXXXXX", err[512];
+    write_edited("llama", TINY_LLAMA, e, target, path, err, sizeof err);
+    minfer_status st;
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    struct minfer_model_params mp;
+    minfer_model_params_default(&mp);
+    mp.backend = "cpu";
+    struct minfer_model *m = minfer_model_load(rt, path, &mp, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(m, &info);
+    *n_vocab = info.n_vocab;
+    struct minfer_ctx *c = ts_ctx(m, 64, 16, MINFER_TYPE_F32, 0);
+    int32_t ids[12] = {5, 9, 30, 7, 100, 3, 200, 17, 8, 44, 60, 2};
+    ts_decode_ok(c, ids, 12, 0);
+    float *l = malloc(sizeof *l * (size_t)info.n_vocab);
+    memcpy(l, minfer_ctx_logits(c, -1), sizeof *l * (size_t)info.n_vocab);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    unlink(path);
+    return l;
+}
+
+START_TEST(llama_rope_freqs_divide_angles)
+{
+    /* Catches rope_freqs.weight (Llama 3.1's RoPE scaling) ignored or
+     * applied wrongly: factors of 1 must change nothing, factors of 4 must
+     * change the logits (positions up to 11 turn by a quarter of the angle). */
+    int32_t nv;
+    float *plain = llama_logits(E_DROP_KEY, "general.no-such-key", &nv);
+    edit_freq = 1.0f;
+    float *ones = llama_logits(E_ROPE_FREQS, "llama.attention.key_length", &nv);
+    edit_freq = 4.0f;
+    float *fours = llama_logits(E_ROPE_FREQS, "llama.attention.key_length", &nv);
+    double d1 = 0, d4 = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        d1 = fmax(d1, fabs(plain[i] - ones[i]));
+        d4 = fmax(d4, fabs(plain[i] - fours[i]));
+    }
+    printf("rope_freqs: |ones - none| = %g, |fours - none| = %g\n", d1, d4);
+    ck_assert_msg(d1 < 1e-5, "factors of 1 changed the logits by %g", d1);
+    ck_assert_msg(d4 > 1e-3, "factors of 4 changed nothing (%g)", d4);
+    free(plain);
+    free(ones);
+    free(fours);
 }
 END_TEST
 
@@ -886,6 +953,7 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_wrong_shape_and_type);
     tcase_add_test(tc, refuses_bad_hparams);
     tcase_add_test(tc, refuses_bad_family_files);
+    tcase_add_test(tc, llama_rope_freqs_divide_angles);
     tcase_add_test(tc, refuses_prompt_longer_than_context);
     tcase_add_test(tc, run_refuses_model_without_tokenizer);
     tcase_add_test(tc, hostile_hparams_never_crash);
