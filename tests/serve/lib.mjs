@@ -3,6 +3,7 @@
 // environment ctest sets (tests/serve/CMakeLists.txt): MINFER_BIN (the
 // minfer binary) and MINFER_SERVE_MODEL (a tiny synthetic model).
 import { spawn, execFileSync } from "node:child_process";
+export { spawn };
 import assert from "node:assert/strict";
 
 export const BIN = process.env.MINFER_BIN;

@@ -4,6 +4,7 @@
 // --timeout, SIGTERM during streams. Run by ctest (serve-api).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import {
   startServer, post, stream, metrics, until, minferRun, readEvents,
 } from "./lib.mjs";
@@ -370,4 +371,30 @@ test("--api-key-file: the key is the file's first line", async () => {
   } finally {
     await s.stop();
   }
+});
+
+test("/health is 503 while the model loads, then a load failure exits 1", async () => {
+  // A FIFO as the model: opening it blocks until a writer comes, so the
+  // server sits in its loading phase for as long as the test wants.
+  const { mkdtempSync, openSync, closeSync } = await import("node:fs");
+  const { BIN, spawn } = await import("./lib.mjs");
+  const dir = mkdtempSync("/tmp/minfer-serve-fifo-");
+  execFileSync("mkfifo", [dir + "/model.gguf"]);
+  const proc = spawn(BIN, ["serve", "-m", dir + "/model.gguf", "--port", "0"],
+    { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  proc.stderr.on("data", (d) => { log += d; });
+  const exited = new Promise((res) => proc.on("exit", (code) => res(code)));
+  const port = await until(() => /listening on http:\/\/[^:]+:(\d+)/.exec(log)?.[1], 10000, "listen");
+  const base = `http://127.0.0.1:${port}`;
+  let r = await fetch(base + "/health");
+  assert.equal(r.status, 503);
+  assert.deepEqual(await r.json(), { status: "loading model" });
+  r = await post(base, "/v1/completions", { prompt: "x" });
+  assert.equal(r.status, 503);
+  assert.equal(r.json.error.code, "loading");
+  assert.equal(r.headers.get("retry-after"), "1");
+  closeSync(openSync(dir + "/model.gguf", "w")); // the load now fails: not a regular file
+  assert.equal(await exited, 1);
+  assert.match(log, /not a regular file/);
 });
