@@ -262,6 +262,22 @@ test("a client that disconnects mid-stream frees its cells", async () => {
       return m["minfer_kv_cells_used"] === 0 && m["minfer_requests_active"] === 0;
     }, 10000, "kv_cells_used back to 0 after the disconnect");
     assert.match(s.log(), /client gone, cancelled/);
+
+    // A non-streaming request has no writes to fail: the engine sees the
+    // closed socket of its suspended connection.
+    const ac2 = new AbortController();
+    const pending = fetch(s.base + COMP, {
+      method: "POST", signal: ac2.signal, headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: "quiet", max_tokens: 30000, ignore_eos: true }),
+    }).catch((e) => e);
+    await until(async () => (await metrics(s.base))["minfer_requests_active"] === 1, 5000, "start");
+    ac2.abort();
+    assert.equal((await pending).name, "AbortError");
+    await until(async () => {
+      const m = await metrics(s.base);
+      return m["minfer_kv_cells_used"] === 0 && m["minfer_requests_active"] === 0;
+    }, 5000, "kv_cells_used back to 0 after a non-streaming client left");
+    assert.match(s.log(), /POST \/v1\/completions 499 .*client gone, cancelled/);
   } finally {
     await s.stop();
   }

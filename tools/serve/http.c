@@ -10,6 +10,7 @@
  * cancelled and the engine frees its sequence at its next step.
  */
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,8 +244,11 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hconn *h, const
         if (!h->r)
             return reply_err(c, h, &e);
         __atomic_add_fetch(&open_replies, 1, __ATOMIC_RELAXED);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         pthread_mutex_lock(&h->r->mu);
         h->r->conn = c;
+        h->r->fd = ci ? (int)ci->connect_fd : -1;
         pthread_mutex_unlock(&h->r->mu);
         return h->r->p.stream ? start_stream(c, h) : finish_or_wait(c, h);
     }
@@ -316,10 +320,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         struct sreq *r = h->r;
         pthread_mutex_lock(&r->mu);
         r->conn = NULL;
+        r->fd = -1;
         r->suspended = false;
         (void)toe; /* a reply cut short is what matters, whatever the cause */
-        gone = !r->finished;
-        r->cancelled = r->cancelled || gone;
+        gone = r->cancelled || !r->finished;
+        r->cancelled = gone;
+        if (gone && !r->p.stream)
+            h->status = 499; /* no reply reached it: nginx's "client closed request" */
         prompt = r->prompt_tokens;
         gen = r->completion_tokens;
         pthread_mutex_unlock(&r->mu);
@@ -336,6 +343,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* ---- daemon ---- */
+
+/* libmicrohttpd's messages, prefixed; a send to a client that has left is
+ * how every disconnect ends, so it is not reported. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    if (strstr(buf, "no longer available for sending") || strstr(buf, "Connection reset"))
+        return;
+    size_t n = strlen(buf);
+    fprintf(stderr, "minfer serve: http: %s%s", buf, n && buf[n - 1] == '\n' ? "" : "\n");
+}
 
 struct MHD_Daemon *http_start(const char *host, int port, int *bound_port, char *err, size_t len)
 {
@@ -356,7 +376,8 @@ struct MHD_Daemon *http_start(const char *host, int port, int *bound_port, char 
     }
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, sa,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_LIMIT,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)1000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
     if (!d) {
         snprintf(err, len, "cannot listen on %s:%d (in use, or not permitted)", host, port);

@@ -16,7 +16,7 @@ const char *const route_names[ROUTE_COUNT] = {
 };
 
 /* Statuses counted per route; anything else lands in the last one. */
-static const int statuses[] = {200, 400, 401, 404, 405, 413, 500, 503, 0};
+static const int statuses[] = {200, 400, 401, 404, 405, 413, 499, 500, 503, 0};
 #define N_STATUS (sizeof statuses / sizeof statuses[0])
 
 /* Seconds; llama-server-like latency scales for time to first token and

@@ -6,9 +6,11 @@
  * thread with the request's mutex held.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <microhttpd.h>
@@ -28,6 +30,7 @@ struct sreq *sreq_new(struct serve_params *p, int n_jobs)
     }
     pthread_mutex_init(&r->mu, NULL);
     r->refs = 1;
+    r->fd = -1;
     r->p = *p;
     memset(p, 0, sizeof *p);
     r->jobs = jobs;
@@ -68,6 +71,20 @@ void sreq_unref(struct sreq *r)
     serve_params_free(&r->p);
     pthread_mutex_destroy(&r->mu);
     free(r);
+}
+
+bool sreq_client_gone(struct sreq *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!r->cancelled && r->conn && r->suspended && r->fd >= 0) {
+        char c;
+        ssize_t n = recv(r->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            r->cancelled = true;
+    }
+    bool gone = r->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    return gone;
 }
 
 void sreq_emit_locked(struct sreq *r, const char *s, size_t n)
@@ -239,8 +256,10 @@ void out_finish_locked(struct sreq *r, struct job *j)
 
 void out_complete_locked(struct sreq *r)
 {
-    if (r->cancelled)
+    if (r->cancelled) {
+        r->status = 499; /* nginx's "client closed request", for the log line */
         return;
+    }
     if (r->p.stream) {
         if (r->p.include_usage) {
             cJSON *o = base_object(r, r->p.kind == SERVE_CHAT ? "chat.completion.chunk"

@@ -415,10 +415,7 @@ static void check_running(struct sched *s)
         struct job *j = s->slots[i].job;
         if (!j)
             continue;
-        pthread_mutex_lock(&j->r->mu);
-        bool gone = j->r->cancelled;
-        pthread_mutex_unlock(&j->r->mu);
-        if (gone)
+        if (sreq_client_gone(j->r))
             job_done(s, j, FINISH_CANCEL, "the client disconnected");
         else if (j->r->deadline_ms > 0 && now >= j->r->deadline_ms)
             job_done(s, j, j->n_gen > 0 ? FINISH_LENGTH : FINISH_ERROR,
@@ -552,9 +549,7 @@ static void end_queued_locked(struct sched *s, const char *why, bool only_expire
     int w = 0;
     for (int i = 0; i < s->q_len; i++) {
         struct job *j = s->queue[i];
-        pthread_mutex_lock(&j->r->mu);
-        bool gone = j->r->cancelled;
-        pthread_mutex_unlock(&j->r->mu);
+        bool gone = sreq_client_gone(j->r);
         bool expired = j->r->deadline_ms > 0 && now >= j->r->deadline_ms;
         if (!only_expired || gone || expired) {
             /* s->mu stays held: job_done takes it only for jobs in a slot */

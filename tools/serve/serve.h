@@ -132,6 +132,7 @@ struct sreq {
     double t_start_ms, deadline_ms; /* deadline 0: none */
     /* guarded by mu */
     struct MHD_Connection *conn;  /* NULL once the connection is gone */
+    int fd;                       /* its socket, -1 unknown; stable while suspended */
     bool suspended;
     bool cancelled;               /* the client went away */
     bool finished;                /* every job done and the last bytes are in out */
@@ -145,6 +146,10 @@ struct sreq *sreq_new(struct serve_params *p, int n_jobs); /* takes p's contents
 void sreq_unref(struct sreq *r);
 /* Appends bytes for the client and wakes its connection (mu held). */
 void sreq_emit_locked(struct sreq *r, const char *s, size_t n);
+/* True when r's client has gone: cancelled already, or its connection is
+ * suspended and the peer has closed the socket (MHD does not watch a
+ * suspended socket, so the engine looks). Marks r cancelled then. */
+bool sreq_client_gone(struct sreq *r);
 
 /* ---- engine (engine.c): the context behind a small interface ---- */
 
