@@ -414,3 +414,30 @@ test("/health is 503 while the model loads, then a load failure exits 1", async 
   assert.equal(await exited, 1);
   assert.match(log, /not a regular file/);
 });
+
+test("Qwen3 enable_thinking renders as minfer run --no-think (fixture model)", async (t) => {
+  const { existsSync } = await import("node:fs");
+  const model = `${process.env.MINFER_FIXTURES_DIR}/models/fixture-qwen3moe-dev-f16.gguf`;
+  if (!existsSync(model)) {
+    t.skip("no fixture-qwen3moe-dev-f16.gguf under MINFER_FIXTURES_DIR");
+    return;
+  }
+  const s = await startServer(["-c", "2048"], model);
+  try {
+    const body = (thinking) => ({ messages: [{ role: "user", content: "hi" }], max_tokens: 6,
+      temperature: 0, enable_thinking: thinking });
+    const off = minferRun(["--chat", "--no-think", "-p", "hi", "-n", "6"], model);
+    const on = minferRun(["--chat", "-p", "hi", "-n", "6"], model);
+    assert.notEqual(off.prompt_ids.length, on.prompt_ids.length, "--no-think changed nothing");
+    const a = await post(s.base, CHAT, body(false));
+    assert.equal(a.json.usage.prompt_tokens, off.prompt_ids.length);
+    assert.equal(a.json.choices[0].message.content, off.text);
+    const b = await post(s.base, CHAT, body(true));
+    assert.equal(b.json.usage.prompt_tokens, on.prompt_ids.length);
+    const c = await post(s.base, CHAT, { ...body(true), enable_thinking: undefined,
+      chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(c.json.usage.prompt_tokens, off.prompt_ids.length);
+  } finally {
+    await s.stop();
+  }
+});
