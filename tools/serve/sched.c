@@ -662,9 +662,10 @@ int sched_submit(struct sched *s, struct sreq *r)
         return -1;
     }
     for (int i = 0; i < r->n_jobs; i++) {
+        /* the engine's reference, dropped in job_done (lock order: s->mu, then r->mu) */
         pthread_mutex_lock(&r->mu);
         r->refs++;
-        pthread_mutex_unlock(&r->mu); /* the engine's, dropped in job_done (mu order: s->mu, then r->mu) */
+        pthread_mutex_unlock(&r->mu);
         s->queue[s->q_len++] = &r->jobs[i];
         metrics_queued(1);
     }
