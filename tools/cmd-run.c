@@ -12,6 +12,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 
 static void usage(FILE *f)
 {
@@ -22,7 +23,7 @@ static void usage(FILE *f)
             "that template (--system adds a system turn); --raw gives the bare completion.\n"
             "Ctrl-C stops the generation: what was generated, a newline and the timings are\n"
             "still printed (exit status 130).\n");
-    cli_print_options(f, CMD_RUN);
+    cli_print_options(f, CMD_RUN); /* --prompts/--parallel/--session rows included */
 }
 
 /* Appends bytes to a growing text buffer; false when out of memory. */
@@ -60,7 +61,10 @@ static cJSON *ids_json(const int32_t *ids, size_t n)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int rc = cli_parse(argc, argv, CMD_RUN, &o);
+    struct run_batch_opts bo; /* --prompts / --parallel / --session: run-prompts.c */
+    int rc = run_batch_take_opts(&argc, argv, &bo);
+    if (!rc)
+        rc = cli_parse(argc, argv, CMD_RUN, &o);
     if (rc) {
         if (rc == 1) {
             usage(stdout);
@@ -69,6 +73,8 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     cli_random_seed(&o);
+    if (run_batch_wanted(&bo))
+        return run_batch(&o, &bo);
     struct cli_session s;
     if (cli_open("run", &o, NULL, true, &s))
         return 1;

@@ -38,7 +38,7 @@
      sizeof(((struct minfer_backend_iface *)0)->slot))
 static const size_t iface_size_of_minor[] = {
     [0] = IFACE_END(shutdown),
-    [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h), no table slots */
+    [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h: ATTENTION_LISTS, GEGLU, ...), no table slots */
 };
 #define IFACE_HEADER_SIZE IFACE_END(abi_minor)
 _Static_assert(sizeof iface_size_of_minor / sizeof iface_size_of_minor[0] == MINFER_ABI_MINOR + 1,

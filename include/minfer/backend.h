@@ -12,6 +12,8 @@
  *   1.0  first version: probe, devices, create/destroy, supports_op,
  *        buffers, weights, execute_node, graph_replay, synchronize,
  *        copy_cells, last_error, get_proc, shutdown.
+ *   1.1  op MINFER_OP_ATTENTION_LISTS (many sequences in one pass; no new
+ *        slot): the core sends it only to a plugin that negotiated 1.1.
  */
 #ifndef MINFER_BACKEND_H
 #define MINFER_BACKEND_H

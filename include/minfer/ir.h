@@ -134,7 +134,25 @@ enum minfer_op {
      * column. The core makes it only where the product has no other reader
      * and the backend's supports_op accepts it. */
     MINFER_OP_MUL_MAT_ADD = 14,
-    /* 15 is reserved for ATTENTION_LISTS (multi-sequence attention). */
+    /* Causal multi-head attention over cells named by lists: many sequences
+     * in one pass (ABI minor 1). Each query token reads the cells of one
+     * list (its sequence's cells in position order); the host resolves the
+     * causal mask to how many leading entries of that list the token sees.
+     * src0: Q F32 [head_dim, n_head, n_tokens];
+     * src1, src2: K and V caches as for ATTENTION;
+     * src3: I32 [n_tokens], n_vis — query t sees entries [0, src3[t]) of its
+     *       list (1..n_kv);
+     * src4: I32 [n_tokens], the list of each query token (0..n_lists-1);
+     * src5: I32 [n_kv, n_lists], cell index lists: entry j of list l is a
+     *       cell in [0, n_cells); entries past a query's n_vis are not read;
+     * dst: F32 [head_dim, n_head, n_tokens].
+     * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale;
+     * iparams[1] = 0 (no sliding window).
+     * The softmax runs over a query's visible entries in list order, so a
+     * list laid out as cells 0..n-1 gives ATTENTION's result. Counts, lists
+     * and cells are read at run time, never baked into a launch; an entry
+     * or count out of range is an error. */
+    MINFER_OP_ATTENTION_LISTS = 15,
     /* ABI 1.1 — the ops of Gemma (GEGLU), mixtures of experts (TOPK,
      * MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM) and Llama 3.1's RoPE (ROPE_DIV). */
     /* dst = gelu(src0) * src1, same shapes; gelu is the tanh form
@@ -188,6 +206,7 @@ enum minfer_op {
     X(COPY, 1)                                                               \
     X(SCALE, 1)                                                              \
     X(MUL_MAT_ADD, 3)                                                        \
+    X(ATTENTION_LISTS, 6)                                                        \
     X(GEGLU, 2)                                                              \
     X(TOPK, 1)                                                               \
     X(MOE_WEIGHTS, 2)                                                        \

@@ -26,6 +26,8 @@ typedef enum minfer_status {
     MINFER_ERR_NOT_FOUND = -9,     /* a named thing does not exist */
     MINFER_ERR_RANGE = -10,        /* a value is outside its allowed range */
     MINFER_ERR_STATE = -11,        /* call not valid in the object's state */
+    MINFER_ERR_FULL = -12,         /* a cache has no room left (the error text names
+                                      the sequence and the numbers) */
 } minfer_status;
 
 /* ---- element types ---- */
