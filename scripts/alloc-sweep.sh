@@ -18,7 +18,12 @@ set -u
 
 build=${1:?usage: scripts/alloc-sweep.sh BUILD_DIR [WORK_DIR]}
 build=$(cd "$build" && pwd)
-work=${2:-$(mktemp -d "${TMPDIR:-/tmp}/minfer-alloc-sweep.XXXXXX")}
+if [ -n "${2:-}" ]; then
+    work=$2
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/minfer-alloc-sweep.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
 mkdir -p "$work"
 bin="$build/bin/minfer"
 shim="$build/tests/failalloc/libfailalloc.so"

@@ -143,7 +143,7 @@ int cmd_run(int argc, char **argv)
     size_t slen = cli_stop_max_len(&o);
     char *buf = malloc(minfer_detok_max_out(dt) + 1);
     if (!buf) {
-        fprintf(stderr, "minfer run: out of memory\n");
+        fprintf(stderr, "minfer run: out of memory for the output buffer\n");
         goto out;
     }
     size_t nb;

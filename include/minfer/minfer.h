@@ -268,6 +268,11 @@ enum minfer_chat_format {
                                 added when the first message is not "system";
                                 Qwen3's <think> handling of past turns applies when
                                 the template has it */
+    MINFER_CHAT_LLAMA3 = 2,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+                                (Llama 3.x), contents trimmed */
+    MINFER_CHAT_GEMMA = 3,   /* <start_of_turn>user\ncontent<end_of_turn>\n (Gemma 2/3;
+                                the assistant is "model", a system message joins the
+                                first user turn), contents trimmed */
 };
 
 struct minfer_chat_msg {
@@ -282,7 +287,8 @@ MINFER_API const char *minfer_tokenizer_chat_template(const struct minfer_tokeni
                                                       size_t *len);
 /* Recognises a template text; MINFER_CHAT_UNKNOWN if not a known format. */
 MINFER_API enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len);
-/* "chatml" <-> MINFER_CHAT_CHATML; "unknown" for others. from_name false if unknown. */
+/* "chatml", "llama3", "gemma" <-> their formats; "unknown" for others. from_name
+ * false if unknown. */
 MINFER_API const char *minfer_chat_format_name(enum minfer_chat_format f);
 MINFER_API bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f);
 
@@ -662,7 +668,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
 
 /* The dimensions of a synthetic model. */
 struct minfer_synth_shape {
-    char arch[16];        /* "qwen2" or "qwen3" */
+    char arch[16];        /* "qwen2", "qwen3", "llama", "gemma3" or "qwen3moe" */
     char name[32];        /* "qwen2.5-7b", "custom" (general.name gets a suffix) */
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
@@ -670,10 +676,16 @@ struct minfer_synth_shape {
     bool qkv_bias;        /* attn_q/k/v.bias (qwen2); descriptive: the tensors */
     bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3); written come from the
                              architecture's descriptor */
+    /* appended for the model families of ABI 1.1 (zero where unused) */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
+    int32_t sliding_window;                    /* gemma3 */
+    bool spm;             /* built-in vocabulary: SentencePiece (Mistral, Gemma) instead
+                             of byte-level BPE */
 };
 
 /* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,
- * -7b; qwen3-0.6b, -1.7b, -4b, -8b; dims from their config.json) or from
+ * -7b; qwen3-0.6b, -1.7b, -4b, -8b; llama3.2-1b, llama3.1-8b, mistral-7b;
+ * gemma3-1b, gemma3-4b; qwen3-30b-a3b; dims from their config.json) or from
  * "custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,
  * n_vocab=N,n_ctx=N,tied=0|1" (unnamed keys default to the arch's
  * smallest model). */
