@@ -174,10 +174,8 @@ int cmd_bench(int argc, char **argv)
 {
     int32_t par[BENCH_PARALLEL_MAX];
     int n_par = 0;
-    if (bench_parallel_take_opts(&argc, argv, par, &n_par)) {
-        usage(stderr);
-        return 2;
-    }
+    if (bench_parallel_take_opts(&argc, argv, par, &n_par))
+        return 2; /* one line and the --help hint were printed */
     struct cli_opts o;
     int rc = cli_parse(argc, argv, CMD_BENCH, &o);
     if (rc == 1) {
