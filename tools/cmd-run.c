@@ -158,7 +158,7 @@ int cmd_run(int argc, char **argv)
         int32_t id;
         st = minfer_sampler_sample(smp, minfer_ctx_logits(s.ctx, -1), info.n_vocab, &id);
         if (st != MINFER_OK) {
-            fprintf(stderr, "\nminfer run: sampling failed: %s\n", minfer_status_str(st));
+            fprintf(stderr, "\nminfer run: %s\n", minfer_sampler_last_error(smp));
             free(buf);
             goto out;
         }
