@@ -48,6 +48,8 @@ static void teardown(void)
     free(model_mem);
 }
 
+static uint32_t ctx_flags; /* MINFER_CTX_* of the batched contexts */
+
 static struct minfer_ctx *ctx_of(int32_t n_ctx, int32_t n_seq)
 {
     struct minfer_ctx_params cp;
@@ -57,6 +59,7 @@ static struct minfer_ctx *ctx_of(int32_t n_ctx, int32_t n_seq)
     cp.type_k = cp.type_v = kv_type;
     cp.n_threads = 2;
     cp.n_seq_max = n_seq;
+    cp.flags = n_seq > 1 ? ctx_flags : 0;
     minfer_status st;
     char err[512] = "";
     struct minfer_ctx *c = minfer_ctx_new(model, &cp, &st, err, sizeof err);
@@ -150,7 +153,9 @@ START_TEST(batch_equals_alone_with_entering_and_leaving)
      * sequence (ATTENTION) and of many (ATTENTION_LISTS) disagreeing.
      * Prompts of 1 to 600 tokens; sequence 4 enters at step 2, sequence 1
      * leaves after step 3, sequence 5 enters after it left and reuses its
-     * cells. */
+     * cells. Run twice: as is, and with decode steps padded to a power of
+     * two (MINFER_CTX_PAD_BATCHES, what a GPU does for graph replay). */
+    ctx_flags = _i ? MINFER_CTX_PAD_BATCHES : 0;
     enum { NS = 6, STEPS = 6 };
     static const int32_t len[NS] = {1, 5, 37, 600, 300, 64};
     static const int enter[NS] = {0, 0, 0, 0, 2, 4};
@@ -411,7 +416,7 @@ Suite *batch_suite(void)
     TCase *tc = tcase_create("cpu");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, batch_equals_alone_with_entering_and_leaving);
+    tcase_add_loop_test(tc, batch_equals_alone_with_entering_and_leaving, 0, 2);
     tcase_add_test(tc, fork_shares_cells_and_matches_alone);
     tcase_add_test(tc, remove_reuse_and_compaction_keep_results);
     tcase_add_test(tc, full_and_bad_batches_change_nothing);

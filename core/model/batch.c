@@ -294,6 +294,12 @@ static minfer_status batch_pass(struct minfer_ctx *c, const struct minfer_batch 
             n_kv = kv->seqs[s].n > n_kv ? kv->seqs[s].n : n_kv;
         }
     }
+    /* graph replay: a decode step (each token alone in its list) padded to
+     * a power of two with copies of its tokens, so few graphs serve every
+     * batch size; a copy stores the same row into the same cell, and its
+     * list then has two queries, which the CPU splits as it does one */
+    int32_t pad = !fast && c->pad_batches && n_lists == T && T < 256 ? pow2_at_least(T) - T : 0;
+    int32_t Tg = T + pad;
     struct graph_entry *e = NULL;
     int32_t bucket = ctx_kv_bucket(c, n_kv);
     /* Cells below kv->n_clear are zeroed or written: ATTENTION reads the
@@ -304,7 +310,7 @@ static minfer_status batch_pass(struct minfer_ctx *c, const struct minfer_batch 
         top = cells[i] + 1 > top ? cells[i] + 1 : top;
     st = kv_clear_to(kv, top, c->err, sizeof c->err);
     if (st == MINFER_OK)
-        st = ctx_get_graph(c, T, bucket, n_out, fast ? 0 : pow2_at_least(n_lists), &e);
+        st = ctx_get_graph(c, Tg, bucket, n_out, fast ? 0 : pow2_at_least(n_lists), &e);
     char *in[CTX_MAX_INPUTS];
     if (st == MINFER_OK)
         st = write_inputs(c, e, in);
@@ -312,22 +318,26 @@ static minfer_status batch_pass(struct minfer_ctx *c, const struct minfer_batch 
         rollback(c, b, idx, T);
         return st;
     }
+    /* graph row r: the copies first (copy r of token r % T), then the
+     * tokens, those keeping logits last */
     int32_t *tok = (int32_t *)in[0], *pos = (int32_t *)in[1], *cell = (int32_t *)in[2];
-    for (int32_t i = 0; i < T; i++) {
-        tok[i] = b->tokens[idx[i]];
-        pos[i] = b->pos[idx[i]];
-        cell[i] = (int32_t)cells[i];
+    for (int32_t r = 0; r < Tg; r++) {
+        int32_t i = r < pad ? r % T : r - pad;
+        tok[r] = b->tokens[idx[i]];
+        pos[r] = b->pos[idx[i]];
+        cell[r] = (int32_t)cells[i];
     }
     if (fast) {
         *(int32_t *)in[3] = n0 + T;
     } else {
         int32_t *n_vis = (int32_t *)in[3], *qlist = (int32_t *)in[4], *lists = (int32_t *)in[5];
-        for (int32_t i = 0; i < T; i++) {
+        for (int32_t r = 0; r < Tg; r++) {
+            int32_t i = r < pad ? r % T : r - pad;
             int32_t s = b->seq_ids[idx[i]][0], l = 0;
             while (lists_of[l] != s)
                 l++;
-            qlist[i] = l;
-            n_vis[i] = kv_seq_count_upto(kv, s, pos[i]);
+            qlist[r] = l;
+            n_vis[r] = kv_seq_count_upto(kv, s, pos[r]);
         }
         for (int32_t l = 0; l < n_lists; l++) {
             const struct kv_seq *q = &kv->seqs[lists_of[l]];

@@ -265,6 +265,13 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
     st = plugin_create_instance(m->plugin, &cfg, &c->sb.be, c->err, sizeof c->err);
     if (st != MINFER_OK)
         goto out_free;
+    c->pad_batches = c->p.flags & MINFER_CTX_PAD_BATCHES;
+    if (!(c->p.flags & MINFER_CTX_NO_GRAPHS) && PLUGIN_HAS(m->plugin, device_info) &&
+        PLUGIN_HAS(m->plugin, graph_replay)) {
+        struct minfer_device_info di = {.struct_size = sizeof di};
+        if (m->plugin->iface->device_info(0, &di) == MINFER_OK && di.is_gpu)
+            c->pad_batches = true;
+    }
     st = register_weights(c);
     if (st != MINFER_OK)
         goto out_free;

@@ -50,6 +50,7 @@ struct minfer_ctx {
     int32_t *batch_row;              /* [batch_row_cap]: logits row of each token of the
                                         last batch, -1 when it kept none */
     int32_t n_batch_rows, batch_row_cap;
+    bool pad_batches;                /* MINFER_CTX_PAD_BATCHES, or a GPU with replay */
     struct sched_profile prof;       /* $MINFER_PROFILE */
     char err[768];
 };

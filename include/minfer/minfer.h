@@ -482,6 +482,11 @@ struct minfer_ctx_params {
                                       0 = 1; at most 65536 */
 };
 #define MINFER_CTX_NO_GRAPHS 0x1u  /* never offer graph replay to the backend */
+/* Pad batched decode steps (one token per sequence) to a power of two with
+ * copies of their own tokens, so a few captured graphs replay every batch
+ * size; on by itself on a GPU backend with graph replay. Results do not
+ * change (the copies write the same values and their outputs are dropped). */
+#define MINFER_CTX_PAD_BATCHES 0x2u
 
 MINFER_API void minfer_ctx_params_default(struct minfer_ctx_params *p);
 /* Makes a context: creates a backend instance, registers the weights and
