@@ -114,6 +114,8 @@ int cuda_validate(const struct minfer_node *n, int check_ptrs, char *why, size_t
         return 0;
     case MINFER_OP_ATTENTION:
         return check_attention(n, check_ptrs, why, why_len);
+    case MINFER_OP_ATTENTION_LISTS:
+        return check_attention(n, check_ptrs, why, why_len);
     default: /* the other ops of ir.h run as the contract allows */
         return 0;
     }

@@ -21,6 +21,7 @@ extern "C" {
 #define KFLAG_GET_ROWS_ID 0x1u   /* GET_ROWS id outside [0, n_rows) */
 #define KFLAG_KV_CELL 0x2u       /* KV_STORE cell outside [0, n_cells) */
 #define KFLAG_MOE_ID 0x4u        /* MUL_MAT_ID / MOE_WEIGHTS expert outside [0, n_expert) */
+#define KFLAG_ATTN_LIST 0x8u     /* ATTENTION_LISTS count, list or cell out of range */
 
 /* What every launch needs; owned by the device layer's instance. */
 struct kctx {
@@ -33,6 +34,10 @@ struct kctx {
     char *err;             /* message sink */
     size_t err_len;
 };
+
+/* Fault injection (device.c, test hook minfer_cuda_test_fail_nth): 1 when
+ * the launch about to be made is the device-layer call chosen to fail. */
+int cu_launch_injected(void);
 
 /* A strided 4-D tensor view (ggml order: ne[0] innermost; nb in bytes). */
 struct kview {
@@ -267,6 +272,18 @@ size_t k_mul_mat_id_scratch_bytes(int64_t n_expert, int64_t slots);
 int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                  int64_t n_expert, int64_t w_nb1, int64_t w_nb2, struct kview x,
                  struct kview ids, struct kview dst, void *scratch);
+
+/* ATTENTION_LISTS (kernels/attn-lists.cu): query t reads entries
+ * [0, n_vis[t]) of list qlist[t] of lists [n_kv, n_lists] (cells of the
+ * K/V caches); splits and scratch depend on shapes only. A count, list or
+ * cell out of range sets KFLAG_ATTN_LIST and is not read. */
+int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
+size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_kv);
+int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                      const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
+                      int64_t n_kv_head, const int32_t *n_vis, const int32_t *qlist,
+                      const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
+                      struct kview dst, void *scratch);
 
 #ifdef __cplusplus
 }
