@@ -43,6 +43,14 @@ const struct cli_opt cli_opt_table[] = {
      "match special tokens written in the text (the default)"},
     {OPT_SKIP_SPECIAL, "--skip-special", NULL, CMD_DETOKENIZE,
      "leave control tokens (<|im_end|>) out of the text"},
+    {OPT_PROMPTS, "--prompts", "FILE", CMD_RUN,
+     "JSON Lines, one {\"prompt\": \"text\"} or {\"ids\": [..]} per line: all run as\n"
+     "concurrent sequences of one context; one JSON line out per prompt, in order"},
+    {OPT_PARALLEL, "--parallel", "N", CMD_RUN,
+     "with --prompts: at most N sequences at a time (default all, bounded by the context)"},
+    {OPT_SESSION, "--session", "FILE", CMD_RUN | CMD_CHAT,
+     "run: reuse the longest common prefix of FILE's saved sequence, save it afterwards;\n"
+     "chat: resume the conversation saved in FILE (if it exists), save it on leaving"},
     /* ---- generation ---- */
     {OPT_N_PREDICT, "-n|--n-predict", "N", CMD_GEN,
      "tokens to generate (default 128; -1 = until end of generation or a full context)"},
@@ -97,6 +105,8 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_BENCH_PP, "-p|--n-prompt", "N[,N]", CMD_BENCH, "prompt tokens per pp test (default 512; 0 = skip)"},
     {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH, "generated tokens per tg test (default 128; 0 = skip)"},
     {OPT_REPS, "-r|--repetitions", "N", CMD_BENCH, "repetitions (default 5)"},
+    {OPT_BENCH_PARALLEL, "--parallel", "B[,B]", CMD_BENCH,
+     "llama batched-bench rows: B sequences at once, each -p prompt tokens then -n generated"},
     {OPT_BENCH_FMT, "-o|--output", "FMT", CMD_BENCH, "md (default), json, jsonl or csv"},
     /* ---- model tools ---- */
     {OPT_ARCH, "--arch", "A", CMD_BENCH | CMD_SYNTH,

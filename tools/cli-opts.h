@@ -84,6 +84,10 @@ enum cli_opt_id {
     OPT_NO_TENSORS,
     OPT_NO_DEFAULT_DIRS,
     OPT_SYNTH_SEED,  /* synth --seed: the weights' seed */
+    OPT_SESSION,     /* run/chat --session FILE */
+    OPT_PROMPTS,     /* run --prompts FILE (tools/run-prompts.c) */
+    OPT_PARALLEL,    /* run --parallel N */
+    OPT_BENCH_PARALLEL, /* bench --parallel B[,B] (tools/bench-parallel.c) */
     OPT_SERVE_HOST,  /* serve (tools/serve/cmd-serve.c) */
     OPT_SERVE_PORT,
     OPT_SERVE_PARALLEL,
