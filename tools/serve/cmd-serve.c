@@ -242,7 +242,7 @@ int cmd_serve(int argc, char **argv)
     sigwait(&sigs, &sig);
     fprintf(stderr, "minfer serve: %s: ending in-flight requests and exiting\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    g_srv.draining = 1;
+    __atomic_store_n(&g_srv.draining, 1, __ATOMIC_RELEASE);
     MHD_socket lfd = MHD_quiesce_daemon(d);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);

@@ -183,8 +183,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hconn *h, const
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
     bool ready = __atomic_load_n(&g_srv.ready, __ATOMIC_ACQUIRE);
+    bool draining = __atomic_load_n(&g_srv.draining, __ATOMIC_ACQUIRE);
     if (h->route == ROUTE_HEALTH && get) {
-        if (ready && !g_srv.draining)
+        if (ready && !draining)
             return reply_json(c, h, 200, "{\"status\":\"ok\"}", 15);
         const char *b = ready ? "{\"status\":\"shutting down\"}" : "{\"status\":\"loading model\"}";
         return reply_json(c, h, 503, b, strlen(b));
@@ -215,7 +216,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hconn *h, const
         sbuf_free(&b);
         return ret;
     }
-    if (!ready || g_srv.draining) {
+    if (!ready || draining) {
         serve_err_set(&e, 503, "server_error", ready ? "shutting_down" : "loading", NULL,
                       ready ? "the server is shutting down" : "the model is still loading");
         return reply_err(c, h, &e);
