@@ -775,6 +775,11 @@ struct sched *sched_new(const struct serve_cfg *cfg, struct minfer_ctx *ctx,
         fprintf(stderr, "minfer serve: this engine runs %d sequence(s) at once; --parallel %d "
                         "requests queue behind it\n", s->n_slots, cfg->parallel);
     s->slot_ctx = s->n_ctx / s->n_slots;
+    if (s->slot_ctx < 8) {
+        snprintf(err, len, "-c %d over --parallel %d leaves %d tokens per sequence; raise -c or "
+                           "lower --parallel", s->n_ctx, s->n_slots, s->slot_ctx);
+        goto fail;
+    }
     if (s->n_batch < s->n_slots + 1)
         s->n_batch = s->n_slots + 1;
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
