@@ -461,3 +461,10 @@ test("Qwen3 enable_thinking renders as minfer run --no-think (fixture model)", a
     await s.stop();
   }
 });
+
+test("SIGINT while idle: exit 0", async () => {
+  const s = await startServer();
+  const { code } = await s.stop("SIGINT");
+  assert.equal(code, 0);
+  assert.match(s.log(), /SIGINT: ending in-flight requests/);
+});
