@@ -266,7 +266,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
     o->type_k = o->type_v = MINFER_TYPE_F16;
     o->sp = minfer_sampler_default_params();
     const char *cmd = argv[0];
-    struct cli_args a = {cmd, bit, argc, argv, 1, ""};
+    struct cli_args a = {cmd, bit, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         const char *opt = a.opt;

@@ -97,8 +97,10 @@ const struct cli_opt cli_opt_table[] = {
      "output file (a regular file or a new name; a symlink is followed)"},
     {OPT_ALL, "--all", NULL, CMD_EVAL, "every prompt position's logits (default: the last)"},
     /* ---- bench ---- */
-    {OPT_BENCH_PP, "-p|--n-prompt", "N[,N]", CMD_BENCH, "prompt tokens per pp test (default 512; 0 = skip)"},
-    {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH, "generated tokens per tg test (default 128; 0 = skip)"},
+    {OPT_BENCH_PP, "-p|--n-prompt", "N[,N]", CMD_BENCH,
+     "prompt tokens per pp test (default 512; 0 = skip)"},
+    {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH,
+     "generated tokens per tg test (default 128; 0 = skip)"},
     {OPT_REPS, "-r|--repetitions", "N", CMD_BENCH, "repetitions (default 5)"},
     {OPT_BENCH_PARALLEL, "--parallel", "B[,B]", CMD_BENCH,
      "llama batched-bench rows: B sequences at once, each -p prompt tokens then -n generated"},
@@ -155,14 +157,11 @@ int cli_next(struct cli_args *a, const char **val)
     if (a->i >= a->argc)
         return CLI_END;
     const char *s = a->argv[a->i++];
-    if (!strcmp(s, "--")) {
-        /* everything after is positional: mark it by moving argv forward */
-        if (a->i >= a->argc)
-            return CLI_END;
-        *val = a->argv[a->i++];
-        return CLI_POSITIONAL;
+    if (!a->rest && !strcmp(s, "--")) {
+        a->rest = true;
+        return cli_next(a, val);
     }
-    if (s[0] != '-' || !s[1]) {
+    if (a->rest || s[0] != '-' || !s[1]) {
         *val = s;
         return CLI_POSITIONAL;
     }

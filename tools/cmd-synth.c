@@ -297,7 +297,7 @@ int cmd_synth(int argc, char **argv)
 {
     const char *arch = NULL, *shape = NULL, *type = NULL, *out = NULL, *tok = NULL;
     struct minfer_synth_opts o = {.struct_size = sizeof o, .seed = 1};
-    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, ""};
+    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {
