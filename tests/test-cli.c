@@ -425,8 +425,12 @@ START_TEST(run_ctrl_c)
     /* Catches Ctrl-C losing the generated text, the newline or the
      * timings, and --json printing nothing or invalid JSON. */
     for (int json = 0; json < 2; json++) {
-        int rc = cli_sh("%s run -m %s -c 32768 -n -1 --ignore-eos --raw -p hello %s & pid=$!\n"
-                        "sleep 1.5; kill -INT $pid; wait $pid", CLI_BIN, cli_small,
+        /* -v's settings line comes after loading: interrupt mid-generation */
+        int rc = cli_sh("cd %s\n%s run -m %s -c 32768 -n -1 --ignore-eos --raw -p hello -v %s "
+                        "& pid=$!\n"
+                        "i=0; until grep -q seed err; do sleep 0.1; i=$((i+1)); "
+                        "[ $i -gt 900 ] && break; done\n"
+                        "sleep 0.5; kill -INT $pid; wait $pid", cli_dir, CLI_BIN, cli_small,
                         json ? "--json" : "");
         ck_assert_msg(rc == 130, "exit %d: %s", rc, cli_err);
         if (json) {
