@@ -211,6 +211,19 @@ bool cli_progress_bar(uint64_t done, uint64_t total, void *label)
     return true;
 }
 
+/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
+const char *cli_arch_of_shape(const char *shape)
+{
+    static const char *const archs[] = {"qwen2", "qwen3", "llama", "gemma3", "qwen3moe"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        struct minfer_synth_shape sh;
+        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
+            strncmp(shape, "custom:", 7) != 0)
+            return archs[i];
+    }
+    return NULL;
+}
+
 /* ---- options ---- */
 
 static bool parse_kv_type(const char *cmd, const char *opt, const char *s, uint32_t *t)
