@@ -49,7 +49,7 @@ START_TEST(help_lists_every_accepted_option)
      * --help that fails. */
     static const char *const cmds[] = {"run", "chat", "eval", "bench", "tokenize",
                                        "detokenize", "info", "quantize", "synth", "backends",
-                                       "completion"};
+                                       "serve", "completion"};
     ck_assert_int_eq(cli_sh("%s completion bash", CLI_BIN), 0);
     char *script = strdup(cli_out);
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
