@@ -6,6 +6,7 @@
  * with total throughput of each and the decode speed one sequence sees.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,12 @@ int bench_parallel_take_opts(int *argc, char **argv, int32_t *list, int *n)
     *n = 0;
     int k = 0;
     for (int i = 0; i < *argc; i++) {
-        if (strcmp(argv[i], "--parallel")) {
+        bool joined = !strncmp(argv[i], "--parallel=", 11); /* as the option table takes */
+        if (strcmp(argv[i], "--parallel") && !joined) {
             argv[k++] = argv[i];
             continue;
         }
-        const char *s = i + 1 < *argc ? argv[++i] : "";
+        const char *s = joined ? argv[i] + 11 : i + 1 < *argc ? argv[++i] : "";
         *n = 0;
         while (*s) {
             char *end;
@@ -175,7 +177,8 @@ int bench_parallel(struct cli_session *s, const struct cli_opts *o, const int32_
     s->ctx = NULL;
     printf("| model | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | "
            "S_TG/seq t/s | T s | S t/s |\n");
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |\n");
     fflush(stdout);
     for (int i = 0; i < n; i++)
         if (one_row(s, o, list[i], pp, tg, info.n_vocab, label))

@@ -13,6 +13,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,18 @@ int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo)
     int n = 0;
     for (int i = 0; i < *argc; i++) {
         const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        char name[16] = "";
+        const char *eq = strchr(a, '=');
+        if (eq && eq - a < (ptrdiff_t)sizeof name) { /* --opt=value, as the option table takes */
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = 0;
+            if (!strcmp(name, "--prompts") || !strcmp(name, "--session") ||
+                !strcmp(name, "--parallel")) {
+                a = name;
+                v = eq + 1;
+                i--; /* the value is in this argument: nothing to skip */
+            }
+        }
         if (!strcmp(a, "--prompts") || !strcmp(a, "--session") || !strcmp(a, "--parallel")) {
             if (!v) {
                 fprintf(stderr, "minfer run: %s needs a value\n", a);
