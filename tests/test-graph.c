@@ -135,6 +135,7 @@ static struct minfer_backend_iface stub_iface = {
 static struct minfer_plugin stub_plugin = {
     .iface = &stub_iface,
     .iface_size = sizeof(struct minfer_backend_iface),
+    .abi_minor = MINFER_ABI_MINOR,
     .name = "stub",
     .version = "0",
     .score = 1,
@@ -454,6 +455,28 @@ END_TEST
 
 /* ---- kv ---- */
 
+/* Catches a plugin that negotiated ABI 1.0 being handed nodes it cannot
+ * understand: the ops of 1.1, or ROPE / ATTENTION with parameter slots
+ * that 1.0 left zero (it would ignore the layout or the window). */
+START_TEST(sched_keeps_1_1_nodes_from_1_0_plugins)
+{
+    struct minfer_plugin old = stub_plugin;
+    old.abi_minor = 0;
+    struct minfer_backend be = {.supported = ~0u};
+    struct sched_backend b_old = {&old, &be}, b_new = {&stub_plugin, &be};
+    struct minfer_node n = {.op = MINFER_OP_GEGLU};
+    ck_assert(sched_supports(&b_new, &n));
+    ck_assert(!sched_supports(&b_old, &n));
+    n.op = MINFER_OP_ROPE;
+    ck_assert(sched_supports(&b_old, &n));
+    n.iparams[1] = 1; /* normal layout */
+    ck_assert(!sched_supports(&b_old, &n));
+    ck_assert(sched_supports(&b_new, &n));
+    n.op = MINFER_OP_ATTENTION; /* a window */
+    ck_assert(!sched_supports(&b_old, &n));
+}
+END_TEST
+
 START_TEST(kv_cells_and_types)
 {
     /* Catches KV rows that are not whole q8_0 blocks being accepted, a bad
@@ -515,6 +538,7 @@ Suite *graph_suite(void)
     tcase_add_test(tc, sched_executes_and_replays);
     tcase_add_test(tc, sched_errors_name_the_node);
     tcase_add_test(tc, kv_cells_and_types);
+    tcase_add_test(tc, sched_keeps_1_1_nodes_from_1_0_plugins);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -143,8 +143,10 @@ int cmd_run(int argc, char **argv)
     t0 = cli_now_ms();
     size_t slen = cli_stop_max_len(&o);
     char *buf = malloc(minfer_detok_max_out(dt) + 1);
-    if (!buf)
+    if (!buf) {
+        fprintf(stderr, "minfer run: out of memory for the output buffer\n");
         goto out;
+    }
     size_t nb;
     bool done = st != MINFER_OK; /* interrupted during the prompt */
     if (done)
@@ -241,10 +243,13 @@ int cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(tm, "gen_tokens", (double)n_gen);
         cJSON_AddNumberToObject(tm, "gen_tps", t_gen > 0 ? 1e3 * (double)n_gen / t_gen : 0);
         char *js = cJSON_Print(j);
-        if (js)
-            printf("%s\n", js);
-        free(js);
         cJSON_Delete(j);
+        if (!js) {
+            fprintf(stderr, "minfer run: out of memory for the JSON output\n");
+            goto out;
+        }
+        printf("%s\n", js);
+        free(js);
     } else {
         printf("\n");
         fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f t/s); generated: %zu tokens in "

@@ -165,6 +165,12 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    if (n->iparams[1]) { /* sliding window (fuse.c never pairs it with a product) */
+        LAUNCH(k_attention_swa(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                               (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                               n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d)));
+        return MINFER_OK;
+    }
     const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
     if (x) {
         be->xq.valid = false;
@@ -222,6 +228,9 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
     case MINFER_OP_SWIGLU:
         LAUNCH(k_binary(k, KBIN_SWIGLU, view_of(s0), view_of(s1), view_of(d)));
         return MINFER_OK;
+    case MINFER_OP_GEGLU:
+        LAUNCH(k_binary(k, KBIN_GEGLU, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
     case MINFER_OP_SCALE:
         LAUNCH(k_scale(k, view_of(s0), view_of(d), n->fparams[0]));
         return MINFER_OK;
@@ -265,9 +274,40 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     }
     case MINFER_OP_ROPE:
+        if (n->iparams[1]) {
+            LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
+                              n->iparams[1], NULL, n->fparams[0], n->fparams[1]));
+            return MINFER_OK;
+        }
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
                       n->fparams[1]));
         return MINFER_OK;
+    case MINFER_OP_ROPE_DIV:
+        LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->iparams[1],
+                          n->src[2]->data, n->fparams[0], n->fparams[1]));
+        return MINFER_OK;
+    case MINFER_OP_TOPK:
+        LAUNCH(k_topk(k, view_of(s0), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_WEIGHTS:
+        LAUNCH(k_moe_weights(k, view_of(s0), view_of(s1), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_SUM:
+        LAUNCH(k_moe_sum(k, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT_ID: {
+        const struct minfer_tensor *ids = n->src[2];
+        size_t need = k_mul_mat_id_scratch_bytes(s0->ne[2], ids->ne[0] * ids->ne[1]);
+        void *sc = NULL;
+        /* SLOT_FFN holds only one node's temporaries; routing lists here */
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, need, &sc);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        LAUNCH(k_mul_mat_id(k, s0->type, s0->data, s0->ne[0], s0->ne[1], s0->ne[2],
+                            (int64_t)s0->nb[1], (int64_t)s0->nb[2], view_of(s1), view_of(ids),
+                            view_of(d), sc));
+        return MINFER_OK;
+    }
     case MINFER_OP_KV_STORE:
         LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
                           d->ne[1]));

@@ -74,6 +74,8 @@ static int rope_same(const struct minfer_node *n, const struct minfer_node *a)
 {
     if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2)
         return 0;
+    if (n->iparams[1] || a->iparams[1]) /* the fused kernels rotate NeoX pairs only */
+        return 0;
     return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
            n->iparams[0] == a->iparams[0] && n->fparams[0] == a->fparams[0] &&
            n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2];
@@ -164,7 +166,7 @@ static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *
  * [hd * n_head, T], as the activations of a quantized matvec. */
 static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
 {
-    if (n->op != MINFER_OP_ATTENTION ||
+    if (n->op != MINFER_OP_ATTENTION || n->iparams[1] /* a window: attn-swa.cu's kernel */ ||
         (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2)
         return 0;
     const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];

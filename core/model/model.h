@@ -168,6 +168,8 @@ struct minfer_model {
     char name[128];
     char type_desc[32];
     uint64_t n_params, size_bytes;
+    /* minfer_model_tokenizer's, made on first use (model-tokenizer.c) */
+    struct minfer_tokenizer *_Atomic tok;
 };
 
 /* Validates g against its architecture and binds it to a backend. On

@@ -6,7 +6,7 @@
 
 const char *minfer_version(void)
 {
-    return MINFER_VERSION_STRING;
+    return MINFER_BUILD_VERSION;
 }
 
 void minfer_plugin_abi(int *major, int *minor)

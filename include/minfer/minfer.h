@@ -9,8 +9,12 @@
 #ifndef MINFER_H
 #define MINFER_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "device.h"
-#include "ir.h"
+#include "types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +25,39 @@ extern "C" {
 #else
 #define MINFER_API __attribute__((visibility("default")))
 #endif
+
+/* The version of these headers. CMakeLists.txt reads the project version
+ * from these three lines; minfer_version() is the library's at run time. */
+#define MINFER_VERSION_MAJOR 0
+#define MINFER_VERSION_MINOR 1
+#define MINFER_VERSION_PATCH 0
+#define MINFER_VERSION_STRING "0.1.0"
+/* One number for #if: MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define MINFER_VERSION_NUMBER \
+    (MINFER_VERSION_MAJOR * 10000 + MINFER_VERSION_MINOR * 100 + MINFER_VERSION_PATCH)
+
+/* Errors. Every call that can fail returns a minfer_status (or NULL for a
+ * constructor, with *st set). The text saying what and where goes to the
+ * caller's err[err_len] for constructors and one-shot calls (they have no
+ * object yet), and is kept by the object for calls on one:
+ * minfer_ctx_last_error. minfer_status_str names a status. */
+
+/* Threads. A runtime and a loaded model are immutable: any number of
+ * threads may use them at once (and the tokenizer a model lends, see
+ * minfer_model_tokenizer). A context, a sampler and a streaming
+ * detokenizer are used by one thread at a time: each has state that every
+ * call changes; give each thread its own, or lock around them. Logging
+ * (minfer_log_set) may call back from any thread. */
+
+/* Library messages (warnings, plugin notes, debug). level: 0 error,
+ * 1 warning, 2 info, 3 debug. msg has no trailing newline and lives only
+ * for the call. The callback may be called from any thread, also
+ * concurrently: it must be thread-safe. */
+typedef void (*minfer_log_fn)(int level, const char *msg, void *user);
+/* Routes messages at or below max_level to fn (NULL: back to stderr,
+ * "minfer: warn: ..."). max_level < 0 keeps the current threshold
+ * ($MINFER_LOG_LEVEL: error, warn, info or debug; default warn). */
+MINFER_API void minfer_log_set(minfer_log_fn fn, void *user, int max_level);
 
 /* Version of the library, e.g. "0.1.0". Static string. */
 MINFER_API const char *minfer_version(void);
@@ -204,6 +241,7 @@ MINFER_API minfer_status minfer_detokenize(const struct minfer_tokenizer *tok,
  * arrive; bytes that can never form a valid sequence come out as U+FFFD.
  * Borrows tok (free the detokenizer first). Caller frees. */
 struct minfer_detok;
+/* One thread at a time per detokenizer (it holds partial characters). */
 MINFER_API struct minfer_detok *minfer_detok_new(const struct minfer_tokenizer *tok,
                                                  bool render_special);
 MINFER_API void minfer_detok_free(struct minfer_detok *d); /* NULL is a no-op */
@@ -230,6 +268,11 @@ enum minfer_chat_format {
                                 added when the first message is not "system";
                                 Qwen3's <think> handling of past turns applies when
                                 the template has it */
+    MINFER_CHAT_LLAMA3 = 2,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+                                (Llama 3.x), contents trimmed */
+    MINFER_CHAT_GEMMA = 3,   /* <start_of_turn>user\ncontent<end_of_turn>\n (Gemma 2/3;
+                                the assistant is "model", a system message joins the
+                                first user turn), contents trimmed */
 };
 
 struct minfer_chat_msg {
@@ -244,7 +287,8 @@ MINFER_API const char *minfer_tokenizer_chat_template(const struct minfer_tokeni
                                                       size_t *len);
 /* Recognises a template text; MINFER_CHAT_UNKNOWN if not a known format. */
 MINFER_API enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len);
-/* "chatml" <-> MINFER_CHAT_CHATML; "unknown" for others. from_name false if unknown. */
+/* "chatml", "llama3", "gemma" <-> their formats; "unknown" for others. from_name
+ * false if unknown. */
 MINFER_API const char *minfer_chat_format_name(enum minfer_chat_format f);
 MINFER_API bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f);
 
@@ -299,6 +343,8 @@ MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *
  *      else is integer or plain IEEE float arithmetic).
  * Ties between equal logits are ordered by lower id first. */
 struct minfer_sampler_params {
+    uint32_t struct_size;    /* sizeof(struct minfer_sampler_params): start from
+                                minfer_sampler_default_params(), which sets it */
     float temperature;       /* <= 0: greedy. default 0.8 */
     int32_t top_k;           /* <= 0: off. default 40 */
     float top_p;             /* >= 1: off. default 0.95 */
@@ -314,7 +360,8 @@ struct minfer_sampler;
 
 /* Defaults as documented in struct minfer_sampler_params. */
 MINFER_API struct minfer_sampler_params minfer_sampler_default_params(void);
-/* NULL on failure (bad parameter: message names it). Caller frees. */
+/* NULL on failure (bad parameter: message names it). Caller frees. A
+ * sampler is used by one thread at a time. */
 MINFER_API struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
                                                      int32_t n_vocab, minfer_status *st,
                                                      char *err, size_t err_len);
@@ -398,6 +445,14 @@ struct minfer_model_info {
 };
 /* Copies up to info->struct_size bytes. */
 MINFER_API void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *info);
+/* The model's tokenizer, read from its GGUF once (on the first call) and
+ * shared: every later call returns the same object, borrowed for the
+ * model's life (do not free it). Thread-safe, like the model. NULL when
+ * the GGUF has no usable tokenizer, with *st and err set (either may be
+ * NULL/0). */
+MINFER_API const struct minfer_tokenizer *minfer_model_tokenizer(const struct minfer_model *m,
+                                                                 minfer_status *st, char *err,
+                                                                 size_t err_len);
 /* The model's GGUF (for minfer_tokenizer_from_gguf). Borrowed for the
  * model's life. */
 MINFER_API const struct minfer_gguf *minfer_model_gguf(const struct minfer_model *m);
@@ -616,7 +671,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
 
 /* The dimensions of a synthetic model. */
 struct minfer_synth_shape {
-    char arch[16];        /* "qwen2" or "qwen3" */
+    char arch[16];        /* "qwen2", "qwen3", "llama", "gemma3" or "qwen3moe" */
     char name[32];        /* "qwen2.5-7b", "custom" (general.name gets a suffix) */
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
@@ -624,10 +679,16 @@ struct minfer_synth_shape {
     bool qkv_bias;        /* attn_q/k/v.bias (qwen2); descriptive: the tensors */
     bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3); written come from the
                              architecture's descriptor */
+    /* appended for the model families of ABI 1.1 (zero where unused) */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
+    int32_t sliding_window;                    /* gemma3 */
+    bool spm;             /* built-in vocabulary: SentencePiece (Mistral, Gemma) instead
+                             of byte-level BPE */
 };
 
 /* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,
- * -7b; qwen3-0.6b, -1.7b, -4b, -8b; dims from their config.json) or from
+ * -7b; qwen3-0.6b, -1.7b, -4b, -8b; llama3.2-1b, llama3.1-8b, mistral-7b;
+ * gemma3-1b, gemma3-4b; qwen3-30b-a3b; dims from their config.json) or from
  * "custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,
  * n_vocab=N,n_ctx=N,tied=0|1" (unnamed keys default to the arch's
  * smallest model). */

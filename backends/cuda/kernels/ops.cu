@@ -1,7 +1,7 @@
 /*
  * ops.cu — the small kernels: GET_ROWS (every readable type), RMS_NORM
  * (optionally fused with the weight multiply), NeoX RoPE with positions
- * read from device memory, element-wise ADD / MUL / SWIGLU / SCALE, type
+ * read from device memory, element-wise ADD / MUL / SWIGLU / GEGLU / SCALE, type
  * COPY, and KV_STORE into F32 / F16 / Q8_0 caches. Every kernel honours
  * the byte strides nb[1..3] of its views.
  */
@@ -456,6 +456,46 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
     return 0;
 }
 
+/* ROPE with the normal layout (pairs (2i, 2i + 1)) and/or frequency
+ * factors (ROPE_DIV: pair i turns by its angle / factors[i]). One block per
+ * (head, token); the angle is rope_angle's, divided by the factor. */
+__global__ void rope_ext_kernel(kview x, const int32_t *pos, kview dst, int n_rot, int normal,
+                                const float *factors, float base, float fscale)
+{
+    int64_t h = blockIdx.x, t = blockIdx.y;
+    const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    int half = n_rot / 2;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float cs, sn;
+        if (factors) {
+            float inv = powf(base, -2.0f * (float)i / (float)n_rot);
+            sincosf(__fdiv_rn(__fmul_rn(__fmul_rn(p, fscale), inv), factors[i]), &sn, &cs);
+        } else {
+            rope_angle(i, p, n_rot, base, fscale, &cs, &sn);
+        }
+        int i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
+        float a = xr[i0], b = xr[i1];
+        o[i0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+        o[i1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+    }
+    for (int i = n_rot + threadIdx.x; i < x.ne[0]; i += blockDim.x)
+        o[i] = xr[i];
+}
+
+extern "C" int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
+                          int n_rot, int layout, const float *factors, float freq_base,
+                          float freq_scale)
+{
+    if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
+        return k_fail(k, "rope_ext", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
+    dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
+    KLAUNCH(k, "rope_ext", rope_ext_kernel, grid, 64, 0, x, pos, dst, n_rot, layout == 1,
+            factors, freq_base, freq_scale);
+    return 0;
+}
+
 /* ---- element-wise ---- */
 
 __global__ void binary_kernel(int op, kview a, kview b, kview dst)
@@ -475,6 +515,10 @@ __global__ void binary_kernel(int op, kview a, kview b, kview dst)
             v = x + y;
         else if (op == KBIN_MUL)
             v = x * y;
+        else if (op == KBIN_GEGLU) /* tanh GELU (ir.h), in double like the CPU's */
+            v = (float)(0.5 * (double)x *
+                        (1.0 + tanh(0.7978845608028654 *
+                                    ((double)x + 0.044715 * (double)x * x * x)))) * y;
         else
             v = x / (1.0f + expf(-x)) * y;
         o[i] = v;
@@ -486,7 +530,9 @@ extern "C" int k_binary(struct kctx *k, int op, struct kview a, struct kview b, 
     int64_t rows = nrows(a);
     if (grid_ok(k, "binary", rows))
         return -1;
-    KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : "swiglu", binary_kernel,
+    KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : op == KBIN_GEGLU ? "geglu"
+                                                                       : "swiglu",
+            binary_kernel,
             (unsigned)rows, 128, 0, op, a, b, dst);
     return 0;
 }
