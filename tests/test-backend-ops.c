@@ -50,6 +50,11 @@
 /* Attention: f32 softmax in a different order, f16/q8_0 caches read by
  * both sides from the same bytes. */
 #define TOL_ATTN 1e-6
+/* CUDA's tensor-core prefill attention (more than 8 query tokens, head_dim
+ * 64/128) rounds the scaled queries and the probabilities to f16 (11-bit
+ * significand) for mma.sync, as llama.cpp's flash attention does: the
+ * scores move by ~3e-4 relative, expected NMSE ~1e-6. */
+#define TOL_ATTN_MMA 3e-5
 
 /* ---- plugins ---- */
 
@@ -818,11 +823,22 @@ START_TEST(attention_layouts)
      * from an empty cache (517 tokens, a partial last query tile), a
      * continuation after 100 cached cells, and rows of one KV head (136-byte
      * q8_0 rows) */
+    /* then the tensor-core tiles (64 queries x 64 cells): a query tile and
+     * a cell tile one past a multiple (65 / 129), kv_len one short of a
+     * tile, hd 64 with a group of 7; head sizes without a tensor-core
+     * kernel (32, 96, 256: the per-head split kernel for many tokens, the
+     * decode kernel's partial and double 128-wide chunks for few); a group
+     * of 10 (two chunks of query heads in the decode kernel) and of 1 */
     int cfg[][6] = {{128, 8, 2, 64, 1, 1},      {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
                     {128, 8, 2, 1000, 999, 2},  {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
                     {128, 28, 4, 512, 300, 9},  {128, 8, 2, 4100, 2500, 3},
                     {64, 14, 2, 600, 517, 517}, {128, 8, 2, 300, 200, 100},
-                    {128, 4, 4, 64, 40, 40}};
+                    {128, 4, 4, 64, 40, 40},    {128, 4, 2, 200, 129, 65},
+                    {64, 7, 1, 300, 191, 127},  {128, 2, 1, 130, 129, 129},
+                    {32, 4, 2, 300, 250, 40},   {96, 6, 2, 300, 280, 37},
+                    {256, 4, 2, 700, 650, 20},  {256, 4, 2, 700, 650, 2},
+                    {96, 6, 3, 300, 280, 1},    {64, 40, 4, 500, 400, 2},
+                    {128, 5, 5, 300, 299, 3},   {64, 40, 4, 500, 400, 70}};
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -850,7 +866,54 @@ START_TEST(attention_layouts)
             snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
                      tn(kv[k]), hd, nh, nkv, ncell, kvlen, nt);
             run_both(&n, src, 5, dst, what);
-            compare(dst, "attention", what, TOL_ATTN);
+            compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
+        }
+    }
+    print_stats("attention");
+}
+END_TEST
+
+/* Catches: index arithmetic that overflows or drifts at long contexts
+ * (32k cells), a split share or tile count wrong when the visible length
+ * is not a multiple of it, the causal limit of a long prefill's last
+ * rows. Per cache type: decodes at 32,768 and 32,700 visible cells, a
+ * 3-token decode step, and the last 130 tokens of a 32,768-token prompt
+ * (two whole query tiles and a partial one, against 512 cell tiles). */
+START_TEST(attention_long)
+{
+    UNDER_TEST(_i);
+    /* hd, n_head, n_kv (hd * n_kv = 256: one cache per type), kv_len, nt */
+    enum { CELLS = 32768, ROW = 256 };
+    int cfg[][5] = {{128, 14, 2, 32768, 1}, {128, 14, 2, 32700, 1}, {64, 8, 4, 32767, 3},
+                    {128, 4, 2, 32768, 130}};
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        struct tt *kc = tt_new(kv[k], ROW, CELLS, 1, 1, 0);
+        struct tt *vc = tt_new(kv[k], ROW, CELLS, 1, 1, 0);
+        tt_place(kc, NULL);
+        tt_place(vc, NULL);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], kvlen = cfg[c][3];
+            int nt = cfg[c][4];
+            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
+            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            tt_i32(len)[0] = kvlen;
+            for (int t = 0; t < nt; t++)
+                tt_i32(pos)[t] = kvlen - nt + t;
+            tt_place(q, NULL);
+            tt_place(len, NULL);
+            tt_place(pos, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_ATTENTION};
+            n.iparams[0] = nkv;
+            n.fparams[0] = 1.0f / sqrtf((float)hd);
+            struct tt *src[5] = {q, kc, vc, len, pos};
+            char what[128];
+            snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
+                     tn(kv[k]), hd, nh, nkv, (int)CELLS, kvlen, nt);
+            run_both(&n, src, 5, dst, what);
+            compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
         }
     }
     print_stats("attention");
@@ -972,6 +1035,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, gemm_every_variant);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
+    tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);
     tcase_add_test(tc, oom_then_next_op_runs);
     tcase_add_test(tc, bad_id_reported_at_sync);
     tcase_add_loop_test(tc, weight_registry_reuses, 0, UT_COUNT);

@@ -19,6 +19,9 @@ static void usage(FILE *f)
                "  -p N[,N...]        prompt tokens per pp test (0 = skip)\n"
                "  -n N[,N...]        generated tokens per tg test (0 = skip)\n"
                "  -r N               repetitions (default 5)\n"
+               "  -d D[,D...]        KV depth: each test runs after D tokens are in the\n"
+               "                     cache (filled first, not timed; rows read\n"
+               "                     'pp512 @ d4096'); default 0\n"
                "  --arch A --shape S --type T   synthetic model without -m\n"
                "                     (default qwen2 qwen2.5-0.5b Q4_K_M)\n");
     cli_common_usage(f);
@@ -41,10 +44,12 @@ static struct stats stats_of(const double *v, int n)
 }
 
 /* Tokens per second of one pp (n_tok in one pass) or tg (n_tok passes of
- * one token) run from an empty cache; < 0 on error. */
-static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok, bool gen)
+ * one token) run after the first depth cells of the cache (filled by
+ * fill_depth); < 0 on error. */
+static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok, bool gen,
+                       int32_t depth)
 {
-    if (minfer_ctx_truncate(s->ctx, 0) != MINFER_OK)
+    if (minfer_ctx_truncate(s->ctx, depth) != MINFER_OK)
         return -1;
     double t0 = cli_now_ms();
     if (!gen) {
@@ -57,6 +62,20 @@ static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok,
     }
     double ms = cli_now_ms() - t0;
     return ms > 0 ? 1e3 * n_tok / ms : 0;
+}
+
+/* Fills the cache with depth tokens (ids[0..depth)) from empty, in passes
+ * of at most batch tokens, untimed; 0 or -1 on error. */
+static int fill_depth(struct cli_session *s, const int32_t *ids, int32_t depth, int32_t batch)
+{
+    if (minfer_ctx_truncate(s->ctx, 0) != MINFER_OK)
+        return -1;
+    for (int32_t i = 0; i < depth; i += batch) {
+        int32_t n = depth - i < batch ? depth - i : batch;
+        if (minfer_ctx_decode(s->ctx, ids + i, n, 0) != MINFER_OK)
+            return -1;
+    }
+    return 0;
 }
 
 static struct minfer_gguf *synth_model(const char *arch, const char *shape, const char *type,
@@ -123,7 +142,7 @@ int cmd_bench(int argc, char **argv)
     /* Synthetic-model options and the -p/-n lists are bench's own; peel
      * them off first. */
     const char *arch = "qwen2", *shape = "qwen2.5-0.5b", *type = "Q4_K_M";
-    const char *pp_list = "512", *tg_list = "128";
+    const char *pp_list = "512", *tg_list = "128", *depth_list = "0";
     char **rest = malloc(sizeof *rest * (size_t)(argc + 1));
     int nrest = 0;
     if (!rest)
@@ -139,16 +158,20 @@ int cmd_bench(int argc, char **argv)
             pp_list = argv[++i];
         else if (i + 1 < argc && (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-gen")))
             tg_list = argv[++i];
+        else if (i + 1 < argc && (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--n-depth")))
+            depth_list = argv[++i];
         else
             rest[nrest++] = argv[i];
     }
     struct cli_opts o;
     int rc = cli_parse(nrest, rest, CLI_BENCH, &o);
     free(rest);
-    int32_t pps[BENCH_MAX_TESTS], tgs[BENCH_MAX_TESTS];
+    int32_t pps[BENCH_MAX_TESTS], tgs[BENCH_MAX_TESTS], depths[BENCH_MAX_TESTS];
     int n_pps = rc ? 0 : parse_list(pp_list, pps), n_tgs = rc ? 0 : parse_list(tg_list, tgs);
-    if (!rc && (n_pps < 0 || n_tgs < 0)) {
-        fprintf(stderr, "minfer bench: -p and -n take counts like 512 or 512,2048 (at most %d)\n",
+    int n_depths = rc ? 0 : parse_list(depth_list, depths);
+    if (!rc && (n_pps < 0 || n_tgs < 0 || n_depths <= 0)) {
+        fprintf(stderr,
+                "minfer bench: -p, -n and -d take counts like 512 or 512,2048 (at most %d)\n",
                 BENCH_MAX_TESTS);
         rc = 2;
     }
@@ -156,15 +179,19 @@ int cmd_bench(int argc, char **argv)
         usage(rc == 1 ? stdout : stderr);
         return rc == 1 ? 0 : 2;
     }
-    int32_t n_pp = 0, n_tg = 0;
+    int32_t n_pp = 0, n_tg = 0, n_depth = 0;
     for (int i = 0; i < n_pps; i++)
         n_pp = pps[i] > n_pp ? pps[i] : n_pp;
     for (int i = 0; i < n_tgs; i++)
         n_tg = tgs[i] > n_tg ? tgs[i] : n_tg;
+    for (int i = 0; i < n_depths; i++)
+        n_depth = depths[i] > n_depth ? depths[i] : n_depth;
     if (!o.n_ctx)
-        o.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;
+        o.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + n_depth + 1;
+    /* a pp test is one pass; the depth fill goes in passes of this size
+     * too (at least 512, so a tg-only bench does not fill token by token) */
     if (!o.n_batch)
-        o.n_batch = n_pp > 0 ? n_pp : 1;
+        o.n_batch = n_pp > 512 ? n_pp : n_depth > 0 || n_pp > 0 ? 512 : 1;
 
     struct cli_session s;
     memset(&s, 0, sizeof s);
@@ -186,7 +213,7 @@ int cmd_bench(int argc, char **argv)
     if (!label[0])
         snprintf(label, sizeof label, "%s %s %s", info.arch, info.name, info.type_desc);
 
-    int32_t n_ids = n_pp > n_tg ? n_pp : n_tg;
+    int32_t n_ids = (n_pp > n_tg ? n_pp : n_tg) + n_depth;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids + 1));
     double *v = malloc(sizeof *v * (size_t)o.reps);
     rc = 1;
@@ -216,21 +243,37 @@ int cmd_bench(int argc, char **argv)
     printf("| model | size | params | backend | threads | test | t/s |\n");
     printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
     fflush(stdout);
-    for (int test = 0; test < n_pps + n_tgs; test++) {
-        bool gen = test >= n_pps;
-        int32_t n = gen ? tgs[test - n_pps] : pps[test];
-        if (n <= 0)
-            continue;
-        /* warm-up */
-        if (run_once(&s, ids, gen ? (n < 4 ? n : 4) : n, gen) < 0)
-            goto fail;
-        for (int r = 0; r < o.reps; r++)
-            if ((v[r] = run_once(&s, ids, n, gen)) < 0)
+    if (n_depth + (n_pp > n_tg ? n_pp : n_tg) > minfer_ctx_n_ctx(s.ctx)) {
+        fprintf(stderr, "minfer bench: depth %d plus a %d-token test needs %d cells; the context "
+                        "has %d\n", n_depth, n_pp > n_tg ? n_pp : n_tg,
+                n_depth + (n_pp > n_tg ? n_pp : n_tg), minfer_ctx_n_ctx(s.ctx));
+        goto out;
+    }
+    for (int di = 0; di < n_depths; di++) {
+        int32_t depth = depths[di];
+        char at[32] = "";
+        if (depth > 0)
+            snprintf(at, sizeof at, " @ d%d", depth);
+        bool filled = false;
+        for (int test = 0; test < n_pps + n_tgs; test++) {
+            bool gen = test >= n_pps;
+            int32_t n = gen ? tgs[test - n_pps] : pps[test];
+            if (n <= 0)
+                continue;
+            if (!filled && fill_depth(&s, ids + n_pp, depth, o.n_batch) < 0)
                 goto fail;
-        struct stats st = stats_of(v, o.reps);
-        printf("| %s | %s | %s | %s | %s | %s%d | %.2f ± %.2f |\n", label, size_s, params_s,
-               info.backend, threads, gen ? "tg" : "pp", n, st.mean, st.sd);
-        fflush(stdout);
+            filled = true;
+            /* warm-up */
+            if (run_once(&s, ids, gen ? (n < 4 ? n : 4) : n, gen, depth) < 0)
+                goto fail;
+            for (int r = 0; r < o.reps; r++)
+                if ((v[r] = run_once(&s, ids, n, gen, depth)) < 0)
+                    goto fail;
+            struct stats st = stats_of(v, o.reps);
+            printf("| %s | %s | %s | %s | %s | %s%d%s | %.2f ± %.2f |\n", label, size_s,
+                   params_s, info.backend, threads, gen ? "tg" : "pp", n, at, st.mean, st.sd);
+            fflush(stdout);
+        }
     }
     rc = 0;
     goto out;

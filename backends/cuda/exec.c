@@ -160,12 +160,14 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
 {
     const struct minfer_tensor *s0 = n->src[0], *d = n->dst;
     const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
-    size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
+    size_t need = k_attn_scratch_bytes(view_of(s0), kc->type, kc->data, vc->data,
+                                       (int64_t)kc->nb[1], (int64_t)vc->nb[1], kc->ne[1],
+                                       n->iparams[0], x != NULL);
     void *part = NULL, *xq = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    minfer_status st = need ? cu_scratch(be->c, SLOT_ATTN, need, &part) : MINFER_OK;
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
     if (x) {
         be->xq.valid = false;
         st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);

@@ -208,12 +208,24 @@ int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d0, int64_t 
                 struct kview s1, uint32_t t1, void *d1, int64_t nb1, int64_t nc1,
                 const int32_t *cells);
 
-/* Number of KV splits the attention launch uses for these shapes (a
- * function of shapes only, so a captured launch replays for any kv_len). */
-int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Scratch bytes the attention launch needs. */
-size_t k_attn_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Causal GQA attention with split-K partials and a combine pass.
+/* Scratch bytes the attention launch with these arguments needs (0 for
+ * the tensor-core prefill; the split counts are functions of the shapes
+ * only, so a captured launch replays for any kv_len). xq: a q8_1 output is
+ * wanted (k_attention_q with xq != NULL). */
+size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
+                            int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+                            int64_t n_kv_head, int xq);
+/* The tensor-core prefill kernel (attn-mma.cu) takes these shapes: head_dim
+ * 64 or 128, rows aligned for its 16-byte (F32/F16) or 2-byte (Q8_0) loads. */
+int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,
+                  const void *kc, const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v);
+/* k_attention by that kernel, no scratch (k_attn_mma_ok must hold). */
+int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+               const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+               int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+               struct kview dst);
+/* Causal GQA attention: many tokens on tensor cores (flash attention, one
+ * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
  * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device. */
 int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
