@@ -8,7 +8,7 @@
 # Run from the repository root on the GPU machine, $OUT set. The machine
 # has no Debian -dev packages: .debs/ holds Check, PCRE2, utf8proc, cJSON
 # and pkgconf .debs (apt-get download here), unpacked into /tmp/deps;
-# .fixtures/ holds ../shared/fixtures/models for the fixture suite.
+# .fixtures/models/ holds the fixture files (fixture-A*) for the fixture suite.
 #
 # Environment:
 #   SRC     source tars (git archive ... -o X.tar), space separated; the
@@ -87,6 +87,8 @@ if [ -n "$TESTS" ]; then
   timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1
   echo "e2e rc $?: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
   grep -E ":[EF]:|graph replay|equals cpu|fixture" $OUT/e2e.log | cut -c1-300 | head -40
+  MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture > $OUT/fixture.log 2>&1
+  echo "fixture on cuda rc $?: $(grep -E '^[0-9]+%|SKIPPED' $OUT/fixture.log | tr '\n' ' ')"
   echo "suites done at $(since) s"
 fi
 wait
