@@ -157,17 +157,53 @@ __global__ void __launch_bounds__(A_THREADS)
  * split of the visible cells, so the partials and the combine pass are the
  * split-K ones above. The up to D_G query heads that share the KV head are
  * served together: each K and V row is read once for all of them (the
- * per-head kernel read it group times). Scores: a lane takes one cell of
- * a tile of 32 and dots its K row with the D_G queries held in shared
- * memory (broadcast reads; D_G is 4 or 8, the
- * group size rounded up); the online softmax is per head and warp.
- * Values: the warp reads each V row whole (lane l: 4 consecutive values per
- * 128), coalesced, and accumulates it into the D_G heads. The split share
- * is ceil(visible / splits) cells, computed in the kernel from kv_len:
- * the grid is a function of the shapes (so a captured launch replays), yet
- * every split has work at every depth. DC: chunks of 128 dimensions. */
+ * per-head kernel read it group times). D_G is 4 or 8, the group size
+ * rounded up. Scores: a lane takes one cell of a tile of 32 and dots its K
+ * row with the D_G queries held in shared memory (broadcast reads),
+ * loading 64 values of the row before using them. The online softmax is
+ * per head and warp. Values: the warp reads each V row whole (lane l: 4
+ * consecutive values per 128), coalesced, D_VB rows loaded before any is
+ * used. Decode is bound by memory latency as much as bandwidth: these
+ * batches keep several KiB in flight per warp, where one dependent load
+ * per row did not. The split share is ceil(visible / splits) cells,
+ * computed in the kernel from kv_len: the grid is a function of the shapes
+ * (so a captured launch replays), yet the splits share the work evenly at
+ * every depth. DC: chunks of 128 dimensions. */
 #define D_WARPS 4
 #define D_MAX_SPLITS 512
+
+/* 32 consecutive values of a cache row from element idx (idx % 32 == 0
+ * for Q8_0: one block). */
+template <int L> __device__ __forceinline__ void d_load32(const uint8_t *row, int idx, float *o)
+{
+    if (L == 2) {
+        const bq8_0 *b = (const bq8_0 *)row + idx / 32;
+        float d = h2f(b->d);
+        int v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = ld_i32_a2(b->qs + 4 * i);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            o[4 * i] = d * (float)(int8_t)v[i];
+            o[4 * i + 1] = d * (float)(int8_t)(v[i] >> 8);
+            o[4 * i + 2] = d * (float)(int8_t)(v[i] >> 16);
+            o[4 * i + 3] = d * (float)(int8_t)(v[i] >> 24);
+        }
+    } else {
+        float4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = fa_load4<L>(row, idx + 4 * i);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            o[4 * i] = v[i].x;
+            o[4 * i + 1] = v[i].y;
+            o[4 * i + 2] = v[i].z;
+            o[4 * i + 3] = v[i].w;
+        }
+    }
+}
 
 template <int L, int DC, int D_G>
 __global__ void __launch_bounds__(D_WARPS * 32)
@@ -175,6 +211,7 @@ __global__ void __launch_bounds__(D_WARPS * 32)
                 int64_t knb1, int64_t vnb1, int64_t n_cells, int group, const int32_t *kv_len,
                 const int32_t *pos, float scale, int n_splits, float *__restrict__ part)
 {
+    constexpr int D_VB = 16 / DC; /* V rows in flight per batch */
     const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
     const int n_gc = (group + D_G - 1) / D_G, hk = blockIdx.y / n_gc, gc = blockIdx.y % n_gc;
     const int h0 = hk * group + gc * D_G;
@@ -211,7 +248,8 @@ __global__ void __launch_bounds__(D_WARPS * 32)
         for (int c = 0; c < DC; c++)
             acc[g][c][0] = acc[g][c][1] = acc[g][c][2] = acc[g][c][3] = 0.0f;
     }
-    const size_t koff = (size_t)hk * hd; /* element offset of this KV head in a row */
+    const int koff = hk * hd; /* element offset of this KV head in a row */
+    const int hd32 = hd / 32 * 32;
     for (int64_t c0 = begin; c0 < end; c0 += 32) {
         const int64_t c = c0 + lane;
         const bool ok = c < end;
@@ -219,16 +257,27 @@ __global__ void __launch_bounds__(D_WARPS * 32)
 #pragma unroll
         for (int g = 0; g < D_G; g++)
             s[g] = 0.0f;
-        if (ok) {
-            const uint8_t *row = kc + c * knb1;
-#pragma unroll 4
-            for (int d = 0; d < hd; d += 4) {
-                float4 k4 = fa_load4<L>(row, (int)(koff + d));
+        const uint8_t *row = kc + (ok ? c : c0) * knb1;
+#pragma unroll 2
+        for (int d0 = 0; d0 < hd32; d0 += 32) {
+            float kv[32];
+            d_load32<L>(row, koff + d0, kv);
 #pragma unroll
-                for (int g = 0; g < D_G; g++) {
-                    float4 q4 = *(const float4 *)&qs[g][d];
-                    s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+            for (int g = 0; g < D_G; g++) {
+#pragma unroll
+                for (int i = 0; i < 32; i += 4) {
+                    float4 q4 = *(const float4 *)&qs[g][d0 + i];
+                    s[g] += q4.x * kv[i] + q4.y * kv[i + 1] + q4.z * kv[i + 2] +
+                            q4.w * kv[i + 3];
                 }
+            }
+        }
+        for (int d = hd32; d < hd; d += 4) { /* head sizes not a multiple of 32 */
+            float4 k4 = fa_load4<L>(row, koff + d);
+#pragma unroll
+            for (int g = 0; g < D_G; g++) {
+                float4 q4 = *(const float4 *)&qs[g][d];
+                s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
             }
         }
 #pragma unroll
@@ -253,40 +302,53 @@ __global__ void __launch_bounds__(D_WARPS * 32)
         }
         __syncwarp();
         const int cnt = end - c0 < 32 ? (int)(end - c0) : 32;
-        for (int j = 0; j < cnt; j++) {
-            const uint8_t *vr = vc + (c0 + j) * vnb1;
+        for (int j0 = 0; j0 < cnt; j0 += D_VB) {
+            float4 v[D_VB][DC];
 #pragma unroll
-            for (int cc = 0; cc < DC; cc++) {
-                int d = cc * 128 + lane * 4;
-                if (d < hd) {
-                    float4 v4 = fa_load4<L>(vr, (int)(koff + d));
+            for (int jj = 0; jj < D_VB; jj++) {
+                const uint8_t *vr = vc + (c0 + j0 + jj) * vnb1;
 #pragma unroll
-                    for (int g = 0; g < D_G; g++) {
-                        float pj = ps[warp][g][j];
-                        acc[g][cc][0] += pj * v4.x;
-                        acc[g][cc][1] += pj * v4.y;
-                        acc[g][cc][2] += pj * v4.z;
-                        acc[g][cc][3] += pj * v4.w;
+                for (int cc = 0; cc < DC; cc++) {
+                    int d = cc * 128 + lane * 4;
+                    v[jj][cc] = j0 + jj < cnt && d < hd ? fa_load4<L>(vr, koff + d)
+                                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int jj = 0; jj < D_VB; jj++) {
+#pragma unroll
+                for (int g = 0; g < D_G; g++) {
+                    /* rows past cnt: p is 0 there (and v zeros) */
+                    float pj = j0 + jj < cnt ? ps[warp][g][j0 + jj] : 0.0f;
+#pragma unroll
+                    for (int cc = 0; cc < DC; cc++) {
+                        acc[g][cc][0] += pj * v[jj][cc].x;
+                        acc[g][cc][1] += pj * v[jj][cc].y;
+                        acc[g][cc][2] += pj * v[jj][cc].z;
+                        acc[g][cc][3] += pj * v[jj][cc].w;
                     }
                 }
             }
         }
         __syncwarp(); /* ps is rewritten by the next tile */
     }
+    const bool empty = begin >= end;
 #pragma unroll
     for (int g = 0; g < D_G; g++) {
         if (g >= ng)
             break;
         float lsum = warp_sum(l[g]);
         float *o = part + (((size_t)t * n_head + h0 + g) * n_splits + split) * (size_t)(hd + 2);
+        if (!empty) { /* an empty split's weight is 0: combine never reads its values */
 #pragma unroll
-        for (int cc = 0; cc < DC; cc++) {
-            int d = cc * 128 + lane * 4;
-            if (d < hd) {
-                o[d] = acc[g][cc][0];
-                o[d + 1] = acc[g][cc][1];
-                o[d + 2] = acc[g][cc][2];
-                o[d + 3] = acc[g][cc][3];
+            for (int cc = 0; cc < DC; cc++) {
+                int d = cc * 128 + lane * 4;
+                if (d < hd) { /* rows of hd + 2 floats: 4-byte aligned only */
+                    o[d] = acc[g][cc][0];
+                    o[d + 1] = acc[g][cc][1];
+                    o[d + 2] = acc[g][cc][2];
+                    o[d + 3] = acc[g][cc][3];
+                }
             }
         }
         if (lane == 0) {
@@ -295,6 +357,7 @@ __global__ void __launch_bounds__(D_WARPS * 32)
         }
     }
 }
+
 /* xq (NULL: none): also the output as q8_1 blocks, rows of hd * n_head
  * values per token (needs hd % 32 == 0: every warp then holds whole
  * blocks), with k_quantize_q8_1's arithmetic, bit for bit. The weight of
@@ -313,19 +376,24 @@ __global__ void __launch_bounds__(128)
         M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
     M = block_max128(M, red);
     float Lsum = 0.0f;
+    int last = -1; /* the last split with weight: the cells are dealt out from split 0 */
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
         const float *ps = base + s * (size_t)(hd + 2);
         float ws = ps[hd] == -INFINITY ? 0.0f : expf(ps[hd] - M);
         w[s] = ws;
         Lsum += ws * ps[hd + 1];
+        last = ws != 0.0f ? s : last;
     }
     Lsum = block_sum128(Lsum, red); /* its barriers publish w[] */
+    const int n_used = (int)block_max128((float)last, red) + 1;
     float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
-        for (int s = 0; s < n_splits; s++)
-            if (w[s] != 0.0f)
-                a += w[s] * base[s * (size_t)(hd + 2) + d];
+#pragma unroll 4
+        for (int s = 0; s < n_used; s++) {
+            float x = base[s * (size_t)(hd + 2) + d]; /* unwritten when w[s] == 0 */
+            a += w[s] != 0.0f ? w[s] * x : 0.0f;
+        }
         float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
         o[d] = v;
         if (xq) {
@@ -368,9 +436,10 @@ static int gen_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells)
 }
 
 /* Warps (= splits) per (KV head, query head chunk, token) of the decode
- * kernel: about D_TARGET_WARPS in all, a multiple of D_WARPS, no more than
- * one per 32 cells. */
-#define D_TARGET_WARPS 2048
+ * kernel: about D_TARGET_WARPS in all (one wave of its 3 blocks of 4 warps
+ * per SM on an H200's 132 SMs at 168 registers), a multiple of D_WARPS, no
+ * more than one per 32 cells. */
+#define D_TARGET_WARPS 1536
 static int dec_splits(int64_t n_kv_head, int64_t n_gc, int64_t n_tokens, int64_t n_cells)
 {
     int64_t units = n_kv_head * n_gc * n_tokens;
