@@ -548,12 +548,16 @@ START_TEST(elementwise_ops)
 END_TEST
 
 /* Catches: wrong pair layout (neox is (i, i+n_rot/2)), dims past n_rot not
- * passed through, positions not read per token, freq_scale ignored. */
+ * passed through, positions not read per token, freq_scale ignored, YaRN
+ * parameters ignored or applied by another formula than the CPU's. */
 START_TEST(rope_neox)
 {
     UNDER_TEST(_i);
-    int cfg[][3] = {{128, 128, 0}, {128, 64, 1}, {64, 64, 0}};
-    for (int c = 0; c < 3; c++) {
+    /* hd, n_rot, base 10000 + linear scale 0.5, YaRN (Qwen2.5's 128k: factor 4,
+     * ramp over pairs 23..40 of 64, magnitude 1 + 0.1 ln 4; a partial n_rot) */
+    int cfg[][4] = {{128, 128, 0, 0}, {128, 64, 1, 0}, {64, 64, 0, 0}, {128, 128, 0, 1},
+                    {64, 32, 1, 1}};
+    for (int c = 0; c < 5; c++) {
         for (int nt = 1; nt <= 9; nt += 4) {
             int hd = cfg[c][0], nrot = cfg[c][1];
             struct tt *x = tt_new(MINFER_TYPE_F32, hd, 7, nt, 1, 0);
@@ -567,9 +571,17 @@ START_TEST(rope_neox)
             n.iparams[0] = nrot;
             n.fparams[0] = cfg[c][2] ? 10000.0f : 1000000.0f;
             n.fparams[1] = cfg[c][2] ? 0.5f : 1.0f;
+            if (cfg[c][3]) {
+                n.fparams[1] = 0.25f;
+                n.fparams[2] = 1.0f;
+                n.fparams[3] = 1.1386294f;
+                n.fparams[4] = nrot == 128 ? 23.0f : 2.0f;
+                n.fparams[5] = nrot == 128 ? 40.0f : 10.0f;
+            }
             struct tt *src[2] = {x, pos};
             char what[96];
-            snprintf(what, sizeof what, "rope hd=%d n_rot=%d nt=%d", hd, nrot, nt);
+            snprintf(what, sizeof what, "rope hd=%d n_rot=%d nt=%d%s", hd, nrot, nt,
+                     cfg[c][3] ? " yarn" : "");
             run_both(&n, src, 2, dst, what);
             compare(dst, "rope", what, TOL_ROPE);
         }

@@ -249,6 +249,12 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     }
     case MINFER_OP_ROPE:
+        if (n->fparams[2] != 0.0f || n->fparams[3] != 0.0f || n->fparams[4] != 0.0f ||
+            n->fparams[5] != 0.0f) {
+            LAUNCH(k_rope_yarn(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
+                               n->fparams));
+            return MINFER_OK;
+        }
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
                       n->fparams[1]));
         return MINFER_OK;

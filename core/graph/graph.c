@@ -342,23 +342,35 @@ struct gtensor *graph_mul_mat(struct graph *g, struct gtensor *w, struct gtensor
     return add_node(g, MINFER_OP_MUL_MAT, src, 2, ne, NULL, label, NULL);
 }
 
-struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
-                           float freq_base, float freq_scale, const char *label)
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               const struct graph_rope_params *p, const char *label)
 {
     if (!x || !pos)
         return NULL;
-    if (!check(g, pos->t.ne[0] == x->t.ne[2] && n_rot <= x->t.ne[0] && n_rot % 2 == 0,
+    if (!check(g, pos->t.ne[0] == x->t.ne[2] && p->n_rot <= x->t.ne[0] && p->n_rot % 2 == 0,
                "positions or n_rot do not fit", label))
         return NULL;
     struct minfer_node *n = NULL;
     struct gtensor *src[2] = {x, pos};
     struct gtensor *d = add_node(g, MINFER_OP_ROPE, src, 2, x->t.ne, NULL, label, &n);
     if (d) {
-        n->iparams[0] = n_rot;
-        n->fparams[0] = freq_base;
-        n->fparams[1] = freq_scale;
+        n->iparams[0] = p->n_rot;
+        n->fparams[0] = p->freq_base;
+        n->fparams[1] = p->freq_scale;
+        n->fparams[2] = p->ext_factor;
+        n->fparams[3] = p->mscale;
+        n->fparams[4] = p->corr_lo;
+        n->fparams[5] = p->corr_hi;
     }
     return d;
+}
+
+struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
+                           float freq_base, float freq_scale, const char *label)
+{
+    struct graph_rope_params p = {.n_rot = n_rot, .freq_base = freq_base,
+                                  .freq_scale = freq_scale};
+    return graph_rope_ext(g, x, pos, &p, label);
 }
 
 struct gtensor *graph_swiglu(struct graph *g, struct gtensor *gate, struct gtensor *up,

@@ -82,6 +82,18 @@ struct gtensor *graph_cols(struct graph *g, struct gtensor *src, int64_t first, 
 
 /* ---- ops (each appends one node) ---- */
 
+/* A ROPE node's parameters (MINFER_OP_ROPE's iparams/fparams). YaRN:
+ * ext_factor > 0 mixes each pair's interpolated and original angle by a
+ * ramp over pair indices [corr_lo, corr_hi]; mscale scales cos and sin
+ * (0 = 1). All YaRN fields 0: plain (linear) scaling. */
+struct graph_rope_params {
+    int n_rot;
+    float freq_base, freq_scale;
+    float ext_factor, mscale, corr_lo, corr_hi;
+};
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               const struct graph_rope_params *p, const char *label);
+
 struct gtensor *graph_get_rows(struct graph *g, struct gtensor *table, struct gtensor *ids,
                                const char *label);
 struct gtensor *graph_rms_norm(struct graph *g, struct gtensor *x, float eps, const char *label);

@@ -249,8 +249,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         memcpy(&c->p, p, p->struct_size < sizeof c->p ? p->struct_size : sizeof c->p);
     c->p.struct_size = sizeof c->p;
     int64_t n_ctx = c->p.n_ctx > 0 ? c->p.n_ctx : 4096;
-    if (n_ctx > m->hp.n_ctx_train)
-        n_ctx = m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_max) /* the trained context, or more with RoPE scaling */
+        n_ctx = m->hp.n_ctx_max;
     c->p.n_ctx = (int32_t)n_ctx;
     if (c->p.n_batch <= 0)
         c->p.n_batch = 512;
@@ -402,7 +402,7 @@ minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int
         return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
                     "%d tokens after %u in the context exceed its length %u (use a larger -c, "
                     "at most the model's %lld)",
-                    n, c->kv.n_used, c->kv.n_cells, (long long)c->m->hp.n_ctx_train);
+                    n, c->kv.n_used, c->kv.n_cells, (long long)c->m->hp.n_ctx_max);
     }
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) {

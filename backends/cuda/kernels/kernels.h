@@ -155,6 +155,11 @@ int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
            float freq_base, float freq_scale);
 
+/* k_rope with YaRN: fp = the ROPE node's fparams[0..5] (freq_base,
+ * freq_scale, ext_factor, mscale (0 = 1), ramp lo, hi), MINFER_OP_ROPE's
+ * formula. */
+int k_rope_yarn(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
+                const float *fp);
 /* Two k_rope calls with the same positions and parameters in one launch
  * (x0/x1 with equal token counts; the pairs must not overlap). */
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,

@@ -442,6 +442,49 @@ extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct
     return 0;
 }
 
+/* YaRN (MINFER_OP_ROPE's formula): each pair's angle mixes the scaled and
+ * the unscaled one by a ramp over pair indices; cos and sin times mscale.
+ * Only YaRN nodes come here, so the plain kernels keep their exact bits. */
+struct kyarn {
+    float base, fscale, ext, mscale, lo, hi;
+};
+
+__global__ void rope_yarn_kernel(kview x, const int32_t *pos, kview dst, int n_rot, kyarn y)
+{
+    const int64_t h = blockIdx.x, t = blockIdx.y;
+    const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    int half = n_rot / 2;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < x.ne[0]; i += blockDim.x) {
+        if (i < half) {
+            float te = p * powf(y.base, -2.0f * (float)i / (float)n_rot);
+            float th = te * y.fscale;
+            if (y.ext > 0.0f) {
+                float r = (i - y.lo) / fmaxf(0.001f, y.hi - y.lo);
+                r = (1.0f - fminf(1.0f, fmaxf(0.0f, r))) * y.ext;
+                th = th * (1.0f - r) + te * r;
+            }
+            float cs, sn;
+            sincosf(th, &sn, &cs);
+            rope_apply(xr[i], xr[i + half], cs * y.mscale, sn * y.mscale, o, i, half);
+        } else if (i >= n_rot) {
+            o[i] = xr[i];
+        }
+    }
+}
+
+extern "C" int k_rope_yarn(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
+                           int n_rot, const float *fp)
+{
+    if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
+        return k_fail(k, "rope", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
+    kyarn y = {fp[0], fp[1], fp[2], fp[3] > 0.0f ? fp[3] : 1.0f, fp[4], fp[5]};
+    dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
+    KLAUNCH(k, "rope_yarn", rope_yarn_kernel, grid, 64, 0, x, pos, dst, n_rot, y);
+    return 0;
+}
+
 extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1,
                        struct kview d1, const int32_t *pos, int n_rot, float freq_base,
                        float freq_scale)

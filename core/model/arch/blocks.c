@@ -106,12 +106,12 @@ struct gtensor *build_attn(struct build *b, int il, struct gtensor *x)
         k = build_norm(b, k, il, W_ATTN_K_NORM, lab);
     }
 
+    struct graph_rope_params rp;
+    model_rope_params(hp, &rp);
     snprintf(lab, sizeof lab, "blk.%d.rope_q", il);
-    q = graph_rope(g, q, b->inp_pos, (int)hp->n_rot, (float)hp->rope_base,
-                   (float)hp->rope_scale, lab);
+    q = graph_rope_ext(g, q, b->inp_pos, &rp, lab);
     snprintf(lab, sizeof lab, "blk.%d.rope_k", il);
-    k = graph_rope(g, k, b->inp_pos, (int)hp->n_rot, (float)hp->rope_base,
-                   (float)hp->rope_scale, lab);
+    k = graph_rope_ext(g, k, b->inp_pos, &rp, lab);
 
     struct gtensor *kview = NULL, *vview = NULL;
     snprintf(lab, sizeof lab, "cache_k.%d", il);
