@@ -826,7 +826,8 @@ END_TEST
 /* Catches: causal masking off by one, kv_len not read at run time, GQA
  * head mapping, split-K combine errors (long KV spreads over many
  * splits), each cache layout, prefill with many query tokens (the tiled
- * kernel: a dropped partial tile of queries or cells). */
+ * kernel: a dropped partial tile of queries or cells), a sliding window
+ * ignored or cut one cell off. */
 START_TEST(attention_layouts)
 {
     UNDER_TEST(_i);
@@ -851,11 +852,18 @@ START_TEST(attention_layouts)
                     {256, 4, 2, 700, 650, 20},  {256, 4, 2, 700, 650, 2},
                     {96, 6, 3, 300, 280, 1},    {64, 40, 4, 500, 400, 2},
                     {128, 5, 5, 300, 299, 3},   {64, 40, 4, 500, 400, 70}};
+    /* sliding windows (iparams[1]): a prefill whose rows start in different
+     * cell tiles, a window longer than the prefix, decodes */
+    int win[][7] = {{128, 8, 2, 600, 517, 517, 128}, {64, 14, 2, 600, 517, 9, 100},
+                    {128, 28, 4, 4100, 4097, 1, 1000}, {64, 4, 2, 300, 90, 90, 200},
+                    {128, 4, 2, 300, 299, 70, 33}};
+    int ncfg = (int)(sizeof cfg / sizeof cfg[0]), nwin = (int)(sizeof win / sizeof win[0]);
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
-        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], ncell = cfg[c][3];
-            int kvlen = cfg[c][4], nt = cfg[c][5];
+        for (int c = 0; c < ncfg + nwin; c++) {
+            const int *cf = c < ncfg ? cfg[c] : win[c - ncfg];
+            int hd = cf[0], nh = cf[1], nkv = cf[2], ncell = cf[3];
+            int kvlen = cf[4], nt = cf[5], window = c < ncfg ? 0 : cf[6];
             struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
             struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
@@ -872,11 +880,13 @@ START_TEST(attention_layouts)
             struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct minfer_node n = {.op = MINFER_OP_ATTENTION};
             n.iparams[0] = nkv;
+            n.iparams[1] = window;
             n.fparams[0] = 1.0f / sqrtf((float)hd);
             struct tt *src[5] = {q, kc, vc, len, pos};
             char what[128];
-            snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
-                     tn(kv[k]), hd, nh, nkv, ncell, kvlen, nt);
+            snprintf(what, sizeof what,
+                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
+                     hd, nh, nkv, ncell, kvlen, nt, window);
             run_both(&n, src, 5, dst, what);
             compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
         }
@@ -896,8 +906,10 @@ START_TEST(attention_long)
     UNDER_TEST(_i);
     /* hd, n_head, n_kv (hd * n_kv = 256: one cache per type), kv_len, nt */
     enum { CELLS = 32768, ROW = 256 };
-    int cfg[][5] = {{128, 14, 2, 32768, 1}, {128, 14, 2, 32700, 1}, {64, 8, 4, 32767, 3},
-                    {128, 4, 2, 32768, 130}};
+    /* hd, n_head, n_kv, kv_len, nt, sliding window */
+    int cfg[][6] = {{128, 14, 2, 32768, 1, 0}, {128, 14, 2, 32700, 1, 0}, {64, 8, 4, 32767, 3, 0},
+                    {128, 4, 2, 32768, 130, 0}, {128, 14, 2, 32768, 1, 4096},
+                    {128, 4, 2, 32768, 130, 1024}};
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         struct tt *kc = tt_new(kv[k], ROW, CELLS, 1, 1, 0);
@@ -906,7 +918,7 @@ START_TEST(attention_long)
         tt_place(vc, NULL);
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
             int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], kvlen = cfg[c][3];
-            int nt = cfg[c][4];
+            int nt = cfg[c][4], window = cfg[c][5];
             struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
             struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
@@ -919,11 +931,13 @@ START_TEST(attention_long)
             struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct minfer_node n = {.op = MINFER_OP_ATTENTION};
             n.iparams[0] = nkv;
+            n.iparams[1] = window;
             n.fparams[0] = 1.0f / sqrtf((float)hd);
             struct tt *src[5] = {q, kc, vc, len, pos};
             char what[128];
-            snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
-                     tn(kv[k]), hd, nh, nkv, (int)CELLS, kvlen, nt);
+            snprintf(what, sizeof what,
+                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
+                     hd, nh, nkv, (int)CELLS, kvlen, nt, window);
             run_both(&n, src, 5, dst, what);
             compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
         }
@@ -1028,6 +1042,9 @@ START_TEST(unsupported_node_is_refused_by_both)
 }
 END_TEST
 
+/* the model families' ops (ABI 1.1) */
+#include "backend-ops-models.inc"
+
 Suite *backend_ops_suite(void);
 Suite *backend_ops_suite(void)
 {
@@ -1052,6 +1069,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, bad_id_reported_at_sync);
     tcase_add_loop_test(tc, weight_registry_reuses, 0, UT_COUNT);
     tcase_add_loop_test(tc, unsupported_node_is_refused_by_both, 0, UT_COUNT);
+    add_model_family_cases(tc);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -30,6 +30,7 @@ struct fill_state {
     int calls;
     int fail_at_call; /* 0: never */
     const struct minfer_gguf_writer *w; /* when set, checks temp_path */
+    const char *empty_dir;              /* when set, must stay empty during the write */
 };
 
 static minfer_status fill_pattern(void *user, uint64_t offset, void *dst, size_t size)
@@ -42,6 +43,9 @@ static minfer_status fill_pattern(void *user, uint64_t offset, void *dst, size_t
         ck_assert_ptr_nonnull(tmp);
         ck_assert_int_eq(access(tmp, F_OK), 0);
     }
+    if (f->empty_dir)
+        ck_assert_msg(dir_entries(f->empty_dir) == 0, "the temporary has a name in %s",
+                      f->empty_dir);
     if (++f->calls == f->fail_at_call)
         return MINFER_ERR_BACKEND;
     uint8_t *d = dst;
@@ -331,6 +335,69 @@ START_TEST(writer_failure_leaves_no_file)
 }
 END_TEST
 
+START_TEST(writer_temporary_is_unnamed)
+{
+    /* Catches a named temporary (which a killed writer leaves behind): on
+     * Linux the data goes to an O_TMPFILE, so the directory holds nothing
+     * until the finished file is linked in. */
+    char *dir = temp_dir();
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/anon.gguf", dir);
+    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    int64_t ne[2] = {1024, 2048}; /* 8 MiB: the callback runs mid-write */
+    struct fill_state fs = {.seed = 3, .w = w, .empty_dir = dir};
+    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "x", MINFER_TYPE_F32, 2, ne, NULL,
+                                                   fill_pattern, &fs),
+                     MINFER_OK);
+    minfer_status st = minfer_gguf_writer_write(w, path, err, sizeof err);
+    ck_assert_msg(st == MINFER_OK, "%s", err);
+    ck_assert_int_eq(dir_entries(dir), 1);
+    minfer_gguf_writer_free(w);
+    remove_dir(dir);
+}
+END_TEST
+
+START_TEST(writer_output_path_rules)
+{
+    /* Catches a FIFO, a directory or a dangling symlink at the output path
+     * being replaced (or written through), and a symlink replaced by a
+     * regular file instead of its target being written. */
+    char *dir = temp_dir();
+    char fifo[256], sub[256], link[256], target[256], err[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(target, sizeof target, "%s/target.gguf", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    const char *bad[] = {fifo, sub};
+    const char *kind[] = {"a FIFO", "a directory"};
+    for (int i = 0; i < 2; i++) {
+        struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+        ck_assert_int_eq(minfer_gguf_writer_write(w, bad[i], err, sizeof err),
+                         MINFER_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(err, kind[i]), "%s", err);
+        minfer_gguf_writer_free(w);
+    }
+    struct stat sb;
+    ck_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    ck_assert_int_eq(symlink("missing", link), 0);
+    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    ck_assert_int_eq(minfer_gguf_writer_write(w, link, err, sizeof err), MINFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(unlink(link), 0);
+    FILE *f = fopen(target, "w");
+    fputs("old", f);
+    fclose(f);
+    ck_assert_int_eq(symlink("target.gguf", link), 0);
+    ck_assert_msg(minfer_gguf_writer_write(w, link, err, sizeof err) == MINFER_OK, "%s", err);
+    ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    ck_assert(stat(target, &sb) == 0 && sb.st_size > 3);
+    minfer_gguf_writer_free(w);
+    rmdir(sub);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(writer_disk_full_reports_errno)
 {
     /* Catches ignoring a failing write(2) (disk full): with the file size
@@ -454,6 +521,8 @@ Suite *gguf_write_suite(void)
     tcase_add_test(tc, writer_fill_chunks_large_tensor);
     tcase_add_test(tc, writer_failure_leaves_no_file);
     tcase_add_test(tc, writer_disk_full_reports_errno);
+    tcase_add_test(tc, writer_temporary_is_unnamed);
+    tcase_add_test(tc, writer_output_path_rules);
     suite_add_tcase(s, tc);
     tc = tcase_create("info");
     tcase_set_timeout(tc, 60);

@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,7 +498,37 @@ START_TEST(directory_scan_records_every_test_plugin)
 }
 END_TEST
 
-/* ---- search order and options ---- */
+START_TEST(only_backend_opens_only_its_file)
+{
+    /* Catches a run that names its backend still dlopening every plugin of
+     * a scanned directory (the CUDA plugin's static runtime initialises in
+     * dlopen, and crashed there under memory pressure): with only_backend
+     * "test-good" a scan of the test plugins opens and records that file
+     * alone, while a file named explicitly is still opened. */
+    const char *paths[] = {MINFER_TEST_PLUGIN_DIR, TP("probe-zero")};
+    struct minfer_runtime_opts o = {.struct_size = sizeof o, .plugin_paths = paths,
+                                    .n_plugin_paths = 2, .only_backend = "test-good",
+                                    .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS};
+    minfer_status st;
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, NULL, 0);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 2);
+    ck_assert_str_eq(rec(rt, 0).path, TP("good"));
+    ck_assert(rec(rt, 0).loaded);
+    ck_assert_str_eq(rec(rt, 1).path, TP("probe-zero"));
+    minfer_runtime_free(rt);
+
+    /* an older caller's struct (without the field) still scans everything */
+    o.struct_size = offsetof(struct minfer_runtime_opts, only_backend);
+    o.n_plugin_paths = 1;
+    rt = minfer_runtime_new(&o, &st, NULL, 0);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 14);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- search order and options ---- *//* ---- search order and options ---- */
 
 START_TEST(search_order_api_env_libdir_install)
 {
@@ -534,6 +565,97 @@ START_TEST(search_order_api_env_libdir_install)
     ck_assert_ptr_null(minfer_runtime_search_path(rt, 1, NULL));
     ck_assert_uint_eq(minfer_runtime_record_count(rt), 1);
     minfer_runtime_free(rt);
+}
+END_TEST
+
+START_TEST(relative_env_entry_is_refused)
+{
+    /* Catches MINFER_PLUGIN_PATH entries being resolved against the current
+     * directory (a process started in an attacker's directory would load
+     * its libminfer-*.so) while absolute entries beside them still load. */
+    setenv("MINFER_PLUGIN_PATH", "relative/dir:" TP("good") ":./libminfer-x.so", 1);
+    struct minfer_runtime_opts o = {.struct_size = sizeof o,
+                                    .flags = MINFER_RUNTIME_NO_DEFAULT_DIRS};
+    minfer_status st;
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, NULL, 0);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 3);
+    ck_assert_str_eq(rec(rt, 0).path, "relative/dir");
+    ck_assert(!rec(rt, 0).loaded);
+    ck_assert_msg(strstr(rec(rt, 0).reason, "relative entry"), "reason: %s", rec(rt, 0).reason);
+    ck_assert(rec(rt, 1).loaded);
+    ck_assert(!rec(rt, 2).loaded);
+    ck_assert_msg(strstr(rec(rt, 2).reason, "absolute path"), "reason: %s", rec(rt, 2).reason);
+    minfer_runtime_free(rt);
+    unsetenv("MINFER_PLUGIN_PATH");
+}
+END_TEST
+
+/* Runs minfer_runtime_new on one plugin path with stderr captured into
+ * out (NUL-terminated). */
+static void load_capturing_stderr(const char *path, char *out, size_t out_len)
+{
+    char logf[] = "/tmp/minfer-test-trust-log.XXXXXX";
+    int fd = mkstemp(logf);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    const char *paths[] = {path};
+    struct minfer_runtime_opts o = {.struct_size = sizeof o, .plugin_paths = paths,
+                                    .n_plugin_paths = 1,
+                                    .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS};
+    minfer_status st;
+    struct minfer_runtime *rt = minfer_runtime_new(&o, &st, NULL, 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert(rec(rt, 0).loaded); /* a warning, not a refusal */
+    minfer_runtime_free(rt);
+    ssize_t n = pread(fd, out, out_len - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(logf);
+}
+
+START_TEST(writable_plugin_file_or_dir_warns)
+{
+    /* Catches the loader silently running code that anyone on the machine
+     * could have replaced: a world-writable directory, then a
+     * group-writable file, each named in a warning. */
+    setenv("MINFER_LOG_LEVEL", "warn", 1);
+    char dir[] = "/tmp/minfer-test-trust.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/libminfer-test-good.so", dir);
+    FILE *in = fopen(TP("good"), "rb"), *out = fopen(path, "wb");
+    ck_assert(in && out);
+    char buf[8192];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;)
+        ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    ck_assert_int_eq(fclose(out), 0);
+
+    char log[4096];
+    ck_assert_int_eq(chmod(path, 0755), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    load_capturing_stderr(path, log, sizeof log);
+    ck_assert_msg(strstr(log, "directory") && strstr(log, "world-writable") &&
+                      strstr(log, dir), "log: %s", log);
+    ck_assert_msg(!strstr(log, "plugin file"), "log: %s", log);
+
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(path, 0775), 0);
+    load_capturing_stderr(path, log, sizeof log);
+    ck_assert_msg(strstr(log, "plugin file") && strstr(log, "group-writable"), "log: %s", log);
+    ck_assert_msg(!strstr(log, "plugin directory"), "log: %s", log);
+
+    ck_assert_int_eq(chmod(path, 0755), 0);
+    load_capturing_stderr(path, log, sizeof log);
+    ck_assert_msg(!strstr(log, "writable") && !strstr(log, "owned by"), "log: %s", log);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -675,11 +797,14 @@ Suite *loader_suite(void)
     tcase_add_test(tc, concurrent_runtimes_share_one_load);
     tcase_add_test(tc, higher_score_shadows_lower_in_any_order);
     tcase_add_test(tc, directory_scan_records_every_test_plugin);
+    tcase_add_test(tc, only_backend_opens_only_its_file);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("search");
     tcase_add_test(tc, search_order_api_env_libdir_install);
     tcase_add_test(tc, bad_options_are_refused);
+    tcase_add_test(tc, relative_env_entry_is_refused);
+    tcase_add_test(tc, writable_plugin_file_or_dir_warns);
     suite_add_tcase(s, tc);
     return s;
 }

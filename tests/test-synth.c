@@ -618,6 +618,7 @@ START_TEST(quantize_fixture_a)
     ck_assert_msg(minfer_quantize(in, mid, &qo, err, sizeof err) == MINFER_OK, "%s", err);
     check_quantized(in, mid, MINFER_FTYPE_MOSTLY_Q4_K_M);
     qo.ftype = MINFER_FTYPE_MOSTLY_Q8_0;
+    qo.allow_requantize = true;
     ck_assert_msg(minfer_quantize(mid, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
     check_quantized(mid, out, MINFER_FTYPE_MOSTLY_Q8_0);
     rm_tmpdir();
@@ -652,7 +653,8 @@ START_TEST(quantize_unaligned_rows)
     ck_assert_int_eq(minfer_gguf_writer_write(w, in, err, sizeof err), MINFER_OK);
     minfer_gguf_writer_free(w);
     struct minfer_quantize_opts qo = {.struct_size = sizeof qo,
-                                      .ftype = MINFER_FTYPE_MOSTLY_Q8_0, .n_threads = 2};
+                                      .ftype = MINFER_FTYPE_MOSTLY_Q8_0, .n_threads = 2,
+                                      .allow_requantize = true};
     ck_assert_msg(minfer_quantize(in, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
     minfer_status st;
     struct minfer_gguf *gi = minfer_gguf_open(in, &st, err, sizeof err);
@@ -714,9 +716,39 @@ START_TEST(quantize_refusals)
     ck_assert_int_eq(minfer_gguf_writer_write(w, in, err, sizeof err), MINFER_OK);
     minfer_gguf_writer_free(w);
     qo.ftype = MINFER_FTYPE_MOSTLY_F16;
+    qo.allow_requantize = true;
     ck_assert_int_eq(minfer_quantize(in, out, &qo, err, sizeof err), MINFER_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "blk.0.attn_q.weight"));
     ck_assert_ptr_nonnull(strstr(err, "q2_K"));
+    ck_assert_int_ne(access(out, F_OK), 0);
+    /* an already quantized (readable) input: refused unless allowed, naming
+     * a tensor; out naming the input, directly or through a symlink, is
+     * refused before anything is written */
+    w = minfer_gguf_writer_new(3);
+    static uint8_t q40[18 * 4];
+    int64_t ne40[2] = {64, 2};
+    ck_assert_int_eq(minfer_gguf_writer_set_str(w, "general.architecture", arch, 5), MINFER_OK);
+    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", MINFER_TYPE_Q4_0,
+                                                   2, ne40, q40, NULL, NULL),
+                     MINFER_OK);
+    ck_assert_int_eq(minfer_gguf_writer_write(w, in, err, sizeof err), MINFER_OK);
+    minfer_gguf_writer_free(w);
+    qo.allow_requantize = false;
+    ck_assert_int_eq(minfer_quantize(in, out, &qo, err, sizeof err), MINFER_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "already quantized") && strstr(err, "blk.0.attn_q.weight"), "%s",
+                  err);
+    ck_assert_int_ne(access(out, F_OK), 0);
+    qo.allow_requantize = true;
+    ck_assert_int_eq(minfer_quantize(in, in, &qo, err, sizeof err), MINFER_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "is the input file"));
+    char link[420];
+    snprintf(link, sizeof link, "%s/link.gguf", tmpdir);
+    ck_assert_int_eq(symlink(in, link), 0);
+    ck_assert_int_eq(minfer_quantize(in, link, &qo, err, sizeof err), MINFER_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "through a link"));
+    unlink(link);
+    ck_assert_msg(minfer_quantize(in, out, &qo, err, sizeof err) == MINFER_OK, "%s", err);
+    unlink(out);
     ck_assert_int_ne(access(out, F_OK), 0);
     qo.struct_size = 4;
     ck_assert_int_eq(minfer_quantize("/nonexistent/in.gguf", out, &qo, err, sizeof err),

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-opts.h"
 #include "commands.h"
 #include "minfer/minfer.h"
 
@@ -65,6 +66,7 @@ static void usage(FILE *f)
                "then $MINFER_PLUGIN_PATH, then <dir of libminfer.so>/minfer/backends,\n"
                "then the install directory. PATH is a plugin .so or a directory\n"
                "scanned for libminfer-*.so. Exits 1 when no backend is loaded.\n");
+    cli_print_options(f, CMD_BACKENDS);
 }
 
 int cmd_backends(int argc, char **argv)
@@ -76,22 +78,20 @@ int cmd_backends(int argc, char **argv)
     }
     size_t n_paths = 0;
     uint32_t flags = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--plugin") && i + 1 < argc) {
-            paths[n_paths++] = argv[++i];
-        } else if (!strncmp(argv[i], "--plugin=", 9)) {
-            paths[n_paths++] = argv[i] + 9;
-        } else if (!strcmp(argv[i], "--no-default-dirs")) {
-            flags |= MINFER_RUNTIME_NO_DEFAULT_DIRS;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    struct cli_args a = {"backends", CMD_BACKENDS, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        switch (id) {
+        case OPT_PLUGIN: paths[n_paths++] = v; break;
+        case OPT_NO_DEFAULT_DIRS: flags |= MINFER_RUNTIME_NO_DEFAULT_DIRS; break;
+        case OPT_HELP:
             usage(stdout);
             free(paths);
-            return 0;
-        } else {
-            fprintf(stderr, "minfer backends: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
+            return cli_stdout_done("backends");
+        default:
             free(paths);
-            return 2;
+            return id == CLI_POSITIONAL
+                       ? cli_usage_error("backends", "unexpected argument '%s'", v) : 2;
         }
     }
     struct minfer_runtime_opts opts = {
@@ -145,5 +145,7 @@ int cmd_backends(int argc, char **argv)
     }
     printf("\n%zu backend%s loaded\n", n_loaded, n_loaded == 1 ? "" : "s");
     minfer_runtime_free(rt);
+    if (cli_stdout_done("backends"))
+        return 1;
     return n_loaded ? 0 : 1;
 }

@@ -12,19 +12,30 @@
 #include "cli-model.h"
 #include "commands.h"
 #include "minfer/gguf.h"
+#include <cjson/cJSON.h>
+#include <inttypes.h>
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: minfer bench [-m MODEL] [-p 512] [-n 128] [-r 5] [options]\n"
-               "  -p N[,N...]        prompt tokens per pp test (0 = skip)\n"
-               "  -n N[,N...]        generated tokens per tg test (0 = skip)\n"
-               "  -r N               repetitions (default 5)\n"
-               "  -d D[,D...]        KV depth: each test runs after D tokens are in the\n"
-               "                     cache (filled first, not timed; rows read\n"
-               "                     'pp512 @ d4096'); default 0\n"
-               "  --arch A --shape S --type T   synthetic model without -m\n"
-               "                     (default qwen2 qwen2.5-0.5b Q4_K_M)\n");
-    cli_common_usage(f);
+    fprintf(f, "usage: minfer bench [-m MODEL] [-p 512] [-n 128] [-r 5] [-o md] [options]\n"
+               "Prompt processing (pp) and generation (tg) throughput, mean and standard\n"
+               "deviation over the repetitions after a warm-up. Without -m it benches a\n"
+               "synthetic model made in memory (--shape, --type). -o json prints an array\n"
+               "of rows {model, model_type, size, params, backend, threads, test, n_prompt,\n"
+               "n_gen, avg_ts, stddev_ts, samples_ts}; jsonl one row per line; csv a header\n"
+               "and one line per row; md (the default) a table like llama-bench's.\n");
+    cli_print_options(f, CMD_BENCH);
+}
+
+/* Whether argv has opt (bench's synthetic-model options have defaults, so
+ * cli_opts cannot tell "given" apart). */
+static bool argc_has(int argc, char **argv, const char *opt)
+{
+    size_t n = strlen(opt);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], opt, n) && (!argv[i][n] || argv[i][n] == '='))
+            return true;
+    return false;
 }
 
 struct stats {
@@ -44,12 +55,11 @@ static struct stats stats_of(const double *v, int n)
 }
 
 /* Tokens per second of one pp (n_tok in one pass) or tg (n_tok passes of
- * one token) run after the first depth cells of the cache (filled by
- * fill_depth); < 0 on error. */
+ * one token) run from an empty cache; < 0 on error. */
 static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok, bool gen,
                        int32_t depth)
 {
-    if (minfer_ctx_truncate(s->ctx, depth) != MINFER_OK)
+    if (minfer_ctx_truncate(s->ctx, depth) != MINFER_OK) /* keeps the depth fill */
         return -1;
     double t0 = cli_now_ms();
     if (!gen) {
@@ -116,78 +126,92 @@ static struct minfer_gguf *synth_model(const char *arch, const char *shape, cons
     return g;
 }
 
-#define BENCH_MAX_TESTS 8
+/* One result row, printed in the chosen format. */
+struct row {
+    const char *model, *size, *params, *backend, *threads;
+    uint64_t size_bytes, n_params;
+    char test[40];
+    int32_t n_prompt, n_gen;
+    struct stats st;
+    const double *samples;
+    int n_samples;
+};
 
-/* "512" or "512,2048" into v; the count, or -1 when malformed. */
-static int parse_list(const char *s, int32_t *v)
+static void csv_str(const char *s)
 {
-    int n = 0;
-    while (*s) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x < 0 || x > (1 << 20) || n == BENCH_MAX_TESTS)
-            return -1;
-        v[n++] = (int32_t)x;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return -1;
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
     }
-    return n;
+    putchar('"');
+}
+
+static void print_row(const char *fmt, const struct row *r, int index)
+{
+    if (!strcmp(fmt, "md")) {
+        printf("| %s | %s | %s | %s | %s | %s | %.2f ± %.2f |\n", r->model, r->size, r->params,
+               r->backend, r->threads, r->test, r->st.mean, r->st.sd);
+    } else if (!strcmp(fmt, "csv")) {
+        csv_str(r->model);
+        printf(",%" PRIu64 ",%" PRIu64 ",", r->size_bytes, r->n_params);
+        csv_str(r->backend);
+        printf(",%s,%s,%d,%d,%.6f,%.6f\n", r->threads, r->test, r->n_prompt, r->n_gen,
+               r->st.mean, r->st.sd);
+    } else {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", r->model);
+        cJSON_AddNumberToObject(j, "size", (double)r->size_bytes);
+        cJSON_AddNumberToObject(j, "params", (double)r->n_params);
+        cJSON_AddStringToObject(j, "backend", r->backend);
+        cJSON_AddStringToObject(j, "threads", r->threads);
+        cJSON_AddStringToObject(j, "test", r->test);
+        cJSON_AddNumberToObject(j, "n_prompt", r->n_prompt);
+        cJSON_AddNumberToObject(j, "n_gen", r->n_gen);
+        cJSON_AddNumberToObject(j, "avg_ts", r->st.mean);
+        cJSON_AddNumberToObject(j, "stddev_ts", r->st.sd);
+        cJSON_AddItemToObject(j, "samples_ts",
+                              cJSON_CreateDoubleArray(r->samples, r->n_samples));
+        char *t = cJSON_PrintUnformatted(j);
+        if (!strcmp(fmt, "json"))
+            printf("%s  %s", index ? ",\n" : "", t ? t : "{}");
+        else
+            printf("%s\n", t ? t : "{}");
+        free(t);
+        cJSON_Delete(j);
+    }
+    fflush(stdout);
 }
 
 int cmd_bench(int argc, char **argv)
 {
-    /* Synthetic-model options and the -p/-n lists are bench's own; peel
-     * them off first. */
-    const char *arch = "qwen2", *shape = "qwen2.5-0.5b", *type = "Q4_K_M";
-    const char *pp_list = "512", *tg_list = "128", *depth_list = "0";
-    char **rest = malloc(sizeof *rest * (size_t)(argc + 1));
-    int nrest = 0;
-    if (!rest)
-        return 1;
-    for (int i = 0; i < argc; i++) {
-        if (i + 1 < argc && !strcmp(argv[i], "--arch"))
-            arch = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--shape"))
-            shape = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--type"))
-            type = argv[++i];
-        else if (i + 1 < argc && (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--n-prompt")))
-            pp_list = argv[++i];
-        else if (i + 1 < argc && (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-gen")))
-            tg_list = argv[++i];
-        else if (i + 1 < argc && (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--n-depth")))
-            depth_list = argv[++i];
-        else
-            rest[nrest++] = argv[i];
-    }
     struct cli_opts o;
-    int rc = cli_parse(nrest, rest, CLI_BENCH, &o);
-    free(rest);
-    int32_t pps[BENCH_MAX_TESTS], tgs[BENCH_MAX_TESTS], depths[BENCH_MAX_TESTS];
-    int n_pps = rc ? 0 : parse_list(pp_list, pps), n_tgs = rc ? 0 : parse_list(tg_list, tgs);
-    int n_depths = rc ? 0 : parse_list(depth_list, depths);
-    if (!rc && (n_pps < 0 || n_tgs < 0 || n_depths <= 0)) {
-        fprintf(stderr,
-                "minfer bench: -p, -n and -d take counts like 512 or 512,2048 (at most %d)\n",
-                BENCH_MAX_TESTS);
-        rc = 2;
+    int rc = cli_parse(argc, argv, CMD_BENCH, &o);
+    if (rc == 1) {
+        usage(stdout);
+        return cli_stdout_done("bench");
     }
-    if (rc) {
-        usage(rc == 1 ? stdout : stderr);
-        return rc == 1 ? 0 : 2;
-    }
+    if (rc)
+        return rc;
+    if (o.model && (o.arch || argc_has(argc, argv, "--shape") || argc_has(argc, argv, "--type")))
+        return cli_usage_error("bench", "--arch, --shape and --type describe a synthetic "
+                                        "model; they cannot apply with -m");
+    const char *arch = o.arch, *shape = o.shape, *type = o.type;
+    if (!arch)
+        arch = !strncmp(shape, "qwen3", 5) ? "qwen3" : "qwen2";
+    const int32_t *pps = o.pps, *tgs = o.tgs;
+    int n_pps = o.n_pps, n_tgs = o.n_tgs;
     int32_t n_pp = 0, n_tg = 0, n_depth = 0;
     for (int i = 0; i < n_pps; i++)
         n_pp = pps[i] > n_pp ? pps[i] : n_pp;
     for (int i = 0; i < n_tgs; i++)
         n_tg = tgs[i] > n_tg ? tgs[i] : n_tg;
-    for (int i = 0; i < n_depths; i++)
-        n_depth = depths[i] > n_depth ? depths[i] : n_depth;
+    for (int i = 0; i < o.n_depths; i++)
+        n_depth = o.depths[i] > n_depth ? o.depths[i] : n_depth;
+    int32_t n_test = n_pp > n_tg ? n_pp : n_tg;
     if (!o.n_ctx)
-        o.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + n_depth + 1;
+        o.n_ctx = n_test + n_depth + 1;
     /* a pp test is one pass; the depth fill goes in passes of this size
      * too (at least 512, so a tg-only bench does not fill token by token) */
     if (!o.n_batch)
@@ -213,7 +237,7 @@ int cmd_bench(int argc, char **argv)
     if (!label[0])
         snprintf(label, sizeof label, "%s %s %s", info.arch, info.name, info.type_desc);
 
-    int32_t n_ids = (n_pp > n_tg ? n_pp : n_tg) + n_depth;
+    int32_t n_ids = n_test + n_depth;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids + 1));
     double *v = malloc(sizeof *v * (size_t)o.reps);
     rc = 1;
@@ -240,27 +264,31 @@ int cmd_bench(int argc, char **argv)
                                             : (double)info.n_params / 1e6,
              info.n_params >= 1000000000ull ? "B" : "M");
 
-    printf("| model | size | params | backend | threads | test | t/s |\n");
-    printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    const char *fmt = o.bench_fmt;
+    if (!strcmp(fmt, "md")) {
+        printf("| model | size | params | backend | threads | test | t/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    } else if (!strcmp(fmt, "csv")) {
+        printf("model,size,params,backend,threads,test,n_prompt,n_gen,avg_ts,stddev_ts\n");
+    } else if (!strcmp(fmt, "json")) {
+        printf("[\n");
+    }
     fflush(stdout);
-    if (n_depth + (n_pp > n_tg ? n_pp : n_tg) > minfer_ctx_n_ctx(s.ctx)) {
+    int n_rows = 0;
+    if (n_depth + n_test > minfer_ctx_n_ctx(s.ctx)) {
         fprintf(stderr, "minfer bench: depth %d plus a %d-token test needs %d cells; the context "
-                        "has %d\n", n_depth, n_pp > n_tg ? n_pp : n_tg,
-                n_depth + (n_pp > n_tg ? n_pp : n_tg), minfer_ctx_n_ctx(s.ctx));
+                        "has %d\n", n_depth, n_test, n_depth + n_test, minfer_ctx_n_ctx(s.ctx));
         goto out;
     }
-    for (int di = 0; di < n_depths; di++) {
-        int32_t depth = depths[di];
-        char at[32] = "";
-        if (depth > 0)
-            snprintf(at, sizeof at, " @ d%d", depth);
+    for (int di = 0; di < o.n_depths; di++) {
+        int32_t depth = o.depths[di];
         bool filled = false;
         for (int test = 0; test < n_pps + n_tgs; test++) {
             bool gen = test >= n_pps;
             int32_t n = gen ? tgs[test - n_pps] : pps[test];
             if (n <= 0)
                 continue;
-            if (!filled && fill_depth(&s, ids + n_pp, depth, o.n_batch) < 0)
+            if (!filled && fill_depth(&s, ids + n_test, depth, o.n_batch) < 0)
                 goto fail;
             filled = true;
             /* warm-up */
@@ -269,13 +297,19 @@ int cmd_bench(int argc, char **argv)
             for (int r = 0; r < o.reps; r++)
                 if ((v[r] = run_once(&s, ids, n, gen, depth)) < 0)
                     goto fail;
-            struct stats st = stats_of(v, o.reps);
-            printf("| %s | %s | %s | %s | %s | %s%d%s | %.2f ± %.2f |\n", label, size_s,
-                   params_s, info.backend, threads, gen ? "tg" : "pp", n, at, st.mean, st.sd);
-            fflush(stdout);
+            struct row r = {label, size_s, params_s, info.backend, threads, info.size_bytes,
+                            info.n_params, "", gen ? 0 : n, gen ? n : 0, stats_of(v, o.reps), v,
+                            o.reps};
+            if (depth > 0) /* llama-bench's -d row name */
+                snprintf(r.test, sizeof r.test, "%s%d @ d%d", gen ? "tg" : "pp", n, depth);
+            else
+                snprintf(r.test, sizeof r.test, "%s%d", gen ? "tg" : "pp", n);
+            print_row(fmt, &r, n_rows++);
         }
     }
-    rc = 0;
+    if (!strcmp(fmt, "json"))
+        printf("%s]\n", n_rows ? "\n" : "");
+    rc = cli_stdout_done("bench");
     goto out;
 fail:
     fprintf(stderr, "minfer bench: %s\n", minfer_ctx_last_error(s.ctx));

@@ -13,12 +13,11 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: minfer eval -m MODEL (PROMPT | -p TEXT | -f FILE | --ids 1,2,3) -o FILE\n"
-               "                   [--chat] [--all] [options]\n"
-               "  -o FILE            write logits here: f32 little-endian, rows x n_vocab\n"
-               "  --all              every prompt position's row (default: the last only)\n"
-               "  --chat             wrap the prompt in the model's chat template\n"
-               "  --no-special       do not match special tokens written in the text\n");
-    cli_common_usage(f);
+               "                   [--raw] [--all] [options]\n"
+               "Runs the prompt and writes its logits to FILE as little-endian f32, rows x\n"
+               "n_vocab; prints the token ids it used as a JSON array. As in run, the prompt\n"
+               "goes through the model's chat template unless --raw or --ids.\n");
+    cli_print_options(f, CMD_EVAL);
 }
 
 static bool little_endian(void)
@@ -30,13 +29,15 @@ static bool little_endian(void)
 int cmd_eval(int argc, char **argv)
 {
     struct cli_opts o;
-    int rc = cli_parse(argc, argv, CLI_TAKES_PROMPT | CLI_TAKES_OUT, &o);
-    if (rc || !o.out) {
-        if (!rc)
-            fprintf(stderr, "minfer eval: -o FILE is required\n");
-        usage(rc == 1 ? stdout : stderr);
-        return rc == 1 ? 0 : 2;
+    int rc = cli_parse(argc, argv, CMD_EVAL, &o);
+    if (rc == 1) {
+        usage(stdout);
+        return cli_stdout_done("eval");
     }
+    if (rc)
+        return rc;
+    if (!o.out)
+        return cli_usage_error("eval", "-o FILE is required");
     if (!little_endian()) {
         fprintf(stderr, "minfer eval: this host is big-endian; the output format is little-endian f32\n");
         return 1;
@@ -46,10 +47,11 @@ int cmd_eval(int argc, char **argv)
         return 1;
     int32_t *ids = NULL;
     size_t n = 0;
-    FILE *f = NULL;
+    struct cli_out out = {0};
     rc = 1;
-    if (cli_prompt_ids("eval", &o, &s, &ids, &n))
+    if ((rc = cli_prompt_ids("eval", &o, &s, &ids, &n)) != 0)
         goto out;
+    rc = 1;
     minfer_status st = minfer_ctx_decode(s.ctx, ids, (int32_t)n, o.all ? MINFER_DECODE_ALL_LOGITS : 0);
     if (st != MINFER_OK) {
         fprintf(stderr, "minfer eval: prompt of %zu tokens: %s\n", n, minfer_ctx_last_error(s.ctx));
@@ -57,33 +59,23 @@ int cmd_eval(int argc, char **argv)
     }
     struct minfer_model_info info = {.struct_size = sizeof info};
     minfer_model_info(s.model, &info);
-    f = fopen(o.out, "wb");
-    if (!f) {
-        perror(o.out);
+    if (cli_out_open("eval", o.out, &out))
         goto out;
-    }
     int32_t rows = minfer_ctx_n_logits(s.ctx);
     for (int32_t r = 0; r < rows; r++)
-        if (fwrite(minfer_ctx_logits(s.ctx, r), sizeof(float), (size_t)info.n_vocab, f) !=
-            (size_t)info.n_vocab) {
-            perror(o.out);
-            goto out;
-        }
-    if (fclose(f) != 0) {
-        f = NULL;
-        perror(o.out);
+        if (fwrite(minfer_ctx_logits(s.ctx, r), sizeof(float), (size_t)info.n_vocab, out.f) !=
+            (size_t)info.n_vocab)
+            break; /* cli_out_commit reports the error */
+    if (cli_out_commit("eval", &out))
         goto out;
-    }
-    f = NULL;
     printf("[");
     for (size_t i = 0; i < n; i++)
         printf("%s%d", i ? ", " : "", ids[i]);
     printf("]\n");
     fprintf(stderr, "minfer eval: wrote %d x %d logits to %s\n", rows, info.n_vocab, o.out);
-    rc = 0;
+    rc = cli_stdout_done("eval");
 out:
-    if (f)
-        fclose(f);
+    cli_out_abort(&out);
     free(ids);
     cli_close(&s);
     return rc;

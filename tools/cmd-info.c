@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-opts.h"
 #include "commands.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
@@ -168,13 +169,9 @@ static void print_tensors(const struct minfer_gguf *g)
 
 static void info_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: minfer info [options] FILE.gguf\n"
-            "Prints a GGUF file's metadata and tensor table.\n\n"
-            "  --items N     array elements shown per key (default 8; 0 = all)\n"
-            "  --chars N     string bytes shown (default 160; 0 = all)\n"
-            "  --no-kv       skip the metadata\n"
-            "  --no-tensors  skip the tensor table\n");
+    fprintf(f, "usage: minfer info [options] (-m FILE.gguf | FILE.gguf)\n"
+               "Prints a GGUF file's metadata and tensor table.\n");
+    cli_print_options(f, CMD_INFO);
 }
 
 static bool parse_count(const char *s, uint64_t *out)
@@ -193,33 +190,35 @@ int cmd_info(int argc, char **argv)
 {
     struct info_opts o = {8, 160, false, false};
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        uint64_t v;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            info_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--items") && i + 1 < argc && parse_count(argv[i + 1], &v)) {
-            o.max_items = v;
-            i++;
-        } else if (!strcmp(argv[i], "--chars") && i + 1 < argc && parse_count(argv[i + 1], &v)) {
-            o.max_str = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
-            i++;
-        } else if (!strcmp(argv[i], "--no-kv")) {
-            o.no_kv = true;
-        } else if (!strcmp(argv[i], "--no-tensors")) {
-            o.no_tensors = true;
-        } else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "minfer info: unexpected argument '%s'\n", argv[i]);
-            info_usage(stderr);
-            return 2;
-        } else {
-            path = argv[i];
+    struct cli_args a = {"info", CMD_INFO, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        uint64_t n;
+        switch (id) {
+        case OPT_HELP: info_usage(stdout); return cli_stdout_done("info");
+        case OPT_ITEMS:
+        case OPT_CHARS:
+            if (!parse_count(v, &n))
+                return cli_usage_error("info", "%s needs a whole number >= 0, not '%s'", a.opt,
+                                       v);
+            if (id == OPT_ITEMS)
+                o.max_items = n;
+            else
+                o.max_str = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+            break;
+        case OPT_NO_KV: o.no_kv = true; break;
+        case OPT_NO_TENSORS: o.no_tensors = true; break;
+        case OPT_MODEL:
+        case CLI_POSITIONAL:
+            if (path)
+                return cli_usage_error("info", "one file at a time ('%s' and '%s')", path, v);
+            path = v;
+            break;
+        default: return 2;
         }
     }
-    if (!path) {
-        info_usage(stderr);
-        return 2;
-    }
+    if (!path)
+        return cli_usage_error("info", "no file (-m FILE.gguf)");
     char err[1024];
     minfer_status st;
     struct minfer_gguf *g = minfer_gguf_open_flags(path, MINFER_GGUF_OPEN_ANY_TYPE, &st, err,
@@ -242,5 +241,5 @@ int cmd_info(int argc, char **argv)
     if (!o.no_tensors)
         print_tensors(g);
     minfer_gguf_close(g);
-    return fflush(stdout) == 0 ? 0 : 1;
+    return cli_stdout_done("info");
 }

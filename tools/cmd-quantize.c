@@ -1,5 +1,5 @@
 /*
- * cmd-quantize.c — `minfer quantize [--pure] IN OUT TYPE [--threads N]`:
+ * cmd-quantize.c — `minfer quantize [--pure] [--allow-requantize] IN OUT TYPE`:
  * converts a GGUF model to another element type or quantization mix
  * (rules in docs/quantize.md), and the progress bar the model tools share.
  */
@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli-opts.h"
 #include "commands.h"
 #include "minfer/minfer.h"
 
@@ -64,13 +65,16 @@ const volatile int *cli_catch_interrupt(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: minfer quantize [--pure] [--threads N] IN.gguf OUT.gguf TYPE\n"
+            "usage: minfer quantize [options] IN.gguf OUT.gguf TYPE\n"
             "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K (plain types)\n"
             "        Q4_K_M Q4_K_S Q5_K_M Q5_K_S (mixes; Q4_K and Q5_K mean the _M mix)\n"
-            "  --pure       every 2-D weight gets exactly TYPE (1-D tensors stay F32)\n"
-            "  --threads N  worker threads (default: all CPUs)\n"
-            "Quantized inputs are dequantized first, so any type converts to any other.\n"
-            "The output appears only once it is complete. See docs/quantize.md.\n");
+            "An input whose weights are already quantized is refused unless\n"
+            "--allow-requantize (it is dequantized first, so any type converts to any\n"
+            "other, at a cost in quality). OUT must not be IN (also through a link), and\n"
+            "must be a regular file or a new name: a device or FIFO is refused, a symlink\n"
+            "is followed to its target. The output appears only once it is complete (an\n"
+            "unnamed O_TMPFILE file, linked at the end). See docs/quantize.md.\n");
+    cli_print_options(f, CMD_QUANTIZE);
 }
 
 int cmd_quantize(int argc, char **argv)
@@ -78,40 +82,30 @@ int cmd_quantize(int argc, char **argv)
     const char *pos[3];
     int npos = 0;
     struct minfer_quantize_opts o = {.struct_size = sizeof o};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--pure")) {
-            o.pure = true;
-        } else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
-            char *end;
-            if (i + 1 >= argc || (o.n_threads = (int32_t)strtol(argv[i + 1], &end, 10)) < 1 ||
-                *end) {
-                fprintf(stderr, "minfer quantize: --threads needs a positive number\n");
+    struct cli_args a = {"quantize", CMD_QUANTIZE, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        switch (id) {
+        case OPT_HELP: usage(stdout); return cli_stdout_done("quantize");
+        case OPT_PURE: o.pure = true; break;
+        case OPT_ALLOW_REQUANT: o.allow_requantize = true; break;
+        case OPT_THREADS:
+            if (!cli_num_i32("quantize", a.opt, v, 1, 4096, &o.n_threads))
                 return 2;
-            }
-            i++;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "minfer quantize: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (npos < 3) {
-            pos[npos++] = argv[i];
-        } else {
-            fprintf(stderr, "minfer quantize: unexpected argument %s\n", argv[i]);
-            usage(stderr);
-            return 2;
+            cli_check_threads("quantize", o.n_threads);
+            break;
+        case CLI_POSITIONAL:
+            if (npos == 3)
+                return cli_usage_error("quantize", "unexpected argument '%s'", v);
+            pos[npos++] = v;
+            break;
+        default: return 2;
         }
     }
-    if (npos != 3) {
-        usage(stderr);
-        return 2;
-    }
+    if (npos != 3)
+        return cli_usage_error("quantize", "needs IN.gguf OUT.gguf TYPE");
     if (!minfer_ftype_from_name(pos[2], &o.ftype)) {
-        fprintf(stderr, "minfer quantize: unknown TYPE '%s'\n", pos[2]);
-        usage(stderr);
-        return 2;
+        return cli_usage_error("quantize", "unknown TYPE '%s'", pos[2]);
     }
     o.progress = cli_progress;
     o.progress_user = "quantize";

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli-opts.h"
 #include "commands.h"
 #include "minfer/minfer.h"
 
@@ -245,8 +246,10 @@ nomem:
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: minfer synth --arch qwen2|qwen3 --shape NAME|custom:k=v,... --type TYPE\n"
+            "usage: minfer synth [--arch qwen2|qwen3] --shape NAME|custom:k=v,... --type TYPE\n"
             "                    -o FILE [--tokenizer FILE] [--seed S] [--threads N] [--pure]\n"
+            "  --arch    inferred from a named --shape (qwen2.5-* is qwen2, qwen3-* qwen3);\n"
+            "            required with custom:\n"
             "  --shape   qwen2: qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b\n"
             "            qwen3: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b\n"
             "            custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,\n"
@@ -256,6 +259,20 @@ static void usage(FILE *f)
             "  --tokenizer  a .gguf (its tokenizer.* keys are copied) or a Hugging Face\n"
             "            tokenizer.json (tokenizer_config.json beside it is read too);\n"
             "            default: a built-in byte-level vocabulary with Qwen's special tokens\n");
+    cli_print_options(f, CMD_SYNTH);
+}
+
+/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
+static const char *arch_of_shape(const char *shape)
+{
+    static const char *const archs[] = {"qwen2", "qwen3"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        struct minfer_synth_shape sh;
+        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
+            strncmp(shape, "custom:", 7) != 0)
+            return archs[i];
+    }
+    return NULL;
 }
 
 static double now_s(void)
@@ -275,55 +292,34 @@ int cmd_synth(int argc, char **argv)
 {
     const char *arch = NULL, *shape = NULL, *type = NULL, *out = NULL, *tok = NULL;
     struct minfer_synth_opts o = {.struct_size = sizeof o, .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--pure")) {
-            o.pure = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "minfer synth: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        char *end;
-        if (!strcmp(a, "--arch"))
-            arch = v;
-        else if (!strcmp(a, "--shape"))
-            shape = v;
-        else if (!strcmp(a, "--type"))
-            type = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-            out = v;
-        else if (!strcmp(a, "--tokenizer"))
-            tok = v;
-        else if (!strcmp(a, "--seed")) {
-            o.seed = strtoull(v, &end, 0);
-            if (*end || !*v) {
-                fprintf(stderr, "minfer synth: --seed needs a number\n");
+    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        switch (id) {
+        case OPT_HELP: usage(stdout); return cli_stdout_done("synth");
+        case OPT_PURE: o.pure = true; break;
+        case OPT_ARCH: arch = v; break;
+        case OPT_SHAPE: shape = v; break;
+        case OPT_TYPE: type = v; break;
+        case OPT_OUT: out = v; break;
+        case OPT_TOKENIZER: tok = v; break;
+        case OPT_SYNTH_SEED:
+            if (!cli_num_u64("synth", a.opt, v, &o.seed))
                 return 2;
-            }
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            o.n_threads = (int32_t)strtol(v, &end, 10);
-            if (*end || o.n_threads < 1) {
-                fprintf(stderr, "minfer synth: --threads needs a positive number\n");
+            break;
+        case OPT_THREADS:
+            if (!cli_num_i32("synth", a.opt, v, 1, 4096, &o.n_threads))
                 return 2;
-            }
-        } else {
-            fprintf(stderr, "minfer synth: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
+            cli_check_threads("synth", o.n_threads);
+            break;
+        case CLI_POSITIONAL: return cli_usage_error("synth", "unexpected argument '%s'", v);
+        default: return 2;
         }
     }
-    if (!arch || !shape || !type || !out) {
-        fprintf(stderr, "minfer synth: --arch, --shape, --type and -o are required\n");
-        usage(stderr);
-        return 2;
-    }
+    if (!shape || !type || !out)
+        return cli_usage_error("synth", "--shape, --type and -o are required");
+    if (!arch && !(arch = arch_of_shape(shape)))
+        return cli_usage_error("synth", "--shape '%s' names no known model; give --arch", shape);
     char err[1024];
     if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK) {
         fprintf(stderr, "minfer synth: %s\n", err);

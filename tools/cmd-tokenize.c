@@ -7,30 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-opts.h"
 #include "commands.h"
 #include "minfer/gguf.h"
 #include "minfer/minfer.h"
 
 /* ---- shared ---- */
 
-static struct minfer_tokenizer *open_tokenizer(const char *path)
+static struct minfer_tokenizer *open_tokenizer(const char *cmd, const char *path)
 {
     minfer_status st;
     char err[512];
     struct minfer_gguf *g = minfer_gguf_open(path, &st, err, sizeof err);
     if (!g) {
-        fprintf(stderr, "minfer: cannot open %s: %s\n", path, err);
+        fprintf(stderr, "minfer %s: %s\n", cmd, err);
         return NULL;
     }
     struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(g, &st, err, sizeof err);
     minfer_gguf_close(g);
     if (!tok)
-        fprintf(stderr, "minfer: %s: %s\n", path, err);
+        fprintf(stderr, "minfer %s: %s: %s\n", cmd, path, err);
     return tok;
 }
 
 /* Reads a whole stream, exact bytes, NUL-terminated (the NUL is not counted). */
-static char *read_stream(FILE *f, const char *name, size_t *n)
+static char *read_stream(const char *cmd, FILE *f, const char *name, size_t *n)
 {
     size_t cap = 1 << 16, len = 0;
     char *b = malloc(cap);
@@ -39,7 +40,7 @@ static char *read_stream(FILE *f, const char *name, size_t *n)
         len += r;
         if (len < cap - 1) {
             if (ferror(f)) {
-                fprintf(stderr, "minfer: error reading %s: %s\n", name, strerror(errno));
+                fprintf(stderr, "minfer %s: error reading %s: %s\n", cmd, name, strerror(errno));
                 free(b);
                 b = NULL;
             }
@@ -49,7 +50,7 @@ static char *read_stream(FILE *f, const char *name, size_t *n)
         if (!nb) {
             free(b);
             b = NULL;
-            fprintf(stderr, "minfer: %s is too large to read into memory\n", name);
+            fprintf(stderr, "minfer %s: %s is too large to read into memory\n", cmd, name);
             break;
         }
         b = nb;
@@ -61,14 +62,14 @@ static char *read_stream(FILE *f, const char *name, size_t *n)
     return b;
 }
 
-static char *read_file(const char *path, size_t *n)
+static char *read_file(const char *cmd, const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "minfer: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "minfer %s: cannot open %s: %s\n", cmd, path, strerror(errno));
         return NULL;
     }
-    char *b = read_stream(f, path, n);
+    char *b = read_stream(cmd, f, path, n);
     fclose(f);
     return b;
 }
@@ -77,52 +78,52 @@ static char *read_file(const char *path, size_t *n)
 
 static void tokenize_usage(FILE *f)
 {
-    fprintf(f, "usage: minfer tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special]\n"
-               "  prints the token ids as a JSON array\n"
-               "  -p TEXT     text to tokenize\n"
-               "  -f FILE     tokenize the exact bytes of FILE\n"
-               "  --special   match control tokens written in the text (<|im_start|>)\n");
+    fprintf(f, "usage: minfer tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--no-special]\n"
+               "  prints the token ids as a JSON array (no BOS added)\n"
+               "  Special tokens written in the text (<|im_start|>) become their control-token\n"
+               "  ids, as in minfer run; --no-special keeps them plain text.\n");
+    cli_print_options(f, CMD_TOKENIZE);
 }
 
 int cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *file = NULL;
-    bool special = false;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
-            model = argv[++i];
-        else if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc)
-            text = argv[++i];
-        else if ((!strcmp(argv[i], "-f") || !strcmp(argv[i], "--file")) && i + 1 < argc)
-            file = argv[++i];
-        else if (!strcmp(argv[i], "--special"))
-            special = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            tokenize_usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "minfer tokenize: unexpected argument '%s'\n", argv[i]);
-            tokenize_usage(stderr);
-            return 2;
+    bool special = true;
+    struct cli_args a = {"tokenize", CMD_TOKENIZE, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        switch (id) {
+        case OPT_HELP: tokenize_usage(stdout); return 0;
+        case OPT_MODEL: model = v; break;
+        case OPT_PROMPT: text = v; break;
+        case OPT_FILE: file = v; break;
+        case OPT_SPECIAL: special = true; break;
+        case OPT_NO_SPECIAL: special = false; break;
+        case CLI_POSITIONAL:
+            if (!text && !file) {
+                text = v;
+                break;
+            }
+            return cli_usage_error("tokenize", "unexpected argument '%s'", v);
+        default: return 2;
         }
     }
-    if (!model || (!text == !file)) {
-        fprintf(stderr, "minfer tokenize: need -m and exactly one of -p or -f\n");
-        tokenize_usage(stderr);
-        return 2;
-    }
+    if (!model)
+        return cli_usage_error("tokenize", "no model (-m FILE)");
+    if (!text == !file)
+        return cli_usage_error("tokenize", "give exactly one of -p TEXT or -f FILE");
     int rc = 1;
     char *buf = NULL;
     int32_t *ids = NULL;
     size_t len;
     if (file) {
-        if (!(buf = read_file(file, &len)))
+        if (!(buf = read_file("tokenize", file, &len)))
             return 1;
         text = buf;
     } else {
         len = strlen(text);
     }
-    struct minfer_tokenizer *tok = open_tokenizer(model);
+    struct minfer_tokenizer *tok = open_tokenizer(a.cmd, model);
     if (!tok)
         goto out;
     /* one id per input byte is enough but for replaced invalid bytes: one
@@ -144,7 +145,7 @@ int cmd_tokenize(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         printf(i ? ", %d" : "%d", ids[i]);
     printf("]\n");
-    rc = 0;
+    rc = cli_stdout_done("tokenize");
 out:
     minfer_tokenizer_free(tok);
     free(ids);
@@ -158,10 +159,8 @@ static void detokenize_usage(FILE *f)
 {
     fprintf(f, "usage: minfer detokenize -m MODEL.gguf --ids 1,2,3 [--skip-special]\n"
                "  prints the text the ids stand for (invalid UTF-8 as U+FFFD)\n"
-               "  --ids LIST       ids separated by commas or spaces; [1, 2] is accepted too;\n"
-               "                   - reads them from stdin (minfer tokenize ... | minfer detokenize\n"
-               "                   -m M --ids -)\n"
-               "  --skip-special   leave out control tokens (<|im_end|>)\n");
+               "  minfer tokenize ... | minfer detokenize -m MODEL --ids - round-trips\n");
+    cli_print_options(f, CMD_DETOKENIZE);
 }
 
 /* Parses "1,2, 3" or "[1, 2, 3]". */
@@ -169,7 +168,11 @@ static int32_t *parse_ids(const char *s, size_t *n_out)
 {
     size_t n = 0, cap = 16;
     int32_t *v = malloc(cap * sizeof *v);
-    while (v && *s) {
+    if (!v) {
+        fprintf(stderr, "minfer detokenize: out of memory for the id list\n");
+        return NULL;
+    }
+    while (*s) {
         if (strchr("[], \t\n", *s)) {
             s++;
             continue;
@@ -185,6 +188,7 @@ static int32_t *parse_ids(const char *s, size_t *n_out)
         if (n == cap) {
             int32_t *nv = realloc(v, 2 * cap * sizeof *v);
             if (!nv) {
+                fprintf(stderr, "minfer detokenize: out of memory for %zu ids\n", 2 * cap);
                 free(v);
                 return NULL;
             }
@@ -202,32 +206,25 @@ int cmd_detokenize(int argc, char **argv)
 {
     const char *model = NULL, *list = NULL;
     bool skip = false;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
-            model = argv[++i];
-        else if (!strcmp(argv[i], "--ids") && i + 1 < argc)
-            list = argv[++i];
-        else if (!strcmp(argv[i], "--skip-special"))
-            skip = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            detokenize_usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "minfer detokenize: unexpected argument '%s'\n", argv[i]);
-            detokenize_usage(stderr);
-            return 2;
+    struct cli_args a = {"detokenize", CMD_DETOKENIZE, argc, argv, 1, ""};
+    const char *v;
+    for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
+        switch (id) {
+        case OPT_HELP: detokenize_usage(stdout); return 0;
+        case OPT_MODEL: model = v; break;
+        case OPT_IDS: list = v; break;
+        case OPT_SKIP_SPECIAL: skip = true; break;
+        case CLI_POSITIONAL: return cli_usage_error("detokenize", "unexpected argument '%s'", v);
+        default: return 2;
         }
     }
-    if (!model || !list) {
-        fprintf(stderr, "minfer detokenize: need -m and --ids\n");
-        detokenize_usage(stderr);
-        return 2;
-    }
+    if (!model || !list)
+        return cli_usage_error("detokenize", "need -m FILE and --ids LIST");
     size_t n;
     char *in = NULL;
     if (!strcmp(list, "-")) {
         size_t len;
-        if (!(in = read_stream(stdin, "stdin", &len)))
+        if (!(in = read_stream("detokenize", stdin, "stdin", &len)))
             return 1;
         list = in;
     }
@@ -237,7 +234,7 @@ int cmd_detokenize(int argc, char **argv)
         return 2;
     int rc = 1;
     char *text = NULL;
-    struct minfer_tokenizer *tok = open_tokenizer(model);
+    struct minfer_tokenizer *tok = open_tokenizer(a.cmd, model);
     if (!tok)
         goto out;
     for (size_t i = 0; i < n; i++)
@@ -258,7 +255,7 @@ int cmd_detokenize(int argc, char **argv)
     }
     fwrite(text, 1, len, stdout);
     putchar('\n');
-    rc = 0;
+    rc = cli_stdout_done("detokenize");
 out:
     minfer_tokenizer_free(tok);
     free(ids);

@@ -1,17 +1,13 @@
 /*
  * commands.h — the minfer CLI's subcommands. Each lives in its own
- * tools/cmd-<name>.c and is listed once in main.c's table.
+ * tools/cmd-<name>.c and is listed once in main.c's table (struct
+ * cli_command, cli-opts.h).
  * A command returns the process exit status (0 ok, 1 failure, 2 usage).
  */
 #ifndef MINFER_TOOLS_COMMANDS_H
 #define MINFER_TOOLS_COMMANDS_H
 
-struct cli_command {
-    const char *name;
-    const char *summary;
-    int (*run)(int argc, char **argv); /* argv[0] is the command name */
-};
-
+int cmd_completion(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_backends(int argc, char **argv);
 /* ---- gguf ---- */

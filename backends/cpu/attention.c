@@ -10,7 +10,9 @@
  * weighted V rows to its accumulator. Nothing larger than one chunk of
  * scores and one head_dim accumulator per query is ever materialised, and
  * the conversions are shared by all the queries of the task (up to 32 in
- * prefill, the heads of one group in decode).
+ * prefill, the heads of one group in decode). With a sliding window
+ * (iparams[1]) a task starts at the lowest cell any of its queries still
+ * sees; cells below a query's window are neither scored nor summed.
  *
  * Decode has only (kv heads x head groups) such tasks, too few to keep
  * many cores busy over a long cache; when the queries fit one token block,
@@ -35,6 +37,7 @@ struct attn_task {
     const struct minfer_tensor *q, *kc, *vc, *dst;
     const int32_t *pos;
     int nt, kv_len, hd, group, n_kv, subs; /* subs: tasks per kv head and token block */
+    int window;        /* sliding window in positions, 0 = none */
     int tok_blocks;
     int splits;        /* cell runs per (token block, kv head, head group) */
     float *partial;    /* splits > 1: per (task, query) max, sum, hd accumulator */
@@ -94,12 +97,15 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
     float *row = acc + (size_t)QUERIES_PER_TASK * hd; /* [hd] */
     const float *q[QUERIES_PER_TASK];
     float m[QUERIES_PER_TASK], l[QUERIES_PER_TASK];
-    int n_vis[TOKENS_PER_TASK], max_vis = 0;
+    /* token a sees cells [lo[a], n_vis[a]) of this run */
+    int n_vis[TOKENS_PER_TASK], lo[TOKENS_PER_TASK], max_vis = 0, min_lo = ce;
     for (int a = 0; a < ntok; a++) {
         int tok = tok0 + a;
         n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
         n_vis[a] = n_vis[a] < ce ? n_vis[a] : ce;
         max_vis = n_vis[a] > max_vis ? n_vis[a] : max_vis;
+        lo[a] = t->window && t->pos[tok] - t->window + 1 > cb ? t->pos[tok] - t->window + 1 : cb;
+        min_lo = lo[a] < min_lo ? lo[a] : min_lo;
         for (int i = 0; i < nh; i++) {
             int qi = a * nh + i;
             q[qi] = (const float *)((const char *)t->q->data + (size_t)(h0 + i) * t->q->nb[1] +
@@ -110,7 +116,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
         }
     }
     bool v_in_place = t->vc->type == MINFER_TYPE_F32;
-    for (int c0 = cb; c0 < max_vis; c0 += CC) {
+    for (int c0 = min_lo; c0 < max_vis; c0 += CC) {
         int n = max_vis - c0 < CC ? max_vis - c0 : CC;
         /* K rows of the chunk, transposed (cells past n score zeros) */
         for (int j = 0; j < n; j++) {
@@ -132,14 +138,15 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
         }
         for (int a = 0; a < ntok; a++) {
             int na = n_vis[a] - c0 < n ? n_vis[a] - c0 : n; /* this token's cells */
-            if (na <= 0)
+            int ja = lo[a] > c0 ? lo[a] - c0 : 0; /* below the window: not read */
+            if (na <= ja)
                 continue;
             for (int i = 0; i < nh; i++) {
                 int qi = a * nh + i;
                 float *sq = s + (size_t)qi * CC, *aq = acc + (size_t)qi * hd;
                 t->k->attn_scores(hd, t->scale, q[qi], kt, sq);
                 float mx = -INFINITY;
-                for (int j = 0; j < na; j++)
+                for (int j = ja; j < na; j++)
                     mx = sq[j] > mx ? sq[j] : mx;
                 if (mx > m[qi]) {
                     float corr = expf(m[qi] - mx); /* 0 on the first chunk */
@@ -149,8 +156,9 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
                     l[qi] *= corr;
                     m[qi] = mx;
                 }
-                l[qi] += t->k->exp_sum(na, sq, m[qi]);
-                t->k->attn_pv(hd, na, sq, v, v_stride, aq);
+                l[qi] += t->k->exp_sum(na - ja, sq + ja, m[qi]);
+                t->k->attn_pv(hd, na - ja, sq + ja, (const char *)v + (size_t)ja * v_stride,
+                              v_stride, aq);
             }
         }
     }
@@ -166,7 +174,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
             }
             float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
                                    (size_t)(tok0 + a) * t->dst->nb[2]);
-            float inv = 1.0f / l[qi];
+            float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f; /* 0: no cell in the window */
             for (int e = 0; e < hd; e++)
                 out[e] = acc[(size_t)qi * hd + e] * inv;
         }
@@ -240,7 +248,7 @@ static void combine_splits(const struct attn_task *t)
                 for (int e = 0; e < hd; e++)
                     out[e] += ps[2 + e] * w;
             }
-            float inv = 1.0f / l;
+            float inv = l > 0.0f ? 1.0f / l : 0.0f;
             for (int e = 0; e < hd; e++)
                 out[e] *= inv;
         }
@@ -279,6 +287,7 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     t.group = (int)(q->ne[1] / node->iparams[0]);
     t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
     t.scale = node->fparams[0];
+    t.window = node->iparams[1];
     t.n_kv = node->iparams[0];
     t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     t.tok_blocks = (int)((nt + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK);

@@ -6,6 +6,7 @@
 #ifndef MINFER_CPU_INTERNAL_H
 #define MINFER_CPU_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,6 +137,8 @@ struct minfer_backend {
     struct cpu_pool *pool;
     void *scratch;          /* activation quantization, grows */
     size_t scratch_size;
+    void *moe_scratch;      /* MUL_MAT_ID's gathered columns (its products use scratch) */
+    size_t moe_scratch_size;
     char err[512];
 };
 
@@ -155,6 +158,15 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
 /* per-op runners (validated nodes only, except for content checks) */
 minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node);
 minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_node *node);
+/* TOPK, MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM (moe.c) */
+minfer_status cpu_op_moe(struct minfer_backend *be, const struct minfer_node *node);
+
+/* GELU, tanh form (ir.h's GEGLU), evaluated in double so every ISA agrees. */
+static inline float cpu_gelu_tanh(float x)
+{
+    double v = x;
+    return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
 
 /* element size / block helpers */
 static inline size_t cpu_type_size(uint32_t type)

@@ -3,8 +3,9 @@
  * contract, then this plugin's kernel limits; shared by supports_op and
  * execute_node, so the two never disagree), the dispatch
  * of execute_node, and the row-wise ops: GET_ROWS, RMS_NORM(_MUL), ADD,
- * MUL, ROPE, SWIGLU, KV_STORE, COPY, SCALE. MUL_MAT / FFN_GATE_UP live in
- * matmul.c, ATTENTION in attention.c.
+ * MUL, ROPE(_DIV), SWIGLU, GEGLU, KV_STORE, COPY, SCALE. MUL_MAT /
+ * FFN_GATE_UP live in matmul.c, ATTENTION in attention.c, the
+ * mixture-of-experts ops in moe.c.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -61,12 +62,17 @@ static minfer_status check_capability(struct minfer_backend *be, const struct mi
                   "walks both with one stride", s0->nb[1], s1->nb[1]);
         return MINFER_OK;
     case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV:
         if (node->iparams[0] > 1024) /* rope_tokens' angle tables */
             UNSUP("n_rot %d exceeds this plugin's 1024", node->iparams[0]);
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
         if (s0->ne[0] > 1024)
             UNSUP("head_dim %lld exceeds this plugin's 1024", (long long)s0->ne[0]);
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT_ID:
+        if (!weight_type_ok(s0->type))
+            UNSUP("expert weights have type %s, not readable here", tname(s0->type));
         return MINFER_OK;
     default: /* every other op of ir.h runs as the contract allows */
         return MINFER_OK;
@@ -170,6 +176,10 @@ static void binary_rows(const struct minfer_node *node, int64_t r0, int64_t r1)
             for (int64_t i = 0; i < n; i++)
                 y[i] = a[i] * b[i];
             break;
+        case MINFER_OP_GEGLU:
+            for (int64_t i = 0; i < n; i++)
+                y[i] = cpu_gelu_tanh(a[i]) * b[i];
+            break;
         default: /* SWIGLU */
             for (int64_t i = 0; i < n; i++)
                 y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
@@ -251,6 +261,8 @@ static void rope_tokens(const struct minfer_node *node, int64_t t0, int64_t t1)
     const struct minfer_tensor *s0 = node->src[0], *d = node->dst;
     const int32_t *pos = node->src[1]->data;
     int half = node->iparams[0] / 2;
+    bool normal = node->iparams[1] == 1; /* pairs (2i, 2i + 1) instead of (i, i + half) */
+    const float *div = node->op == MINFER_OP_ROPE_DIV ? node->src[2]->data : NULL;
     int64_t hd = s0->ne[0], nh = s0->ne[1];
     double base = node->fparams[0], fscale = node->fparams[1];
     double ext = node->fparams[2], ms = node->fparams[3] > 0 ? node->fparams[3] : 1.0;
@@ -260,6 +272,10 @@ static void rope_tokens(const struct minfer_node *node, int64_t t0, int64_t t1)
         for (int i = 0; i < half; i++) {
             double f = pow(base, -2.0 * i / (2.0 * half));
             double theta = (double)pos[t] * fscale * f, te = (double)pos[t] * f;
+            if (div) {
+                theta /= (double)div[i];
+                te /= (double)div[i];
+            }
             if (ext > 0) { /* YaRN: toward the unscaled angle below the ramp */
                 double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
                 double r = (1.0 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext;
@@ -272,11 +288,18 @@ static void rope_tokens(const struct minfer_node *node, int64_t t0, int64_t t1)
             const float *x = (const float *)((const char *)s0->data + (size_t)h * s0->nb[1] +
                                              (size_t)t * s0->nb[2]);
             float *y = (float *)((char *)d->data + (size_t)h * d->nb[1] + (size_t)t * d->nb[2]);
-            for (int i = 0; i < half; i++) {
-                float x0 = x[i], x1 = x[i + half];
-                y[i] = x0 * cs[i] - x1 * sn[i];
-                y[i + half] = x0 * sn[i] + x1 * cs[i];
-            }
+            if (normal)
+                for (int i = 0; i < half; i++) {
+                    float x0 = x[2 * i], x1 = x[2 * i + 1];
+                    y[2 * i] = x0 * cs[i] - x1 * sn[i];
+                    y[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                }
+            else
+                for (int i = 0; i < half; i++) {
+                    float x0 = x[i], x1 = x[i + half];
+                    y[i] = x0 * cs[i] - x1 * sn[i];
+                    y[i + half] = x0 * sn[i] + x1 * cs[i];
+                }
             if (y != x)
                 for (int64_t i = 2 * half; i < hd; i++)
                     y[i] = x[i];
@@ -324,6 +347,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
     case MINFER_OP_ADD:
     case MINFER_OP_MUL:
     case MINFER_OP_SWIGLU:
+    case MINFER_OP_GEGLU:
         run_rows(be, node, binary_rows, cpu_nrows(s0), s0->ne[0]);
         return MINFER_OK;
     case MINFER_OP_SCALE:
@@ -333,6 +357,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
         run_rows(be, node, copy_rows, cpu_nrows(s0), s0->ne[0]);
         return MINFER_OK;
     case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV:
         run_rows(be, node, rope_tokens, s0->ne[2], s0->ne[0] * s0->ne[1]);
         return MINFER_OK;
     case MINFER_OP_KV_STORE: {
@@ -353,6 +378,11 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
         return cpu_op_matmul(be, node);
     case MINFER_OP_ATTENTION:
         return cpu_op_attention(be, node);
+    case MINFER_OP_TOPK:
+    case MINFER_OP_MOE_WEIGHTS:
+    case MINFER_OP_MUL_MAT_ID:
+    case MINFER_OP_MOE_SUM:
+        return cpu_op_moe(be, node);
     default:
         return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "op %u not implemented", node->op);
     }

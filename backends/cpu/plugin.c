@@ -104,6 +104,44 @@ static void read_cpu_model(char *out, size_t len)
     fclose(f);
 }
 
+/* Reads one number from a file ("max" or unreadable: 0). */
+static uint64_t read_u64_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+/* Memory a new allocation can get without swapping or the OOM killer:
+ * the kernel's MemAvailable (free plus reclaimable page cache: mapped
+ * weights count as available), capped by the cgroup v2 limit of this
+ * process's container when it has one. 0 when unknown. */
+static uint64_t host_mem_available(void)
+{
+    uint64_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[128];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                avail = (uint64_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    uint64_t max = read_u64_file("/sys/fs/cgroup/memory.max");
+    uint64_t cur = read_u64_file("/sys/fs/cgroup/memory.current");
+    if (max && cur <= max && (!avail || max - cur < avail))
+        avail = max - cur;
+    return avail;
+}
+
 static minfer_status cpu_device_info(int device, struct minfer_device_info *out)
 {
     if (!out || device != 0)
@@ -127,6 +165,9 @@ static minfer_status cpu_device_info(int device, struct minfer_device_info *out)
         out->memory_total = (uint64_t)si.totalram * si.mem_unit;
         out->memory_free = (uint64_t)(si.freeram + si.bufferram) * si.mem_unit;
     }
+    uint64_t avail = host_mem_available();
+    if (avail)
+        out->memory_free = avail;
     return MINFER_OK;
 }
 
@@ -172,7 +213,7 @@ static minfer_status cpu_create(const struct minfer_backend_config *cfg,
     be->n_threads = n_threads;
     be->isa = cpu_isa_detect();
     be->k = cpu_kernels_for(be->isa);
-    const char *env = getenv("MINFER_CPU_ISA");
+    const char *env = secure_getenv("MINFER_CPU_ISA");
     if (env && *env && cpu_set_isa(be, env) != MINFER_OK) {
         snprintf(g_create_err, sizeof g_create_err, "%s", be->err);
         free(be);
@@ -195,6 +236,7 @@ static void cpu_destroy(struct minfer_backend *be)
         return;
     cpu_pool_free(be->pool);
     free(be->scratch);
+    free(be->moe_scratch);
     free(be);
 }
 

@@ -320,7 +320,7 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
             if (r == 1)
                 cu_timer_start(c);
             if (k_attention(k, qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, T, AT_NKV,
-                            len, pos, 1.0f / sqrtf((float)AT_HD), ov, part))
+                            len, pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part))
                 goto kerr;
         }
         if (cu_timer_stop(c, &ms))
@@ -349,7 +349,7 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
                 cu_timer_start(c);
             int l = r % AT_LAYERS;
             if (k_attention(k, qv, t, kc[l], vc[l], (int64_t)rowb, (int64_t)rowb, cells, AT_NKV,
-                            len, pos, 1.0f / sqrtf((float)AT_HD), ov, part))
+                            len, pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part))
                 goto kerr;
         }
         if (cu_timer_stop(c, &ms))

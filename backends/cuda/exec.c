@@ -176,7 +176,8 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     }
     LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                          (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
-                         n->src[4]->data, n->fparams[0], view_of(d), part, xq));
+                         n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
+                         xq));
     if (x)
         be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
     return MINFER_OK;
@@ -249,10 +250,13 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     }
     case MINFER_OP_ROPE:
-        if (n->fparams[2] != 0.0f || n->fparams[3] != 0.0f || n->fparams[4] != 0.0f ||
-            n->fparams[5] != 0.0f) {
-            LAUNCH(k_rope_yarn(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
-                               n->fparams));
+    case MINFER_OP_ROPE_DIV:
+        if (n->op == MINFER_OP_ROPE_DIV || n->iparams[1] != 0 || n->fparams[2] != 0.0f ||
+            n->fparams[3] != 0.0f || n->fparams[4] != 0.0f || n->fparams[5] != 0.0f) {
+            LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
+                              n->iparams[1],
+                              n->op == MINFER_OP_ROPE_DIV ? n->src[2]->data : NULL,
+                              n->fparams));
             return MINFER_OK;
         }
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],

@@ -69,11 +69,12 @@ static int independent(const struct minfer_node *n, const struct minfer_node *a)
            !overlaps(a->dst, n->src[1]);
 }
 
-/* A ROPE with YaRN parameters: it runs alone (k_rope_yarn), never fused. */
+/* A ROPE beyond NeoX with linear scaling (YaRN, the normal layout): it
+ * runs alone (k_rope_ext), never fused. */
 static int rope_yarn(const struct minfer_node *n)
 {
-    return n->fparams[2] != 0.0f || n->fparams[3] != 0.0f || n->fparams[4] != 0.0f ||
-           n->fparams[5] != 0.0f;
+    return n->iparams[1] != 0 || n->fparams[2] != 0.0f || n->fparams[3] != 0.0f ||
+           n->fparams[4] != 0.0f || n->fparams[5] != 0.0f;
 }
 
 /* ROPE, ROPE with the same positions and parameters, without YaRN. */

@@ -76,10 +76,10 @@ static minfer_status p_create(const struct minfer_backend_config *cfg, struct mi
         free(be);
         return strstr(g_err, "no CUDA device") ? MINFER_ERR_UNSUPPORTED : MINFER_ERR_BACKEND;
     }
-    const char *off = getenv("MINFER_CUDA_NO_GRAPHS");
+    const char *off = secure_getenv("MINFER_CUDA_NO_GRAPHS");
     be->graphs_off = (cfg && (cfg->flags & MINFER_BACKEND_CFG_NO_GRAPHS)) ||
                      (off && *off && strcmp(off, "0"));
-    const char *nf = getenv("MINFER_CUDA_NO_FUSE");
+    const char *nf = secure_getenv("MINFER_CUDA_NO_FUSE");
     be->fuse_off = nf && *nf && strcmp(nf, "0");
     const char *note = cu_ctx_error(be->c);
     if (note[0] && cuda_host && cuda_host->log)

@@ -94,6 +94,7 @@ int cuda_validate(const struct minfer_node *n, int check_ptrs, char *why, size_t
             return -1;
         return check_matmul(s0, n->src[2], d, check_ptrs, why, why_len);
     case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV:
         if (s0->ne[2] > 65535)
             WHY("%lld tokens exceed 65535 per launch", (long long)s0->ne[2]);
         return 0;

@@ -25,6 +25,7 @@
 
 #include "gguf-internal.h"
 #include "runtime/error.h"
+#include "runtime/outfile.h"
 #include "minfer/gguf.h"
 #include "minfer/quant.h"
 
@@ -472,40 +473,6 @@ static minfer_status emit_tensor(struct out *o, const struct wtensor *t, uint64_
     return emit_zeros(o, pad_of(t->size, a));
 }
 
-static int open_temp(const char *path, char *tmp, size_t n)
-{
-    static _Atomic unsigned counter;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        snprintf(tmp, n, "%s.tmp-%ld-%u-%lx", path, (long)getpid(), counter++,
-                 (unsigned long)ts.tv_nsec);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
-            return fd;
-    }
-    errno = EEXIST;
-    return -1;
-}
-
-/* fsync of the directory holding path, so the rename itself is durable. */
-static void sync_dir(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 const char *minfer_gguf_writer_temp_path(const struct minfer_gguf_writer *w)
 {
     return w && w->writing ? w->tmp : NULL;
@@ -536,47 +503,38 @@ minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char 
     o.buf = malloc(WRITE_CHUNK);
     if (!o.buf)
         return out_fail(&o, MINFER_ERR_NO_MEMORY, "no memory for the write buffer");
-    o.fd = open_temp(path, tmp, sizeof w->tmp);
-    if (o.fd < 0) {
-        st = out_fail(&o, MINFER_ERR_IO, "cannot create a temporary file beside it: %s",
-                      strerror(errno));
+    struct outfile of;
+    char why[1024];
+    if ((st = outfile_open(&of, path, why, sizeof why)) != MINFER_OK) {
+        st = out_fail(&o, st, "%s", why);
         goto out_buf;
     }
+    snprintf(tmp, sizeof w->tmp, "%s", of.tmp);
+    o.fd = of.fd;
     o.tmp = tmp;
     w->writing = true;
 
     if ((st = emit_header(&o, w)) || (st = emit_zeros(&o, pad_of(o.written + o.n, a))))
-        goto out_unlink;
+        goto out_abort;
     for (size_t i = 0; i < w->n_t; i++)
         if ((st = emit_tensor(&o, &w->t[i], a)))
-            goto out_unlink;
+            goto out_abort;
     if ((st = flush(&o)))
-        goto out_unlink;
-    if (fsync(o.fd) < 0) {
-        st = out_fail(&o, MINFER_ERR_IO, "fsync of %s: %s", tmp, strerror(errno));
-        goto out_unlink;
-    }
-    int fd = o.fd;
+        goto out_abort;
     o.fd = -1;
-    if (close(fd) < 0) {
-        st = out_fail(&o, MINFER_ERR_IO, "close of %s: %s", tmp, strerror(errno));
-        goto out_unlink;
-    }
-    if (rename(tmp, path) < 0) {
-        st = out_fail(&o, MINFER_ERR_IO, "rename of %s: %s", tmp, strerror(errno));
-        goto out_unlink;
+    if ((st = outfile_commit(&of, why, sizeof why)) != MINFER_OK) {
+        w->writing = false;
+        st = out_fail(&o, st, "%s", why);
+        goto out_buf;
     }
     w->writing = false;
-    sync_dir(path);
     free(o.buf);
     if (err && err_len)
         err[0] = '\0';
     return MINFER_OK;
 
-out_unlink:
-    if (o.fd >= 0)
-        close(o.fd);
-    unlink(tmp);
+out_abort:
+    outfile_abort(&of);
     w->writing = false;
 out_buf:
     free(o.buf);

@@ -342,19 +342,26 @@ struct gtensor *graph_mul_mat(struct graph *g, struct gtensor *w, struct gtensor
     return add_node(g, MINFER_OP_MUL_MAT, src, 2, ne, NULL, label, NULL);
 }
 
-struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
-                               const struct graph_rope_params *p, const char *label)
+struct gtensor *graph_rope_p(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                             struct gtensor *factors, const struct graph_rope_params *p,
+                             const char *label)
 {
     if (!x || !pos)
         return NULL;
-    if (!check(g, pos->t.ne[0] == x->t.ne[2] && p->n_rot <= x->t.ne[0] && p->n_rot % 2 == 0,
+    int n_rot = p->n_rot;
+    if (!check(g, pos->t.ne[0] == x->t.ne[2] && n_rot <= x->t.ne[0] && n_rot % 2 == 0,
                "positions or n_rot do not fit", label))
         return NULL;
+    if (factors && !check(g, factors->t.ne[0] == n_rot / 2, "frequency factors are not n_rot/2",
+                          label))
+        return NULL;
     struct minfer_node *n = NULL;
-    struct gtensor *src[2] = {x, pos};
-    struct gtensor *d = add_node(g, MINFER_OP_ROPE, src, 2, x->t.ne, NULL, label, &n);
+    struct gtensor *src[3] = {x, pos, factors};
+    struct gtensor *d = add_node(g, factors ? MINFER_OP_ROPE_DIV : MINFER_OP_ROPE, src,
+                                 factors ? 3 : 2, x->t.ne, NULL, label, &n);
     if (d) {
-        n->iparams[0] = p->n_rot;
+        n->iparams[0] = n_rot;
+        n->iparams[1] = p->layout;
         n->fparams[0] = p->freq_base;
         n->fparams[1] = p->freq_scale;
         n->fparams[2] = p->ext_factor;
@@ -365,12 +372,91 @@ struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtenso
     return d;
 }
 
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               struct gtensor *factors, int n_rot, int layout, float freq_base,
+                               float freq_scale, const char *label)
+{
+    struct graph_rope_params p = {.n_rot = n_rot, .layout = layout, .freq_base = freq_base,
+                                  .freq_scale = freq_scale};
+    return graph_rope_p(g, x, pos, factors, &p, label);
+}
+
 struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
                            float freq_base, float freq_scale, const char *label)
 {
-    struct graph_rope_params p = {.n_rot = n_rot, .freq_base = freq_base,
-                                  .freq_scale = freq_scale};
-    return graph_rope_ext(g, x, pos, &p, label);
+    return graph_rope_ext(g, x, pos, NULL, n_rot, 0, freq_base, freq_scale, label);
+}
+
+struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
+                            const char *label)
+{
+    if (!gate || !up)
+        return NULL;
+    if (!check(g, !memcmp(gate->t.ne, up->t.ne, sizeof gate->t.ne), "gate and up differ",
+               label))
+        return NULL;
+    struct gtensor *src[2] = {gate, up};
+    return add_node(g, MINFER_OP_GEGLU, src, 2, gate->t.ne, NULL, label, NULL);
+}
+
+struct gtensor *graph_topk(struct graph *g, struct gtensor *x, int k, const char *label)
+{
+    if (!x)
+        return NULL;
+    if (!check(g, k >= 1 && k <= x->t.ne[0] && x->t.ne[2] == 1, "k does not fit", label))
+        return NULL;
+    int64_t ne[4] = {k, x->t.ne[1], 1, 1};
+    struct gtensor *dst = graph_leaf(g, MINFER_TYPE_I32, 2, ne, 0, label);
+    struct minfer_node *n = NULL;
+    struct gtensor *d = add_node(g, MINFER_OP_TOPK, &x, 1, NULL, dst, label, &n);
+    if (d) {
+        n->iparams[0] = k;
+        dst->producer = n->index;
+    }
+    return d;
+}
+
+struct gtensor *graph_moe_weights(struct graph *g, struct gtensor *logits, struct gtensor *ids,
+                                  bool renorm, const char *label)
+{
+    if (!logits || !ids)
+        return NULL;
+    if (!check(g, ids->t.ne[1] == logits->t.ne[1], "experts and logits differ in tokens",
+               label))
+        return NULL;
+    struct minfer_node *n = NULL;
+    struct gtensor *src[2] = {logits, ids};
+    struct gtensor *d = add_node(g, MINFER_OP_MOE_WEIGHTS, src, 2, ids->t.ne, NULL, label, &n);
+    if (d)
+        n->iparams[0] = renorm ? 1 : 0;
+    return d;
+}
+
+struct gtensor *graph_mul_mat_id(struct graph *g, struct gtensor *w, struct gtensor *x,
+                                 struct gtensor *ids, const char *label)
+{
+    if (!w || !x || !ids)
+        return NULL;
+    if (!check(g, w->t.ne[0] == x->t.ne[0] && x->t.ne[2] == ids->t.ne[1] &&
+                      (x->t.ne[1] == 1 || x->t.ne[1] == ids->t.ne[0]),
+               "weights, activations and experts do not fit", label))
+        return NULL;
+    int64_t ne[4] = {w->t.ne[1], ids->t.ne[0], ids->t.ne[1], 1};
+    struct gtensor *src[3] = {w, x, ids};
+    return add_node(g, MINFER_OP_MUL_MAT_ID, src, 3, ne, NULL, label, NULL);
+}
+
+struct gtensor *graph_moe_sum(struct graph *g, struct gtensor *x, struct gtensor *weights,
+                              const char *label)
+{
+    if (!x || !weights)
+        return NULL;
+    if (!check(g, weights->t.ne[0] == x->t.ne[1] && weights->t.ne[1] == x->t.ne[2],
+               "weights do not fit the experts' outputs", label))
+        return NULL;
+    int64_t ne[4] = {x->t.ne[0], x->t.ne[2], 1, 1};
+    struct gtensor *src[2] = {x, weights};
+    return add_node(g, MINFER_OP_MOE_SUM, src, 2, ne, NULL, label, NULL);
 }
 
 struct gtensor *graph_swiglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
@@ -406,6 +492,14 @@ struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtens
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label)
 {
+    return graph_attention_swa(g, q, k, v, kv_len, pos, n_kv_head, scale, 0, label);
+}
+
+struct gtensor *graph_attention_swa(struct graph *g, struct gtensor *q, struct gtensor *k,
+                                    struct gtensor *v, struct gtensor *kv_len,
+                                    struct gtensor *pos, int n_kv_head, float scale,
+                                    int window, const char *label)
+{
     if (!q || !k || !v || !kv_len || !pos)
         return NULL;
     if (!check(g, n_kv_head > 0 && q->t.ne[1] % n_kv_head == 0 &&
@@ -417,6 +511,7 @@ struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtens
     struct gtensor *d = add_node(g, MINFER_OP_ATTENTION, src, 5, q->t.ne, NULL, label, &n);
     if (d) {
         n->iparams[0] = n_kv_head;
+        n->iparams[1] = window;
         n->fparams[0] = scale;
     }
     return d;

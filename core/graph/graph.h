@@ -82,17 +82,19 @@ struct gtensor *graph_cols(struct graph *g, struct gtensor *src, int64_t first, 
 
 /* ---- ops (each appends one node) ---- */
 
-/* A ROPE node's parameters (MINFER_OP_ROPE's iparams/fparams). YaRN:
- * ext_factor > 0 mixes each pair's interpolated and original angle by a
- * ramp over pair indices [corr_lo, corr_hi]; mscale scales cos and sin
- * (0 = 1). All YaRN fields 0: plain (linear) scaling. */
+/* A ROPE node's parameters (MINFER_OP_ROPE's iparams/fparams): layout 0
+ * NeoX, 1 normal. YaRN: ext_factor > 0 mixes each pair's interpolated and
+ * original angle by a ramp over pair indices [corr_lo, corr_hi]; mscale
+ * scales cos and sin (0 = 1). All YaRN fields 0: plain (linear) scaling. */
 struct graph_rope_params {
-    int n_rot;
+    int n_rot, layout;
     float freq_base, freq_scale;
     float ext_factor, mscale, corr_lo, corr_hi;
 };
-struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
-                               const struct graph_rope_params *p, const char *label);
+/* ROPE, or ROPE_DIV when factors (F32 [n_rot / 2]) is given. */
+struct gtensor *graph_rope_p(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                             struct gtensor *factors, const struct graph_rope_params *p,
+                             const char *label);
 
 struct gtensor *graph_get_rows(struct graph *g, struct gtensor *table, struct gtensor *ids,
                                const char *label);
@@ -106,6 +108,22 @@ struct gtensor *graph_mul_mat(struct graph *g, struct gtensor *w, struct gtensor
                               const char *label);
 struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
                            float freq_base, float freq_scale, const char *label);
+/* ROPE, or ROPE_DIV when factors (F32 [n_rot / 2]) is given; layout 0 NeoX,
+ * 1 normal (ir.h). */
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               struct gtensor *factors, int n_rot, int layout, float freq_base,
+                               float freq_scale, const char *label);
+struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
+                            const char *label);
+/* Mixture of experts (ir.h): the k largest per column (I32 [k, T]), the
+ * chosen experts' router weights, their products, the weighted sum. */
+struct gtensor *graph_topk(struct graph *g, struct gtensor *x, int k, const char *label);
+struct gtensor *graph_moe_weights(struct graph *g, struct gtensor *logits, struct gtensor *ids,
+                                  bool renorm, const char *label);
+struct gtensor *graph_mul_mat_id(struct graph *g, struct gtensor *w, struct gtensor *x,
+                                 struct gtensor *ids, const char *label);
+struct gtensor *graph_moe_sum(struct graph *g, struct gtensor *x, struct gtensor *weights,
+                              const char *label);
 struct gtensor *graph_swiglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
                              const char *label);
 /* Writes rows of x into cache at cells; returns the cache (for ordering). */
@@ -114,6 +132,11 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
 struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtensor *k,
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label);
+/* The same with a sliding window of `window` positions (0 = none). */
+struct gtensor *graph_attention_swa(struct graph *g, struct gtensor *q, struct gtensor *k,
+                                    struct gtensor *v, struct gtensor *kv_len,
+                                    struct gtensor *pos, int n_kv_head, float scale,
+                                    int window, const char *label);
 /* Marks t as a pass output (read by the host afterwards). */
 void graph_set_output(struct graph *g, struct gtensor *t);
 

@@ -262,7 +262,7 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         goto out_free;
     }
 
-    const char *prof = getenv("MINFER_PROFILE");
+    const char *prof = secure_getenv("MINFER_PROFILE");
     c->prof.on = prof && *prof && strcmp(prof, "0");
     c->sb.plugin = m->plugin;
     struct minfer_backend_config cfg = {
@@ -334,8 +334,13 @@ static minfer_status decode_chunk(struct minfer_ctx *c, const int32_t *tokens, i
                     T, c->kv.n_used, c->kv.n_cells);
     }
     int32_t kv_len = (int32_t)first + T;
+    int32_t n_kv = kv_bucket(c, kv_len);
+    /* attention reads n_kv cells: zero those no pass has reached yet */
+    st = kv_clear_to(&c->kv, (uint32_t)n_kv, c->err, sizeof c->err);
+    if (st != MINFER_OK)
+        return st;
     struct graph_entry *e = NULL;
-    st = get_graph(c, T, kv_bucket(c, kv_len), n_out, &e);
+    st = get_graph(c, T, n_kv, n_out, &e);
     if (st != MINFER_OK)
         return st;
     /* The inputs were placed first and side by side in the arena: stage

@@ -30,18 +30,29 @@ struct kv_cache {
     size_t size;
     struct kv_cell *cells;       /* [n_cells] */
     uint32_t n_used;             /* cells [0, n_used) are occupied, in position order */
+    uint32_t n_clear;            /* cells [0, n_clear) were zeroed (kv_clear_to) */
 };
 
 /* True for the element types a cache can hold. */
 bool kv_type_ok(uint32_t type);
 
-/* Allocates the regions (zeroed) through the backend. On failure the cache
- * is left empty and err names the request. */
+/* Allocates the regions through the backend without touching them (the
+ * first pass that reaches a cell zeroes it: kv_clear_to), so an unused cache
+ * costs no time and no resident memory. A cache on a host-memory backend
+ * (device_info's is_gpu 0) larger than the memory it reports free is
+ * refused with both sizes. On failure the cache is left empty and err
+ * names the request. */
 minfer_status kv_init(struct kv_cache *kv, const struct minfer_plugin *p,
                       struct minfer_backend *be, int32_t n_layer, int64_t row_k, int64_t row_v,
                       uint32_t n_cells, uint32_t type_k, uint32_t type_v, char *err,
                       size_t err_len);
 void kv_free(struct kv_cache *kv);
+
+/* Zeroes every layer's K and V rows of cells [n_clear, n) (n is capped at
+ * the cache) so a pass that reads n cells never sees bytes no pass wrote:
+ * masked cells still enter attention's sums as weight x value, and
+ * uninitialised f16 bits may be NaN (0 x NaN = NaN). */
+minfer_status kv_clear_to(struct kv_cache *kv, uint32_t n, char *err, size_t err_len);
 
 /* Backend addresses of layer il's K and V regions. */
 void *kv_k(const struct kv_cache *kv, int32_t il);

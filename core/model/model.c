@@ -24,6 +24,9 @@
 static const struct model_arch *const registry[] = {
     &model_arch_qwen2,
     &model_arch_qwen3,
+    &model_arch_qwen3moe,
+    &model_arch_llama,
+    &model_arch_gemma3,
 };
 
 const struct model_arch *model_arch_find(const char *name)
@@ -83,6 +86,14 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
                         key, s->kind == HP_INT ? "an integer" : "a number",
                         minfer_status_str(st));
     }
+    if (a->hparams_check) {
+        minfer_status st = a->hparams_check(g, hp, err, err_len);
+        if (st != MINFER_OK)
+            return st;
+    }
+    if (!hp->rope_base)
+        return errf(err, err_len, MINFER_ERR_FORMAT,
+                    "missing hyperparameter %s.rope.freq_base", a->name);
     if (hp->n_ctx_train > INT32_MAX) /* contexts and the public info are int32 */
         hp->n_ctx_train = INT32_MAX;
     if (!hp->n_head_kv)
@@ -135,6 +146,9 @@ int64_t model_dim_value(const struct model_hparams *hp, enum model_dim d)
     case DIM_VO: return hp->n_head * hp->head_dim_v;
     case DIM_KV_V: return hp->n_head_kv * hp->head_dim_v;
     case DIM_HEAD: return hp->head_dim;
+    case DIM_ROT_HALF: return hp->n_rot / 2;
+    case DIM_EXPERTS: return hp->n_expert;
+    case DIM_FF_EXP: return hp->n_ff_exp;
     }
     return -1;
 }
@@ -143,10 +157,16 @@ static minfer_status check_tensor(const struct minfer_gguf_tensor *t, const stru
                                   const struct model_hparams *hp, const char *name, char *err,
                                   size_t err_len)
 {
-    int want_dims = s->kind == WK_VECTOR ? 1 : 2;
+    int want_dims = s->kind == WK_VECTOR ? 1 : s->kind == WK_EXPERTS ? 3 : 2;
     int64_t e0 = model_dim_value(hp, s->ne[0]), e1 = model_dim_value(hp, s->ne[1]);
+    int64_t e2 = model_dim_value(hp, s->ne[2]);
     bool shape_ok = (int)t->n_dims == want_dims && t->ne[0] == e0 && t->ne[1] == e1 &&
-                    t->ne[2] == 1 && t->ne[3] == 1;
+                    t->ne[2] == e2 && t->ne[3] == 1;
+    if (!shape_ok && want_dims == 3)
+        return errf(err, err_len, MINFER_ERR_FORMAT,
+                    "tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                    "] (%u dims), expected [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                    name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->n_dims, e0, e1, e2);
     if (!shape_ok)
         return errf(err, err_len, MINFER_ERR_FORMAT,
                     "tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
@@ -209,7 +229,7 @@ static minfer_status match_tensors(struct minfer_model *m, char *err, size_t err
                 m->global[s->slot] = m->n_weights;
             m->n_weights++;
             m->size_bytes += t->size;
-            m->n_params += (uint64_t)(t->ne[0] * t->ne[1]);
+            m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
         }
     }
     return MINFER_OK;
@@ -220,7 +240,7 @@ static void describe_types(struct minfer_model *m)
 {
     uint64_t bytes[MINFER_TYPE_COUNT] = {0};
     for (int32_t i = 0; i < m->n_weights; i++)
-        if (m->weights[i].gt->n_dims == 2 && m->weights[i].gt->type < MINFER_TYPE_COUNT)
+        if (m->weights[i].gt->n_dims >= 2 && m->weights[i].gt->type < MINFER_TYPE_COUNT)
             bytes[m->weights[i].gt->type] += m->weights[i].gt->size;
     uint32_t best = 0;
     for (uint32_t t = 0; t < MINFER_TYPE_COUNT; t++)
@@ -318,7 +338,7 @@ static minfer_status pick_backend(const struct minfer_model *m, struct minfer_ru
             best = p;
     }
     char why[512] = "";
-    if (best && getenv("MINFER_NO_AUTO_GPU") == NULL) {
+    if (best && secure_getenv("MINFER_NO_AUTO_GPU") == NULL) {
         if (backend_runs_model(m, best, why, sizeof why)) {
             *out = best;
             return MINFER_OK;

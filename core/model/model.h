@@ -40,6 +40,17 @@ struct model_hparams {
      * cos/sin, and the pair indices where the mix ramps from 1 to 0. */
     double rope_ext, rope_mscale, rope_corr_lo, rope_corr_hi;
     int64_t n_ctx_max;     /* longest context: n_ctx_train, or more with scaling */
+    /* mixture of experts (qwen3moe) */
+    int64_t n_expert;      /* expert_count */
+    int64_t n_expert_used; /* expert_used_count */
+    int64_t n_ff_exp;      /* expert_feed_forward_length */
+    bool expert_norm;      /* renormalise the chosen experts' weights */
+    /* sliding-window attention (gemma3) */
+    int64_t n_swa;         /* attention.sliding_window; 0 = none */
+    int64_t swa_pattern;   /* every swa_pattern-th layer is global (1 = all global) */
+    double rope_base_swa;  /* rope.freq_base_swa: the local layers' base */
+    double attn_scale;     /* attention.scale; 0 = the architecture's rule */
+    int rope_layout;       /* ROPE iparams[1]: 0 NeoX, 1 normal (llama) */
 };
 
 /* Reads <arch>.rope.scaling.* into hp (rope_scale, rope_ext, rope_mscale,
@@ -76,11 +87,15 @@ enum model_dim {
     DIM_VO,       /* n_head * head_dim_v (attention output) */
     DIM_KV_V,     /* n_head_kv * head_dim_v */
     DIM_HEAD,     /* head_dim */
+    DIM_ROT_HALF, /* n_rot / 2 (RoPE frequency factors) */
+    DIM_EXPERTS,  /* n_expert */
+    DIM_FF_EXP,   /* n_ff_exp */
 };
 
 enum weight_kind {
     WK_MATRIX,    /* 2-D, any type a backend can read (quantized, f16, bf16, f32) */
     WK_VECTOR,    /* 1-D, f32: norms and biases */
+    WK_EXPERTS,   /* 3-D [ne0, ne1, n_expert], any matrix type: one matrix per expert */
 };
 
 /* Every weight any architecture uses; a descriptor names the ones its
@@ -89,6 +104,7 @@ enum weight_slot {
     W_TOKEN_EMBD,
     W_OUTPUT_NORM,
     W_OUTPUT,
+    W_ROPE_FREQS,  /* Llama 3.1 RoPE frequency factors */
     W_GLOBAL_COUNT,
     /* per layer, counted from 0 again */
     W_ATTN_NORM = 0,
@@ -105,6 +121,12 @@ enum weight_slot {
     W_FFN_GATE,
     W_FFN_UP,
     W_FFN_DOWN,
+    W_ATTN_POST_NORM, /* gemma3: norm of the attention output */
+    W_FFN_POST_NORM,  /* gemma3: norm of the FFN output */
+    W_FFN_GATE_INP,   /* MoE router [n_embd, n_expert] */
+    W_FFN_GATE_EXPS,  /* MoE experts, 3-D */
+    W_FFN_UP_EXPS,
+    W_FFN_DOWN_EXPS,
     W_LAYER_COUNT,
 };
 
@@ -114,7 +136,7 @@ struct tensor_spec {
     int slot;               /* enum weight_slot (global or per-layer numbering) */
     enum weight_kind kind;
     bool required;
-    enum model_dim ne[2];   /* ne[0], ne[1] (DIM_1 for vectors) */
+    enum model_dim ne[3];   /* ne[0], ne[1] (DIM_1 for vectors), ne[2] (experts) */
 };
 
 /* The size of symbolic dimension d for hyperparameters hp. */
@@ -128,12 +150,20 @@ struct model_arch {
     const struct tensor_spec *tensors; /* terminated by name NULL */
     /* Appends the forward pass of b->n_tokens tokens to b->g. */
     void (*build)(struct build *b);
+    /* Optional: reads what the key table cannot say (defaults that depend
+     * on other keys, consistency between keys) after the table was read;
+     * errors name the key. */
+    minfer_status (*hparams_check)(const struct minfer_gguf *g, struct model_hparams *hp,
+                                   char *err, size_t err_len);
 };
 
 /* The registry (core/model/model.c). */
 const struct model_arch *model_arch_find(const char *name);
 extern const struct model_arch model_arch_qwen2;
 extern const struct model_arch model_arch_qwen3;
+extern const struct model_arch model_arch_llama;
+extern const struct model_arch model_arch_gemma3;
+extern const struct model_arch model_arch_qwen3moe;
 
 /* ---- loaded model ---- */
 
@@ -196,6 +226,16 @@ struct gtensor *build_norm(struct build *b, struct gtensor *x, int il, int slot,
 struct gtensor *build_attn(struct build *b, int il, struct gtensor *x);
 /* SwiGLU feed-forward of layer il over normalised input x. */
 struct gtensor *build_ffn(struct build *b, int il, struct gtensor *x);
+/* Self-attention with the RoPE base/scale and sliding window given (the
+ * layer's own; build_attn passes the model's and no window). */
+struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, double rope_base,
+                               double rope_scale, int window, float scale);
+/* GEGLU (tanh GELU) feed-forward of layer il over normalised input x. */
+struct gtensor *build_ffn_geglu(struct build *b, int il, struct gtensor *x);
+/* Mixture-of-experts feed-forward of layer il over normalised input x:
+ * router softmax, top n_expert_used, (renormalised) weights, the chosen
+ * experts' SwiGLU FFNs, weighted sum. */
+struct gtensor *build_ffn_moe(struct build *b, int il, struct gtensor *x);
 /* Final norm, the rows that need logits, and the output projection (tied
  * to token_embd when output.weight is absent). */
 void build_output(struct build *b, struct gtensor *x);

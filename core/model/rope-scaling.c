@@ -94,6 +94,7 @@ minfer_status model_rope_scaling(const struct minfer_gguf *g, const char *arch,
 void model_rope_params(const struct model_hparams *hp, struct graph_rope_params *p)
 {
     p->n_rot = (int)hp->n_rot;
+    p->layout = hp->rope_layout;
     p->freq_base = (float)hp->rope_base;
     p->freq_scale = (float)hp->rope_scale;
     p->ext_factor = (float)hp->rope_ext;

@@ -5,6 +5,8 @@
  * writer by worker threads.
  */
 #include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,10 +262,18 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
 
     if (err && err_len)
         err[0] = 0;
-    if (!in_path || !out_path || !o || o->struct_size < sizeof *o)
+    const size_t min_size = offsetof(struct minfer_quantize_opts, allow_requantize);
+    if (!in_path || !out_path || !o || o->struct_size < min_size)
         return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "minfer_quantize: missing path or options (struct_size %u, expected %zu)",
                     o ? o->struct_size : 0, sizeof *o);
+    bool allow_requant = o->struct_size > min_size && o->allow_requantize;
+    struct stat si, so;
+    if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev &&
+        si.st_ino == so.st_ino)
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG,
+                    "%s is the input file %s (same file%s); quantize writes a new file", out_path,
+                    in_path, strcmp(in_path, out_path) ? " through a link" : "");
     if (minfer_ftype_base_type(o->ftype) == MINFER_TYPE_COUNT)
         return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "file type %u is not one quantize writes", o->ftype);
@@ -273,6 +283,17 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
         return errf(err, err_len, st, "%s", msg);
     struct minfer_mix mix = {.ftype = o->ftype, .pure = o->pure};
     mix_facts(g, &mix);
+    for (int64_t i = 0; i < minfer_gguf_tensor_count(g) && !allow_requant; i++) {
+        const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
+        if (t->n_dims >= 2 && t->type != MINFER_TYPE_F32 && t->type != MINFER_TYPE_F16 &&
+            t->type != MINFER_TYPE_BF16) {
+            st = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
+                      "%s is already quantized (tensor %s is %s); requantizing loses quality "
+                      "(allow it with --allow-requantize)", in_path, t->name,
+                      minfer_type_name(t->type));
+            goto out;
+        }
+    }
 
     w = minfer_gguf_writer_new(3);
     if (!w) {

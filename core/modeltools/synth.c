@@ -907,7 +907,7 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
         return synth_file(o, path, err, err_len);
 
     /* in memory: through a private temporary directory */
-    const char *tmp = getenv("TMPDIR");
+    const char *tmp = secure_getenv("TMPDIR");
     char dir[512], file[600];
     snprintf(dir, sizeof dir, "%s/minfer-synth-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir))

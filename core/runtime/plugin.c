@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef MINFER_INSTALL_PLUGIN_DIR
 #define MINFER_INSTALL_PLUGIN_DIR "/usr/local/lib/minfer/backends"
@@ -37,6 +38,7 @@
      sizeof(((struct minfer_backend_iface *)0)->slot))
 static const size_t iface_size_of_minor[] = {
     [0] = IFACE_END(shutdown),
+    [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h), no table slots */
 };
 #define IFACE_HEADER_SIZE IFACE_END(abi_minor)
 _Static_assert(sizeof iface_size_of_minor / sizeof iface_size_of_minor[0] == MINFER_ABI_MINOR + 1,
@@ -50,7 +52,9 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static void log_init(void)
 {
     static const char *const names[] = {"error", "warn", "info", "debug"};
-    const char *s = getenv("MINFER_LOG_LEVEL");
+    /* secure_getenv: a setuid/setgid program's caller does not choose its
+     * log level (nor anything else the library reads from the environment). */
+    const char *s = secure_getenv("MINFER_LOG_LEVEL");
     if (!s || !*s)
         return;
     for (int i = 0; i < 4; i++)
@@ -223,6 +227,7 @@ struct minfer_runtime {
     struct minfer_plugin *plugins;     /* the loaded ones, in search order */
     size_t n_plugins;
     bool oom;
+    const char *only_backend; /* opts' filter, read during minfer_runtime_new only */
 };
 
 /* Grows a (ptr, n, cap) array by one element of size sz; false on overflow
@@ -453,6 +458,45 @@ out_close:
     return NULL;
 }
 
+/* Warns when st (of path, a plugin file or its directory) could be changed
+ * by someone other than root or this process's effective user: whoever can
+ * write it chooses code that dlopen runs (its ELF constructors run before
+ * any ABI check). A warning, not a refusal, so a developer's build tree in a
+ * shared group directory still loads (docs/plugin-abi.md, "Trust"). */
+static void warn_if_untrusted(const char *what, const char *path, const struct stat *st)
+{
+    if (st->st_uid != 0 && st->st_uid != geteuid())
+        plugin_log(MINFER_LOG_WARN,
+                   "plugin %s %s is owned by uid %u, neither root nor this process's user "
+                   "(uid %u): whoever owns it chooses the code this process runs",
+                   what, path, (unsigned)st->st_uid, (unsigned)geteuid());
+    if (st->st_mode & (S_IWGRP | S_IWOTH))
+        plugin_log(MINFER_LOG_WARN,
+                   "plugin %s %s is %s-writable (mode %04o): anyone who can write it chooses "
+                   "the code this process runs; chmod go-w it",
+                   what, path, st->st_mode & S_IWOTH ? "world" : "group",
+                   (unsigned)(st->st_mode & 07777));
+}
+
+/* Checks the real path of a plugin about to be opened and its directory. */
+static void check_trust(const char *real)
+{
+    struct stat st;
+    if (stat(real, &st) == 0)
+        warn_if_untrusted("file", real, &st);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return;
+    if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(dir, &st) == 0)
+        warn_if_untrusted("directory", dir, &st);
+}
+
 static void consider_file(struct minfer_runtime *rt, const char *path, const char *origin)
 {
     struct record *r = add_record(rt, path, origin);
@@ -483,6 +527,7 @@ static void consider_file(struct minfer_runtime *rt, const char *path, const cha
         e->refs++;
     } else {
         char *why;
+        check_trust(real);
         e = open_plugin(real, r, &why);
         if (!e) {
             reject(rt, r, MINFER_PLUGIN_REJECTED, why);
@@ -515,6 +560,14 @@ static bool is_plugin_file_name(const char *n)
            !strcmp(n + len - 3, ".so");
 }
 
+/* Whether file name n is libminfer-<backend>.so. */
+static bool is_file_of_backend(const char *n, const char *backend)
+{
+    size_t bl = strlen(backend);
+    return !strncmp(n, "libminfer-", 10) && !strncmp(n + 10, backend, bl) &&
+           !strcmp(n + 10 + bl, ".so");
+}
+
 /* Scans a directory for libminfer-*.so in name order. A missing directory
  * is a candidate only when the user named it (explicit). */
 static void consider_dir(struct minfer_runtime *rt, const char *dir, const char *origin)
@@ -533,6 +586,11 @@ static void consider_dir(struct minfer_runtime *rt, const char *dir, const char 
     while ((de = readdir(d))) {
         if (!is_plugin_file_name(de->d_name))
             continue;
+        if (rt->only_backend && !is_file_of_backend(de->d_name, rt->only_backend)) {
+            plugin_log(MINFER_LOG_DEBUG, "plugin %s/%s not opened: only backend '%s' was asked for",
+                       dir, de->d_name, rt->only_backend);
+            continue;
+        }
         char *s = strdup(de->d_name);
         if (!s || !grow((void **)&names, &cap, n, sizeof *names)) {
             free(s);
@@ -587,6 +645,22 @@ static void consider_path(struct minfer_runtime *rt, const char *path, const cha
     } else {
         consider_file(rt, path, origin);
     }
+}
+
+/* One MINFER_PLUGIN_PATH entry. A relative entry is refused: it would
+ * resolve against whatever directory the process happens to run in. */
+static void consider_env_entry(struct minfer_runtime *rt, const char *path)
+{
+    if (path[0] == '/') {
+        consider_path(rt, path, "env", true);
+        return;
+    }
+    add_search(rt, path, "env");
+    struct record *r = add_record(rt, path, "env");
+    if (r)
+        reject(rt, r, MINFER_PLUGIN_REJECTED,
+               strf("relative entry in MINFER_PLUGIN_PATH refused: it would depend on the "
+                    "current directory; give an absolute path"));
 }
 
 /* <dir of the object holding this code>/minfer/backends, or NULL. */
@@ -693,7 +767,7 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
                 *st = MINFER_ERR_INVALID_ARG;
             return NULL;
         }
-        memcpy(&o, opts, opts_v1);
+        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
         if (o.n_plugin_paths && !o.plugin_paths) {
             errf(err, err_len, MINFER_ERR_INVALID_ARG,
                  "minfer_runtime_new: n_plugin_paths > 0 but plugin_paths is NULL");
@@ -705,19 +779,23 @@ struct minfer_runtime *minfer_runtime_new(const struct minfer_runtime_opts *opts
     struct minfer_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         goto out_oom;
+    rt->only_backend = o.only_backend && o.only_backend[0] ? o.only_backend : NULL;
 
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < o.n_plugin_paths; i++)
         if (o.plugin_paths[i] && o.plugin_paths[i][0])
             consider_path(rt, o.plugin_paths[i], "api", true);
-    const char *env = (o.flags & MINFER_RUNTIME_NO_ENV) ? NULL : getenv("MINFER_PLUGIN_PATH");
+    /* secure_getenv: NULL in a setuid/setgid (AT_SECURE) process, so its
+     * caller cannot make it dlopen a library of the caller's choosing. */
+    const char *env =
+        (o.flags & MINFER_RUNTIME_NO_ENV) ? NULL : secure_getenv("MINFER_PLUGIN_PATH");
     if (env && *env) {
         char *copy = strdup(env);
         if (!copy)
             rt->oom = true;
         for (char *save = NULL, *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
              tok = strtok_r(NULL, ":", &save))
-            consider_path(rt, tok, "env", true);
+            consider_env_entry(rt, tok);
         free(copy);
     }
     if (!(o.flags & MINFER_RUNTIME_NO_DEFAULT_DIRS)) {

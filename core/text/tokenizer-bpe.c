@@ -202,13 +202,17 @@ static minfer_status bpe_init(struct minfer_tokenizer *tok, const struct tok_sou
         }
     }
 
-    /* merges: "left right" -> (rank, merged id) */
+    /* merges: "left right" -> (rank, merged id). st is OK from the loop
+     * above: reset it so an allocation failure here is reported, and take
+     * realloc's result before checking b->m so `out` frees the live block. */
+    st = MINFER_ERR_NO_MEMORY;
     b->mask = pow2_at_least((size_t)src->n_merges * 2 + 2) - 1;
     b->m = calloc(b->mask + 1, sizeof *b->m);
     char *cat = realloc(buf, 2 * maxlen + 2);
+    if (cat)
+        buf = cat;
     if (!b->m || !cat)
         goto out;
-    buf = cat;
     for (uint32_t r = 0; r < src->n_merges; r++) {
         const char *s = src->merges[r];
         size_t n = src->merge_lens[r];

@@ -6,10 +6,12 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer.h"
+#include "runtime/plugin.h"
 
 /* ---- helpers ---- */
 
@@ -136,7 +138,21 @@ struct split_ctx {
     struct word_cache *wc;
     struct tok_ids *out;
     pcre2_match_data *md[TOK_MAX_REGEX];
+    pcre2_match_context *mc;
 };
+
+/* PCRE2's default match limit (10 million backtracking steps per match
+ * call) is hit by a long whitespace run: "[ws]*[\r\n]+" scans the whole run
+ * and backs off it before "[ws]+(?!...)" takes it, about two steps per byte
+ * (a 10-million-space run failed with "match limit exceeded"). Every
+ * alternative of the pre-tokenizer regexes is a repeat of one character
+ * class, so the steps of one call are bounded by a small multiple of the
+ * bytes left; the limit is the largest PCRE2 takes, so any valid UTF-8
+ * tokenizes and the time stays linear in the input (test-tokenizer times a
+ * 10-million-space run). The heap limit covers the interpreter when JIT is
+ * not available. */
+#define MATCH_LIMIT UINT32_MAX
+#define HEAP_LIMIT_KIB (4u << 20) /* 4 GiB */
 
 /* Splits s[n] by regex level lv (matches and the gaps between them are
  * pieces) and hands each piece to the next level, or to the vocabulary. */
@@ -151,11 +167,19 @@ static minfer_status split(struct split_ctx *c, int lv, const char *s, size_t n)
     size_t off = 0;
     minfer_status st;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, c->mc);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
-        if (rc < 0)
-            return MINFER_ERR_STATE; /* match limit or JIT stack: cannot happen on valid UTF-8 */
+        if (rc < 0) {
+            PCRE2_UCHAR msg[160];
+            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
+                snprintf((char *)msg, sizeof msg, "error %d", rc);
+            plugin_log(MINFER_LOG_ERROR,
+                       "tokenizer: pre-tokenizer regex %d failed at byte %zu of a %zu-byte "
+                       "piece: PCRE2: %s",
+                       lv, off, n, (const char *)msg);
+            return MINFER_ERR_STATE;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (ms > off && (st = split(c, lv + 1, s + off, ms - off)) != MINFER_OK)
@@ -213,8 +237,14 @@ static minfer_status encode_all(const struct minfer_tokenizer *tok, const char *
                                 bool parse_special, struct tok_ids *out)
 {
     struct word_cache wc = {0};
-    struct split_ctx c = {tok, &wc, out, {0}};
+    struct split_ctx c = {tok, &wc, out, {0}, NULL};
     minfer_status st = MINFER_OK;
+    if (!(c.mc = pcre2_match_context_create(NULL))) {
+        st = MINFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    pcre2_set_match_limit(c.mc, MATCH_LIMIT);
+    pcre2_set_heap_limit(c.mc, HEAP_LIMIT_KIB);
     for (int i = 0; i < tok->n_re; i++)
         if (!(c.md[i] = pcre2_match_data_create_from_pattern(tok->re[i], NULL))) {
             st = MINFER_ERR_NO_MEMORY;
@@ -239,6 +269,7 @@ static minfer_status encode_all(const struct minfer_tokenizer *tok, const char *
 out:
     for (int i = 0; i < tok->n_re; i++)
         pcre2_match_data_free(c.md[i]);
+    pcre2_match_context_free(c.mc);
     wc_free(&wc);
     return st;
 }

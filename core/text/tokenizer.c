@@ -21,6 +21,7 @@
 
 static const struct tok_vocab_ops *const vocab_kinds[] = {
     &tok_vocab_bpe,
+    &tok_vocab_spm,
 };
 
 static const struct tok_pretok *const pretoks[] = {
@@ -178,16 +179,18 @@ struct minfer_tokenizer *tok_new(const struct tok_source *src, minfer_status *st
             ops = vocab_kinds[i];
     if (!ops) {
         s = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
-                 "tokenizer model '%.*s' is not supported by this build (supported: gpt2)",
+                 "tokenizer model '%.*s' is not supported by this build (supported: gpt2, llama)",
                  src->model ? (int)src->model_len : 6, src->model ? src->model : "(none)");
         goto out;
     }
-    const struct tok_pretok *pre = NULL;
+    const struct tok_pretok *pre = ops->pretok;
     const char *pname = src->pre ? src->pre : "default";
     size_t plen = src->pre ? src->pre_len : 7;
     for (size_t i = 0; i < sizeof pretoks / sizeof pretoks[0]; i++)
         if (strlen(pretoks[i]->name) == plen && !memcmp(pretoks[i]->name, pname, plen))
             pre = pretoks[i];
+    if (ops->pretok)
+        pre = ops->pretok;
     if (!pre) {
         s = errf(err, err_len, MINFER_ERR_UNSUPPORTED,
                  "pre-tokenizer '%.*s' (tokenizer.ggml.pre) is not supported by this build "
@@ -352,6 +355,7 @@ struct minfer_tokenizer *minfer_tokenizer_from_gguf(const struct minfer_gguf *g,
     const char **merges = NULL, **tokens = NULL;
     size_t *merge_lens = NULL, *token_lens = NULL;
     int32_t *types = NULL;
+    float *scores = NULL;
     minfer_status s;
     if (!g) {
         *st = errf(err, err_len, MINFER_ERR_INVALID_ARG, "no GGUF given");
@@ -403,6 +407,24 @@ struct minfer_tokenizer *minfer_tokenizer_from_gguf(const struct minfer_gguf *g,
     src.pad = gguf_id(g, "tokenizer.ggml.padding_token_id");
     bool b;
     src.add_bos = minfer_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == MINFER_OK && b;
+    src.add_space_prefix = -1;
+    if (minfer_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == MINFER_OK)
+        src.add_space_prefix = b;
+    if (minfer_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &data) == MINFER_OK) {
+        if (et != MINFER_GGUF_FLOAT32 || n != src.n_tokens) {
+            s = errf(err, err_len, MINFER_ERR_FORMAT,
+                     "tokenizer.ggml.scores: %llu %s entries, expected %u float32",
+                     (unsigned long long)n, minfer_gguf_type_name(et), src.n_tokens);
+            goto out;
+        }
+        scores = malloc((n ? n : 1) * sizeof *scores);
+        if (!scores) {
+            s = errf(err, err_len, MINFER_ERR_NO_MEMORY, "out of memory");
+            goto out;
+        }
+        memcpy(scores, data, n * sizeof *scores); /* unaligned in the mapping */
+        src.scores = scores;
+    }
     if (minfer_gguf_get_str(g, "tokenizer.chat_template", &src.chat_template,
                             &src.chat_template_len) != MINFER_OK)
         src.chat_template = NULL;
@@ -413,6 +435,7 @@ out:
     free(merges);
     free(merge_lens);
     free(types);
+    free(scores);
     *st = tok ? MINFER_OK : s;
     return tok;
 }

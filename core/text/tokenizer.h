@@ -6,7 +6,7 @@
  *   - a source: plain arrays (tokens, types, merges, ids) read from a GGUF
  *     by tokenizer.c, or built by a test from tokenizer.json;
  *   - a vocabulary kind (struct tok_vocab_ops): "gpt2" byte-level BPE in
- *     tokenizer-bpe.c; a SentencePiece kind would be tokenizer-spm.c;
+ *     tokenizer-bpe.c; "llama" SentencePiece BPE in tokenizer-spm.c;
  *   - a pre-tokenizer (struct tok_pretok): regexes + flags in
  *     pretok-<name>.c, listed once in tokenizer.c's registry.
  * Text flow of minfer_tokenize: repair invalid UTF-8 -> split out special
@@ -38,6 +38,8 @@ struct tok_source {
     const size_t *merge_lens;           /* [n_merges] */
     int32_t bos, eos, eot, pad;         /* -1 when absent */
     bool add_bos;
+    const float *scores;                /* [n_tokens] piece scores (SentencePiece), or NULL */
+    int add_space_prefix;               /* SentencePiece: 1 / 0, -1 when absent */
     const char *chat_template;          /* NULL when absent */
     size_t chat_template_len;
 };
@@ -90,9 +92,14 @@ struct tok_vocab_ops {
     /* Encodes one pre-tokenized piece of valid UTF-8, appending ids. */
     minfer_status (*encode_piece)(const struct minfer_tokenizer *tok, const char *s, size_t n,
                                   struct tok_ids *out);
+    /* The kind's own pre-tokenizer, whatever tokenizer.ggml.pre says; NULL:
+     * the registry's entry for tokenizer.ggml.pre. */
+    const struct tok_pretok *pretok;
 };
 
 extern const struct tok_vocab_ops tok_vocab_bpe;
+extern const struct tok_vocab_ops tok_vocab_spm;
+extern const struct tok_pretok tok_pretok_spm;
 
 /* ---- the tokenizer object ---- */
 
@@ -121,6 +128,7 @@ struct minfer_tokenizer {
 
     int32_t bos, eos, eot, pad;
     bool add_bos;
+    bool strip_space_prefix; /* SentencePiece with a space prefix: detokenize drops it */
     int32_t eog[8];
     int n_eog;
 

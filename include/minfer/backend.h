@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1
-#define MINFER_ABI_MINOR 0
+#define MINFER_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define MINFER_PLUGIN_EXPORT __declspec(dllexport)

@@ -167,13 +167,20 @@ MINFER_API minfer_status minfer_gguf_writer_add_tensor(struct minfer_gguf_writer
                                                        uint32_t n_dims, const int64_t *ne,
                                                        const void *data,
                                                        minfer_gguf_fill_fn fill, void *user);
-/* Writes path via a temporary name in the same directory and renames it
- * only once complete: an interrupted or failed write leaves no file. */
+/* Writes path through a temporary beside it that appears under path only
+ * once complete: an interrupted or failed write leaves no file. Linux's
+ * O_TMPFILE makes the temporary unnamed, so even a killed process leaves
+ * nothing (a named path.tmp-* file is the fallback). path must be a regular
+ * file or a new name: a device, FIFO, socket or directory is refused
+ * (MINFER_ERR_INVALID_ARG, the message names the kind); a symlink is
+ * followed and its target replaced, the link kept. */
 MINFER_API minfer_status minfer_gguf_writer_write(struct minfer_gguf_writer *w, const char *path,
                                                   char *err, size_t err_len);
 /* While minfer_gguf_writer_write runs: the temporary file's path (owned by
- * w), else NULL. Reading it is async-signal-safe, so a SIGINT handler can
- * unlink() it and an interrupted run leaves no temporary behind either. */
+ * w), else NULL: /proc/self/fd/N for an unnamed O_TMPFILE (unlinking that
+ * fails harmlessly: nothing needs removing), else the named temporary.
+ * Reading it is async-signal-safe, so a SIGINT handler can unlink() it and
+ * an interrupted run leaves no temporary behind either. */
 MINFER_API const char *minfer_gguf_writer_temp_path(const struct minfer_gguf_writer *w);
 
 #ifdef __cplusplus

@@ -223,8 +223,87 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
                                "a q8_0 cache needs head_dim %% 32 == 0 (each head whole blocks), "
                                "head_dim is %lld",
                                (long long)hd);
+    if (n->iparams[1] < 0)
+        return minfer_irc_bad_(why, why_len, op, "sliding window %d must be >= 0 (0 = none)",
+                               n->iparams[1]);
     MINFER_IRC_IDS_(n->src[3], 1, "kv_len");
     MINFER_IRC_IDS_(n->src[4], q->ne[2], "query positions");
+    return MINFER_OK;
+}
+
+/* TOPK, MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM: the mixture-of-experts ops. */
+static inline minfer_status minfer_irc_moe_(const struct minfer_node *n, char *why,
+                                            size_t why_len)
+{
+    uint32_t op = n->op;
+    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *d = n->dst;
+    if (op == MINFER_OP_TOPK) {
+        MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
+        MINFER_IRC_TYPE_(d, MINFER_TYPE_I32, "dst");
+        int32_t k = n->iparams[0];
+        if (k < 1 || k > 64 || k > s0->ne[0])
+            return minfer_irc_bad_(why, why_len, op, "k %d must be in 1..min(64, n = %lld)", k,
+                                   (long long)s0->ne[0]);
+        if (!minfer_irc_2d_(s0) || d->ne[0] != k || d->ne[1] != s0->ne[1] || !minfer_irc_2d_(d))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "src0 " MINFER_IRC_SHAPE_ " / dst " MINFER_IRC_SHAPE_
+                                   " must be [n, T] / [k = %d, T]",
+                                   MINFER_IRC_NE_(s0), MINFER_IRC_NE_(d), k);
+        return MINFER_OK;
+    }
+    if (op == MINFER_OP_MOE_WEIGHTS) {
+        MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "logits");
+        MINFER_IRC_TYPE_(s1, MINFER_TYPE_I32, "experts");
+        MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
+        if (!minfer_irc_2d_(s0) || !minfer_irc_2d_(s1) || s1->ne[1] != s0->ne[1] ||
+            s1->ne[0] > s0->ne[0] || !minfer_irc_same_(s1, d))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "logits " MINFER_IRC_SHAPE_ ", experts " MINFER_IRC_SHAPE_
+                                   ", dst " MINFER_IRC_SHAPE_ " must be [n, T], [k, T], [k, T]",
+                                   MINFER_IRC_NE_(s0), MINFER_IRC_NE_(s1), MINFER_IRC_NE_(d));
+        if (n->iparams[0] != 0 && n->iparams[0] != 1)
+            return minfer_irc_bad_(why, why_len, op, "renormalise flag %d must be 0 or 1",
+                                   n->iparams[0]);
+        return MINFER_OK;
+    }
+    if (op == MINFER_OP_MOE_SUM) {
+        MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
+        MINFER_IRC_TYPE_(s1, MINFER_TYPE_F32, "weights");
+        MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
+        if (s0->ne[3] != 1 || s1->ne[0] != s0->ne[1] || s1->ne[1] != s0->ne[2] ||
+            !minfer_irc_2d_(s1) || d->ne[0] != s0->ne[0] || d->ne[1] != s0->ne[2] ||
+            !minfer_irc_2d_(d))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "src0 " MINFER_IRC_SHAPE_ ", weights " MINFER_IRC_SHAPE_
+                                   ", dst " MINFER_IRC_SHAPE_ " must be [N, k, T], [k, T], [N, T]",
+                                   MINFER_IRC_NE_(s0), MINFER_IRC_NE_(s1), MINFER_IRC_NE_(d));
+        return MINFER_OK;
+    }
+    /* MUL_MAT_ID */
+    const struct minfer_tensor *ids = n->src[2];
+    MINFER_IRC_TYPE_(s1, MINFER_TYPE_F32, "activations");
+    MINFER_IRC_TYPE_(ids, MINFER_TYPE_I32, "experts");
+    MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
+    int64_t k = ids->ne[0], T = ids->ne[1];
+    if (s0->ne[3] != 1 || !minfer_irc_2d_(ids) || k > s0->ne[2])
+        return minfer_irc_bad_(why, why_len, op,
+                               "weights " MINFER_IRC_SHAPE_ " / experts " MINFER_IRC_SHAPE_
+                               " must be [K, N, n_expert] / [k <= n_expert, T]",
+                               MINFER_IRC_NE_(s0), MINFER_IRC_NE_(ids));
+    if (s1->ne[0] != s0->ne[0] || (s1->ne[1] != 1 && s1->ne[1] != k) || s1->ne[2] != T ||
+        s1->ne[3] != 1)
+        return minfer_irc_bad_(why, why_len, op,
+                               "activations are " MINFER_IRC_SHAPE_
+                               ", expected [K = %lld, 1 or k = %lld, T = %lld]",
+                               MINFER_IRC_NE_(s1), (long long)s0->ne[0], (long long)k,
+                               (long long)T);
+    if (d->ne[0] != s0->ne[1] || d->ne[1] != k || d->ne[2] != T || d->ne[3] != 1)
+        return minfer_irc_bad_(why, why_len, op,
+                               "dst is " MINFER_IRC_SHAPE_ ", expected [%lld, %lld, %lld]",
+                               MINFER_IRC_NE_(d), (long long)s0->ne[1], (long long)k,
+                               (long long)T);
+    if (s0->ne[0] > INT32_MAX || s0->ne[1] > INT32_MAX || k * T > INT32_MAX)
+        return minfer_irc_bad_(why, why_len, op, "K, N and k * T must each be below 2^31");
     return MINFER_OK;
 }
 
@@ -306,6 +385,7 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         return MINFER_OK;
     }
     case MINFER_OP_SWIGLU:
+    case MINFER_OP_GEGLU:
         MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
         MINFER_IRC_TYPE_(s1, MINFER_TYPE_F32, "src1");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
@@ -319,7 +399,8 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
     case MINFER_OP_MUL_MAT_ADD:
     case MINFER_OP_FFN_GATE_UP:
         return minfer_irc_matmul_(n, why, why_len);
-    case MINFER_OP_ROPE: {
+    case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV: {
         MINFER_IRC_TYPE_(s0, MINFER_TYPE_F32, "src0");
         MINFER_IRC_TYPE_(d, MINFER_TYPE_F32, "dst");
         if (s0->ne[3] != 1 || !minfer_irc_same_(s0, d))
@@ -343,6 +424,17 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
                                    "%g..%g (0 <= lo <= hi) out of range",
                                    (double)n->fparams[2], (double)n->fparams[3],
                                    (double)n->fparams[4], (double)n->fparams[5]);
+        if (n->iparams[1] != 0 && n->iparams[1] != 1)
+            return minfer_irc_bad_(why, why_len, op, "layout %d must be 0 (NeoX) or 1 (normal)",
+                                   n->iparams[1]);
+        if (op == MINFER_OP_ROPE_DIV) {
+            MINFER_IRC_TYPE_(n->src[2], MINFER_TYPE_F32, "frequency factors");
+            if (!minfer_irc_vec_(n->src[2], n_rot / 2))
+                return minfer_irc_bad_(why, why_len, op,
+                                       "frequency factors are " MINFER_IRC_SHAPE_
+                                       ", expected [n_rot / 2 = %d]",
+                                       MINFER_IRC_NE_(n->src[2]), n_rot / 2);
+        }
         return MINFER_OK;
     }
     case MINFER_OP_KV_STORE:
@@ -369,6 +461,11 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
                                    "dst " MINFER_IRC_SHAPE_ " differs from src0 " MINFER_IRC_SHAPE_,
                                    MINFER_IRC_NE_(d), MINFER_IRC_NE_(s0));
         return MINFER_OK;
+    case MINFER_OP_TOPK:
+    case MINFER_OP_MOE_WEIGHTS:
+    case MINFER_OP_MUL_MAT_ID:
+    case MINFER_OP_MOE_SUM:
+        return minfer_irc_moe_(n, why, why_len);
     default: /* an op in the table without a rule here is a bug of this header */
         return minfer_irc_bad_(why, why_len, op, "no contract rule for op %u", op);
     }

@@ -144,7 +144,10 @@ enum minfer_op {
     /* Rotary embedding, NeoX layout (pairs (i, i + n_rot/2)).
      * src0: F32 [head_dim, n_head, n_tokens]; src1: I32 positions [n_tokens];
      * iparams[0] = n_rot (even, 2..head_dim; dims past n_rot pass through);
+     * iparams[1] = layout (ABI 1.1): 0 NeoX, pairs (i, i + n_rot/2); 1 normal
+     *   (GPT-J / GGUF llama), pairs (2i, 2i + 1); other values are refused;
      * fparams[0] = freq_base (> 0); fparams[1] = freq_scale (> 0, 1.0 = none).
+     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot).
      * YaRN (all zero = none): fparams[2] = ext_factor in [0, 1],
      * fparams[3] = mscale (>= 0; 0 reads as 1), fparams[4..5] = lo <= hi.
      * Pair i's angle: t_e = pos * freq_base^(-2i/n_rot), t_i = freq_scale *
@@ -170,6 +173,9 @@ enum minfer_op {
      *       for a single sequence);
      * dst: F32 [head_dim, n_head, n_tokens].
      * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale.
+     * iparams[1] = sliding window (ABI 1.1; >= 0, 0 = none): with w > 0
+     *   query t also needs src4[t] - c < w, and cells below src4[t] - w + 1
+     *   are not read at all (Gemma's local layers).
      * K and V have one type; a Q8_0 cache needs head_dim % 32 == 0.
      * kv_len and positions are read at run time, never baked into a launch. */
     MINFER_OP_ATTENTION = 10,
@@ -187,6 +193,38 @@ enum minfer_op {
      * column. The core makes it only where the product has no other reader
      * and the backend's supports_op accepts it. */
     MINFER_OP_MUL_MAT_ADD = 14,
+    /* 15 is reserved for ATTENTION_LISTS (multi-sequence attention). */
+    /* ABI 1.1 — the ops of Gemma (GEGLU), mixtures of experts (TOPK,
+     * MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM) and Llama 3.1's RoPE (ROPE_DIV). */
+    /* dst = gelu(src0) * src1, same shapes; gelu is the tanh form
+     * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    MINFER_OP_GEGLU = 16,
+    /* dst[j, t] = index of the j-th largest of src0[:, t], largest first,
+     * the lower index first among equal values.
+     * src0: F32 [n, T]; dst: I32 [k, T]; iparams[0] = k (1..n, at most 64). */
+    MINFER_OP_TOPK = 17,
+    /* Router weights of the chosen experts. src0: F32 logits [n_expert, T];
+     * src1: I32 chosen experts [k, T] (each in [0, n_expert)); dst: F32 [k, T].
+     * iparams[0] = 0: dst[j, t] = softmax(src0[:, t])[src1[j, t]];
+     *              1: the same renormalised to sum 1 over j (= a softmax over
+     *                 the chosen logits only). */
+    MINFER_OP_MOE_WEIGHTS = 18,
+    /* The chosen experts' matrix products.
+     * src0: expert weights [K, N, n_expert], any type MUL_MAT reads;
+     * src1: F32 [K, B, T], B == 1 (every slot reads column t) or B == k
+     *       (slot j reads src1[:, j, t]);
+     * src2: I32 chosen experts [k, T];
+     * dst[:, j, t] = expert src2[j, t]'s [K, N] matrix times that column;
+     * dst: F32 [N, k, T]. An id outside [0, n_expert) is an error at run
+     * time; only the chosen experts' weights are read. */
+    MINFER_OP_MUL_MAT_ID = 19,
+    /* dst[:, t] = sum_j src1[j, t] * src0[:, j, t].
+     * src0: F32 [N, k, T]; src1: F32 [k, T]; dst: F32 [N, T]. */
+    MINFER_OP_MOE_SUM = 20,
+    /* ROPE whose pair i turns by angle / src2[i]: the frequency factors of
+     * Llama 3.1 style scaling (rope_freqs.weight). src0, src1, dst, iparams
+     * and fparams as ROPE; src2: F32 [n_rot / 2], each > 0. */
+    MINFER_OP_ROPE_DIV = 21,
     MINFER_OP_COUNT /* one past the last op; grows by appending above */
 };
 
@@ -208,7 +246,13 @@ enum minfer_op {
     X(FFN_GATE_UP, 3)                                                        \
     X(COPY, 1)                                                               \
     X(SCALE, 1)                                                              \
-    X(MUL_MAT_ADD, 3)
+    X(MUL_MAT_ADD, 3)                                                        \
+    X(GEGLU, 2)                                                              \
+    X(TOPK, 1)                                                               \
+    X(MOE_WEIGHTS, 2)                                                        \
+    X(MUL_MAT_ID, 3)                                                         \
+    X(MOE_SUM, 2)                                                            \
+    X(ROPE_DIV, 3)
 
 /* "ADD", "MUL_MAT", ...; "UNKNOWN" for a value this header does not name.
  * The string is static. */

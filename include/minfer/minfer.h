@@ -58,6 +58,12 @@ struct minfer_runtime_opts {
     const char *const *plugin_paths;   /* files or directories, searched first */
     size_t n_plugin_paths;
     uint32_t flags;                    /* MINFER_RUNTIME_* */
+    /* Appended in 0.1 (read only when struct_size covers it): when not
+     * NULL, directory scans open only libminfer-<only_backend>.so, so a
+     * run that names its backend ("cpu") never dlopens the others (the
+     * CUDA plugin's runtime initialises at load time). Files named
+     * explicitly (plugin_paths, $MINFER_PLUGIN_PATH) are still opened. */
+    const char *only_backend;
 };
 
 /* Finds and loads plugins. opts may be NULL (defaults). Finding no usable
@@ -503,13 +509,21 @@ struct minfer_quantize_opts {
     const volatile int *cancel;  /* optional: once *cancel is nonzero (e.g. set by
                                     a signal handler) the write stops with
                                     MINFER_ERR_STATE and leaves no file */
+    bool allow_requantize;       /* accept an input with quantized 2-D weights
+                                    (appended: a struct_size without it reads false) */
 };
 
 /* Rewrites the GGUF in_path as out_path with every tensor converted to the
- * type the mix gives it (quantized inputs are dequantized first; tensors
- * already of their target type are copied). The output appears only when
- * complete. Metadata is copied; general.file_type and
- * general.quantization_version are set. Errors name the tensor. */
+ * type the mix gives it (tensors already of their target type are copied).
+ * An input whose 2-D weights are already quantized (anything but F32, F16,
+ * BF16) is refused with MINFER_ERR_UNSUPPORTED unless allow_requantize
+ * (then it is dequantized first). out_path naming the same file as in_path
+ * (also through a symlink or hard link) is MINFER_ERR_INVALID_ARG. The
+ * output rules of minfer_gguf_writer_write apply: a regular file or a new
+ * name (devices, FIFOs, directories refused; a symlink is followed and its
+ * target replaced), appearing only when complete. Metadata is copied;
+ * general.file_type and general.quantization_version are set. Errors name
+ * the tensor. */
 MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_path,
                                          const struct minfer_quantize_opts *o, char *err,
                                          size_t err_len);

@@ -82,7 +82,7 @@ template <int HD, int L>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-               const int32_t *kv_len, const int32_t *pos, float scale, kview dst)
+               const int32_t *kv_len, const int32_t *pos, float scale, int window, kview dst)
 {
     constexpr int LD = HD + 8, KS = HD / 16, NT = FA_BC / 8, OT = HD / 8;
     __shared__ __align__(16) uint16_t Ks[FA_BC * LD];
@@ -121,6 +121,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     const int rp0 = Pos[warp * 16 + g], rp1 = Pos[warp * 16 + g + 8];
     const int64_t end = (int64_t)maxpos + 1 < nvis ? (int64_t)maxpos + 1 : nvis;
+    /* a sliding window: row r sees cells [pos - window + 1, pos]; the block
+     * starts at the tile holding its lowest row's first cell */
+    const int64_t lo0 = window > 0 ? (int64_t)rp0 - window + 1 : 0;
+    const int64_t lo1 = window > 0 ? (int64_t)rp1 - window + 1 : 0;
+    int64_t start = window > 0 && minpos - window + 1 > 0 ? (int64_t)(minpos - window + 1) : 0;
+    start = start / FA_BC * FA_BC;
+    const int64_t wmax = window > 0 ? (int64_t)maxpos - window + 1 : 0; /* tiles below: full */
     __syncthreads(); /* the Q tile is read before V tiles overwrite it */
 
     float o[OT][4];
@@ -128,13 +135,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     for (int i = 0; i < OT; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    if (end > 0) {
-        fa_stage<HD, L>(Ks, kc, knb1, hk, 0, end);
+    if (start < end) {
+        fa_stage<HD, L>(Ks, kc, knb1, hk, start, end);
         fa_commit();
-        fa_stage<HD, L>(Vs, vc, vnb1, hk, 0, end);
+        fa_stage<HD, L>(Vs, vc, vnb1, hk, start, end);
         fa_commit();
     }
-    for (int64_t c0 = 0; c0 < end; c0 += FA_BC) {
+    for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
         fa_wait<1>(); /* this K tile (the V tile may still be in flight) */
         __syncthreads();
         float s[NT][4];
@@ -158,14 +165,15 @@ __global__ void __launch_bounds__(FA_THREADS)
         fa_commit(); /* possibly empty: keeps the group count uniform */
 
         /* mask: only tiles past the first row's position or the end */
-        if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos) {
+        if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos || c0 < wmax) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int64_t c = c0 + nt * 8 + 2 * qd + (e & 1);
                     int rp = e < 2 ? rp0 : rp1;
-                    if (c >= nvis || c > rp)
+                    int64_t lo = e < 2 ? lo0 : lo1;
+                    if (c >= nvis || c > rp || c < lo)
                         s[nt][e] = -INFINITY;
                 }
             }
@@ -253,7 +261,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 template <int HD>
 static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K,
                      const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-                     const int32_t *kv_len, const int32_t *pos, float scale, kview dst)
+                     const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                     kview dst)
 {
     int64_t nt = q.ne[2];
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
@@ -261,19 +270,19 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
     case MINFER_TYPE_F32: {
         auto kf = fa_prefill<HD, 0>;
         KLAUNCH(k, "attention.prefill_mma<f32>", kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, dst);
+                n_cells, group, kv_len, pos, scale, window, dst);
         return 0;
     }
     case MINFER_TYPE_F16: {
         auto kf = fa_prefill<HD, 1>;
         KLAUNCH(k, "attention.prefill_mma<f16>", kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, dst);
+                n_cells, group, kv_len, pos, scale, window, dst);
         return 0;
     }
     case MINFER_TYPE_Q8_0: {
         auto kf = fa_prefill<HD, 2>;
         KLAUNCH(k, "attention.prefill_mma<q8_0>", kf, grid, FA_THREADS, 0, q, K, V, knb1,
-                vnb1, n_cells, group, kv_len, pos, scale, dst);
+                vnb1, n_cells, group, kv_len, pos, scale, window, dst);
         return 0;
     }
     default:
@@ -297,13 +306,13 @@ extern "C" int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint3
 extern "C" int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                           const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                           int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                          float scale, struct kview dst)
+                          float scale, int window, struct kview dst)
 {
     int group = (int)(q.ne[1] / n_kv_head);
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     if (q.ne[0] == 128)
         return fa_launch<128>(k, q, kv_type, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
-                              scale, dst);
+                              scale, window, dst);
     return fa_launch<64>(k, q, kv_type, K, V, knb1, vnb1, n_cells, group, kv_len, pos, scale,
-                         dst);
+                         window, dst);
 }

@@ -92,8 +92,8 @@ template <int L>
 __global__ void __launch_bounds__(A_THREADS)
     attn_partial(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                  int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-                 const int32_t *kv_len, const int32_t *pos, float scale, int chunk,
-                 int n_splits, float *__restrict__ part)
+                 const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                 int chunk, int n_splits, float *__restrict__ part)
 {
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(A_THREADS)
     nvis = nvis < n_cells ? nvis : n_cells;
     int64_t begin = (int64_t)split * chunk;
     int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+    int64_t wlo = window > 0 ? (int64_t)pos[t] - window + 1 : 0; /* sliding window */
+    begin = begin > wlo ? begin : wlo;
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
@@ -209,7 +211,8 @@ template <int L, int DC, int D_G>
 __global__ void __launch_bounds__(D_WARPS * 32)
     attn_decode(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                 int64_t knb1, int64_t vnb1, int64_t n_cells, int group, const int32_t *kv_len,
-                const int32_t *pos, float scale, int n_splits, float *__restrict__ part)
+                const int32_t *pos, float scale, int window, int n_splits,
+                float *__restrict__ part)
 {
     constexpr int D_VB = 16 / DC; /* V rows in flight per batch */
     const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
@@ -235,8 +238,12 @@ __global__ void __launch_bounds__(D_WARPS * 32)
     int64_t lim = (int64_t)pos[t] + 1;
     nvis = nvis < lim ? nvis : lim;
     nvis = nvis < n_cells ? nvis : n_cells;
-    int64_t chunk = ((nvis + n_splits - 1) / n_splits + 31) / 32 * 32;
-    int64_t begin = (int64_t)split * chunk;
+    /* a sliding window: cells below pos - window + 1 are not read */
+    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0;
+    lo = lo > 0 ? lo : 0;
+    int64_t nwin = nvis > lo ? nvis - lo : 0;
+    int64_t chunk = ((nwin + n_splits - 1) / n_splits + 31) / 32 * 32;
+    int64_t begin = lo + (int64_t)split * chunk;
     int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
 
     float m[D_G], l[D_G], acc[D_G][DC][4];
@@ -494,23 +501,23 @@ extern "C" size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const v
 extern "C" int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                            const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                            int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                           float scale, struct kview dst, void *scratch)
+                           float scale, int window, struct kview dst, void *scratch)
 {
     return k_attention_q(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
-                         scale, dst, scratch, NULL);
+                         scale, window, dst, scratch, NULL);
 }
 
 template <int L, int DC, int G>
 static int dec_launch(struct kctx *k, const char *site, struct kview q, const uint8_t *K,
                       const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                       int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                      int splits, float *part)
+                      int window, int splits, float *part)
 {
     int64_t n_gc = (group + G - 1) / G;
     dim3 grid((unsigned)(splits / D_WARPS), (unsigned)(n_kv_head * n_gc), (unsigned)q.ne[2]);
     auto kf = attn_decode<L, DC, G>;
     KLAUNCH(k, site, kf, grid, D_WARPS * 32, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
-            scale, splits, part);
+            scale, window, splits, part);
     return 0;
 }
 
@@ -518,30 +525,32 @@ template <int L>
 static int dec_launch_l(struct kctx *k, const char *site, struct kview q, const uint8_t *K,
                         const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                         int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                        float scale, int splits, float *part)
+                        float scale, int window, int splits, float *part)
 {
     bool wide = q.ne[0] > 128;
     if (dec_group(group) == 4)
         return wide ? dec_launch<L, 2, 4>(k, site, q, K, V, knb1, vnb1, n_cells, group,
-                                          n_kv_head, kv_len, pos, scale, splits, part)
+                                          n_kv_head, kv_len, pos, scale, window, splits, part)
                     : dec_launch<L, 1, 4>(k, site, q, K, V, knb1, vnb1, n_cells, group,
-                                          n_kv_head, kv_len, pos, scale, splits, part);
+                                          n_kv_head, kv_len, pos, scale, window, splits, part);
     return wide ? dec_launch<L, 2, 8>(k, site, q, K, V, knb1, vnb1, n_cells, group, n_kv_head,
-                                      kv_len, pos, scale, splits, part)
+                                      kv_len, pos, scale, window, splits, part)
                 : dec_launch<L, 1, 8>(k, site, q, K, V, knb1, vnb1, n_cells, group, n_kv_head,
-                                      kv_len, pos, scale, splits, part);
+                                      kv_len, pos, scale, window, splits, part);
 }
 
 extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                              const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                              int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                             float scale, struct kview dst, void *scratch, void *xq)
+                             float scale, int window, struct kview dst, void *scratch, void *xq)
 {
     int64_t hd = q.ne[0], n_head = q.ne[1], nt = q.ne[2];
     if (hd <= 0 || hd > A_MAX_HD || hd % 4)
         return k_fail(k, "attention", "head_dim must be a multiple of 4 in 4..256");
     if (n_kv_head <= 0 || n_head % n_kv_head)
         return k_fail(k, "attention", "n_kv_head does not divide n_head");
+    if (window < 0)
+        return k_fail(k, "attention", "sliding window is negative");
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0)
         return k_fail(k, "attention", "n_head/n_tokens/n_cells out of range");
     if (kv_type == MINFER_TYPE_Q8_0 && hd % 32)
@@ -555,19 +564,19 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
     int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, xq != NULL);
     if (path == 2)
         return k_attn_mma(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
-                          scale, dst);
+                          scale, window, dst);
     int splits = path_splits(path, q, n_kv_head, n_cells);
     float *part = (float *)scratch;
     if (path == 1) {
         int rc = kv_type == MINFER_TYPE_F32
                      ? dec_launch_l<0>(k, "attention.decode<f32>", q, K, V, knb1, vnb1, n_cells,
-                                       group, n_kv_head, kv_len, pos, scale, splits, part)
+                                       group, n_kv_head, kv_len, pos, scale, window, splits, part)
                  : kv_type == MINFER_TYPE_F16
                      ? dec_launch_l<1>(k, "attention.decode<f16>", q, K, V, knb1, vnb1, n_cells,
-                                       group, n_kv_head, kv_len, pos, scale, splits, part)
+                                       group, n_kv_head, kv_len, pos, scale, window, splits, part)
                      : dec_launch_l<2>(k, "attention.decode<q8_0>", q, K, V, knb1, vnb1,
-                                       n_cells, group, n_kv_head, kv_len, pos, scale, splits,
-                                       part);
+                                       n_cells, group, n_kv_head, kv_len, pos, scale, window,
+                                       splits, part);
         if (rc)
             return rc;
     } else {
@@ -577,19 +586,19 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         case MINFER_TYPE_F32: {
             auto kf = attn_partial<0>;
             KLAUNCH(k, "attention.partial<f32>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, chunk, splits, part);
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
             break;
         }
         case MINFER_TYPE_F16: {
             auto kf = attn_partial<1>;
             KLAUNCH(k, "attention.partial<f16>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, chunk, splits, part);
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
             break;
         }
         default: {
             auto kf = attn_partial<2>;
             KLAUNCH(k, "attention.partial<q8_0>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, chunk, splits, part);
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
             break;
         }
         }

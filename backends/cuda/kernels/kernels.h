@@ -155,11 +155,12 @@ int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
            float freq_base, float freq_scale);
 
-/* k_rope with YaRN: fp = the ROPE node's fparams[0..5] (freq_base,
- * freq_scale, ext_factor, mscale (0 = 1), ramp lo, hi), MINFER_OP_ROPE's
- * formula. */
-int k_rope_yarn(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
-                const float *fp);
+/* The general RoPE: layout 0 NeoX, 1 normal pairs; factors (F32
+ * [n_rot / 2], NULL: none) divide the angles (ROPE_DIV); fp = the node's
+ * fparams[0..5] (freq_base, freq_scale, YaRN ext_factor, mscale (0 = 1),
+ * ramp lo, hi), MINFER_OP_ROPE's formula. */
+int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
+               int layout, const float *factors, const float *fp);
 /* Two k_rope calls with the same positions and parameters in one launch
  * (x0/x1 with equal token counts; the pairs must not overlap). */
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
@@ -228,15 +229,16 @@ int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type
 int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-               struct kview dst);
+               int window, struct kview dst);
 /* Causal GQA attention: many tokens on tensor cores (flash attention, one
  * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
- * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device. */
+ * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device;
+ * window: ATTENTION's iparams[1], a sliding window (0 = none). */
 int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                 const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                 int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                struct kview dst, void *scratch);
+                int window, struct kview dst, void *scratch);
 
 /* k_attention that also writes dst as q8_1 blocks into xq (rows of
  * hd * n_head values per token, what k_quantize_q8_1 of dst would give,
@@ -244,7 +246,7 @@ int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc
 int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                   const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                   int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                  struct kview dst, void *scratch, void *xq);
+                  int window, struct kview dst, void *scratch, void *xq);
 
 #ifdef __cplusplus
 }

@@ -442,14 +442,17 @@ extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct
     return 0;
 }
 
-/* YaRN (MINFER_OP_ROPE's formula): each pair's angle mixes the scaled and
- * the unscaled one by a ramp over pair indices; cos and sin times mscale.
- * Only YaRN nodes come here, so the plain kernels keep their exact bits. */
+/* The general RoPE (MINFER_OP_ROPE / ROPE_DIV): NeoX or normal pairs,
+ * Llama 3.1's frequency factors (fac, NULL: none) and YaRN (each pair's
+ * angle mixes the scaled and the unscaled one by a ramp over pair
+ * indices; cos and sin times mscale). The plain NeoX nodes keep the
+ * kernels above, bit for bit. */
 struct kyarn {
     float base, fscale, ext, mscale, lo, hi;
 };
 
-__global__ void rope_yarn_kernel(kview x, const int32_t *pos, kview dst, int n_rot, kyarn y)
+__global__ void rope_ext_kernel(kview x, const int32_t *pos, kview dst, int n_rot, int layout,
+                                const float *fac, kyarn y)
 {
     const int64_t h = blockIdx.x, t = blockIdx.y;
     const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
@@ -459,6 +462,8 @@ __global__ void rope_yarn_kernel(kview x, const int32_t *pos, kview dst, int n_r
     for (int i = threadIdx.x; i < x.ne[0]; i += blockDim.x) {
         if (i < half) {
             float te = p * powf(y.base, -2.0f * (float)i / (float)n_rot);
+            if (fac)
+                te /= fac[i];
             float th = te * y.fscale;
             if (y.ext > 0.0f) {
                 float r = (i - y.lo) / fmaxf(0.001f, y.hi - y.lo);
@@ -467,21 +472,26 @@ __global__ void rope_yarn_kernel(kview x, const int32_t *pos, kview dst, int n_r
             }
             float cs, sn;
             sincosf(th, &sn, &cs);
-            rope_apply(xr[i], xr[i + half], cs * y.mscale, sn * y.mscale, o, i, half);
+            cs *= y.mscale;
+            sn *= y.mscale;
+            int ia = layout ? 2 * i : i, ib = layout ? 2 * i + 1 : i + half;
+            float a = xr[ia], b = xr[ib];
+            o[ia] = a * cs - b * sn;
+            o[ib] = a * sn + b * cs;
         } else if (i >= n_rot) {
             o[i] = xr[i];
         }
     }
 }
 
-extern "C" int k_rope_yarn(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
-                           int n_rot, const float *fp)
+extern "C" int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
+                          int n_rot, int layout, const float *factors, const float *fp)
 {
     if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
         return k_fail(k, "rope", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
     kyarn y = {fp[0], fp[1], fp[2], fp[3] > 0.0f ? fp[3] : 1.0f, fp[4], fp[5]};
     dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
-    KLAUNCH(k, "rope_yarn", rope_yarn_kernel, grid, 64, 0, x, pos, dst, n_rot, y);
+    KLAUNCH(k, "rope_ext", rope_ext_kernel, grid, 64, 0, x, pos, dst, n_rot, layout, factors, y);
     return 0;
 }
 

@@ -81,6 +81,13 @@ static struct gtensor *kv_region(struct build *b, void *data, uint32_t type, int
 
 struct gtensor *build_attn(struct build *b, int il, struct gtensor *x)
 {
+    return build_attn_ext(b, il, x, b->hp->rope_base, b->hp->rope_scale, 0,
+                          1.0f / sqrtf((float)b->hp->head_dim));
+}
+
+struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, double rope_base,
+                               double rope_scale, int window, float scale)
+{
     const struct model_hparams *hp = b->hp;
     struct graph *g = b->g;
     int32_t T = b->n_tokens;
@@ -106,12 +113,20 @@ struct gtensor *build_attn(struct build *b, int il, struct gtensor *x)
         k = build_norm(b, k, il, W_ATTN_K_NORM, lab);
     }
 
+    /* Llama 3.1's frequency factors, when the model has them; YaRN only on
+     * layers with the model's own RoPE (not Gemma 3's local layers) */
+    struct gtensor *factors = build_weight(b, -1, W_ROPE_FREQS);
     struct graph_rope_params rp;
     model_rope_params(hp, &rp);
+    if (rope_base != hp->rope_base || rope_scale != hp->rope_scale) {
+        rp.freq_base = (float)rope_base;
+        rp.freq_scale = (float)rope_scale;
+        rp.ext_factor = rp.mscale = rp.corr_lo = rp.corr_hi = 0.0f;
+    }
     snprintf(lab, sizeof lab, "blk.%d.rope_q", il);
-    q = graph_rope_ext(g, q, b->inp_pos, &rp, lab);
+    q = graph_rope_p(g, q, b->inp_pos, factors, &rp, lab);
     snprintf(lab, sizeof lab, "blk.%d.rope_k", il);
-    k = graph_rope_ext(g, k, b->inp_pos, &rp, lab);
+    k = graph_rope_p(g, k, b->inp_pos, factors, &rp, lab);
 
     struct gtensor *kview = NULL, *vview = NULL;
     snprintf(lab, sizeof lab, "cache_k.%d", il);
@@ -126,9 +141,8 @@ struct gtensor *build_attn(struct build *b, int il, struct gtensor *x)
     graph_kv_store(g, vc, v, b->inp_cells, lab);
 
     snprintf(lab, sizeof lab, "blk.%d.attn", il);
-    struct gtensor *a = graph_attention(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
-                                        (int)hp->n_head_kv, 1.0f / sqrtf((float)hp->head_dim),
-                                        lab);
+    struct gtensor *a = graph_attention_swa(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
+                                            (int)hp->n_head_kv, scale, window, lab);
     a = graph_reshape(g, a, hp->head_dim * hp->n_head, T, 1);
     snprintf(lab, sizeof lab, "blk.%d.attn_output", il);
     return graph_mul_mat(g, build_weight(b, il, W_ATTN_OUT), a, lab);
@@ -147,6 +161,44 @@ struct gtensor *build_ffn(struct build *b, int il, struct gtensor *x)
     struct gtensor *h = graph_swiglu(b->g, gate, up, lab);
     snprintf(lab, sizeof lab, "blk.%d.ffn_down", il);
     return graph_mul_mat(b->g, build_weight(b, il, W_FFN_DOWN), h, lab);
+}
+
+struct gtensor *build_ffn_geglu(struct build *b, int il, struct gtensor *x)
+{
+    char lab[64];
+    snprintf(lab, sizeof lab, "blk.%d.ffn_gate", il);
+    struct gtensor *gate = graph_mul_mat(b->g, build_weight(b, il, W_FFN_GATE), x, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_up", il);
+    struct gtensor *up = graph_mul_mat(b->g, build_weight(b, il, W_FFN_UP), x, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_geglu", il);
+    struct gtensor *h = graph_geglu(b->g, gate, up, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_down", il);
+    return graph_mul_mat(b->g, build_weight(b, il, W_FFN_DOWN), h, lab);
+}
+
+struct gtensor *build_ffn_moe(struct build *b, int il, struct gtensor *x)
+{
+    const struct model_hparams *hp = b->hp;
+    struct graph *g = b->g;
+    int32_t T = b->n_tokens;
+    char lab[64];
+    snprintf(lab, sizeof lab, "blk.%d.ffn_gate_inp", il);
+    struct gtensor *logits = graph_mul_mat(g, build_weight(b, il, W_FFN_GATE_INP), x, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_moe_topk", il);
+    struct gtensor *sel = graph_topk(g, logits, (int)hp->n_expert_used, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_moe_weights", il);
+    struct gtensor *w = graph_moe_weights(g, logits, sel, hp->expert_norm, lab);
+    struct gtensor *x3 = graph_reshape(g, x, hp->n_embd, 1, T);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_gate_exps", il);
+    struct gtensor *gate = graph_mul_mat_id(g, build_weight(b, il, W_FFN_GATE_EXPS), x3, sel, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_up_exps", il);
+    struct gtensor *up = graph_mul_mat_id(g, build_weight(b, il, W_FFN_UP_EXPS), x3, sel, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_moe_swiglu", il);
+    struct gtensor *h = graph_swiglu(g, gate, up, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_down_exps", il);
+    struct gtensor *down = graph_mul_mat_id(g, build_weight(b, il, W_FFN_DOWN_EXPS), h, sel, lab);
+    snprintf(lab, sizeof lab, "blk.%d.ffn_moe_sum", il);
+    return graph_moe_sum(g, down, w, lab);
 }
 
 /* ---- output ---- */
@@ -180,7 +232,10 @@ void build_prenorm_decoder(struct build *b)
         snprintf(lab, sizeof lab, "blk.%d.ffn_norm", il);
         h = build_norm(b, x, il, W_FFN_NORM, lab);
         snprintf(lab, sizeof lab, "blk.%d.ffn_residual", il);
-        x = graph_add(b->g, x, build_ffn(b, il, h), lab);
+        /* a layer with a router runs the mixture of experts */
+        struct gtensor *f = build_weight(b, il, W_FFN_GATE_INP) ? build_ffn_moe(b, il, h)
+                                                                 : build_ffn(b, il, h);
+        x = graph_add(b->g, x, f, lab);
     }
     build_output(b, x);
 }

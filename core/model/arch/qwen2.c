@@ -25,8 +25,8 @@ static const struct hparam_spec qwen2_hparams[] = {
     {NULL, 0, HP_INT, false},
 };
 
-#define G(name, slot, kind, req, d0, d1) {name, false, slot, kind, req, {d0, d1}}
-#define L(name, slot, kind, req, d0, d1) {name, true, slot, kind, req, {d0, d1}}
+#define G(name, slot, kind, req, d0, d1) {name, false, slot, kind, req, {d0, d1, DIM_1}}
+#define L(name, slot, kind, req, d0, d1) {name, true, slot, kind, req, {d0, d1, DIM_1}}
 
 static const struct tensor_spec qwen2_tensors[] = {
     G("token_embd.weight", W_TOKEN_EMBD, WK_MATRIX, true, DIM_EMBD, DIM_VOCAB),
@@ -44,7 +44,7 @@ static const struct tensor_spec qwen2_tensors[] = {
     L("blk.%d.ffn_gate.weight", W_FFN_GATE, WK_MATRIX, true, DIM_EMBD, DIM_FF),
     L("blk.%d.ffn_up.weight", W_FFN_UP, WK_MATRIX, true, DIM_EMBD, DIM_FF),
     L("blk.%d.ffn_down.weight", W_FFN_DOWN, WK_MATRIX, true, DIM_FF, DIM_EMBD),
-    {NULL, false, 0, WK_MATRIX, false, {DIM_1, DIM_1}},
+    {NULL, false, 0, WK_MATRIX, false, {DIM_1, DIM_1, DIM_1}},
 };
 
 const struct model_arch model_arch_qwen2 = {

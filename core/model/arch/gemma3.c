@@ -1,0 +1,125 @@
+/*
+ * gemma3.c — the Gemma 3 text architecture (`gemma3`; the language model
+ * of the 4B/12B/27B multimodal files too). Per layer: attention and FFN
+ * each between a pre-norm and a post-norm (four norms, all applied as
+ * rms_norm(x) * w: llama.cpp's converter already stored Gemma's 1 + w),
+ * per-head Q/K norms, a GELU (tanh) gated FFN. Embeddings are scaled by
+ * sqrt(n_embd); the output is tied. Layers alternate local and global
+ * attention: every swa_pattern-th layer (the 6th, 12th, ...) is global
+ * with rope.freq_base (and any rope.scaling), the others see the last
+ * attention.sliding_window positions with rope.freq_base_swa.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "model/model.h"
+#include "runtime/error.h"
+
+#define HP(k, f, kind, req) {k, offsetof(struct model_hparams, f), kind, req}
+
+static const struct hparam_spec gemma3_hparams[] = {
+    HP("block_count", n_layer, HP_INT, true),
+    HP("context_length", n_ctx_train, HP_INT, true),
+    HP("embedding_length", n_embd, HP_INT, true),
+    HP("feed_forward_length", n_ff, HP_INT, true),
+    HP("attention.head_count", n_head, HP_INT, true),
+    HP("attention.head_count_kv", n_head_kv, HP_INT, false),
+    HP("attention.key_length", head_dim, HP_INT, false),
+    HP("attention.value_length", head_dim_v, HP_INT, false),
+    HP("rope.dimension_count", n_rot, HP_INT, false),
+    HP("rope.freq_base", rope_base, HP_FLOAT, true),
+    HP("rope.freq_base_swa", rope_base_swa, HP_FLOAT, false),
+    HP("attention.layer_norm_rms_epsilon", norm_eps, HP_FLOAT, true),
+    HP("attention.sliding_window", n_swa, HP_INT, true),
+    HP("attention.sliding_window_pattern", swa_pattern, HP_INT, false),
+    HP("attention.scale", attn_scale, HP_FLOAT, false),
+    {NULL, 0, HP_INT, false},
+};
+
+#define G(name, slot, kind, req, d0, d1) {name, false, slot, kind, req, {d0, d1, DIM_1}}
+#define L(name, slot, kind, req, d0, d1) {name, true, slot, kind, req, {d0, d1, DIM_1}}
+
+static const struct tensor_spec gemma3_tensors[] = {
+    G("token_embd.weight", W_TOKEN_EMBD, WK_MATRIX, true, DIM_EMBD, DIM_VOCAB),
+    G("output_norm.weight", W_OUTPUT_NORM, WK_VECTOR, true, DIM_EMBD, DIM_1),
+    G("output.weight", W_OUTPUT, WK_MATRIX, false, DIM_EMBD, DIM_VOCAB),
+    L("blk.%d.attn_norm.weight", W_ATTN_NORM, WK_VECTOR, true, DIM_EMBD, DIM_1),
+    L("blk.%d.attn_q.weight", W_ATTN_Q, WK_MATRIX, true, DIM_EMBD, DIM_Q),
+    L("blk.%d.attn_k.weight", W_ATTN_K, WK_MATRIX, true, DIM_EMBD, DIM_KV),
+    L("blk.%d.attn_v.weight", W_ATTN_V, WK_MATRIX, true, DIM_EMBD, DIM_KV_V),
+    L("blk.%d.attn_q_norm.weight", W_ATTN_Q_NORM, WK_VECTOR, true, DIM_HEAD, DIM_1),
+    L("blk.%d.attn_k_norm.weight", W_ATTN_K_NORM, WK_VECTOR, true, DIM_HEAD, DIM_1),
+    L("blk.%d.attn_output.weight", W_ATTN_OUT, WK_MATRIX, true, DIM_VO, DIM_EMBD),
+    L("blk.%d.post_attention_norm.weight", W_ATTN_POST_NORM, WK_VECTOR, true, DIM_EMBD, DIM_1),
+    L("blk.%d.ffn_norm.weight", W_FFN_NORM, WK_VECTOR, true, DIM_EMBD, DIM_1),
+    L("blk.%d.ffn_gate.weight", W_FFN_GATE, WK_MATRIX, true, DIM_EMBD, DIM_FF),
+    L("blk.%d.ffn_up.weight", W_FFN_UP, WK_MATRIX, true, DIM_EMBD, DIM_FF),
+    L("blk.%d.ffn_down.weight", W_FFN_DOWN, WK_MATRIX, true, DIM_FF, DIM_EMBD),
+    L("blk.%d.post_ffw_norm.weight", W_FFN_POST_NORM, WK_VECTOR, true, DIM_EMBD, DIM_1),
+    {NULL, false, 0, WK_MATRIX, false, {DIM_1, DIM_1, DIM_1}},
+};
+
+static minfer_status gemma3_check(const struct minfer_gguf *g, struct model_hparams *hp,
+                                  char *err, size_t err_len)
+{
+    (void)g;
+    if (hp->n_swa > INT32_MAX)
+        return errf(err, err_len, MINFER_ERR_FORMAT,
+                    "gemma3.attention.sliding_window %lld exceeds 2^31", (long long)hp->n_swa);
+    /* llama.cpp's values for files written before these keys existed:
+     * local layers use base 10000 and every 6th layer is global. */
+    if (!hp->rope_base_swa)
+        hp->rope_base_swa = 10000.0;
+    if (!hp->swa_pattern)
+        hp->swa_pattern = 6;
+    /* Gemma scales queries by query_pre_attn_scalar^-1/2, which the converter
+     * does not store: it is head_dim except for the 27B (62 layers), whose
+     * n_embd / n_head llama.cpp uses too. attention.scale overrides both. */
+    if (!hp->attn_scale)
+        hp->attn_scale = hp->n_layer == 62 ? 1.0 / sqrt((double)(hp->n_embd / hp->n_head))
+                                           : 1.0 / sqrt((double)hp->head_dim);
+    return MINFER_OK;
+}
+
+static bool is_global(const struct model_hparams *hp, int il)
+{
+    return (il + 1) % hp->swa_pattern == 0;
+}
+
+static void gemma3_build(struct build *b)
+{
+    const struct model_hparams *hp = b->hp;
+    struct graph *g = b->g;
+    char lab[64];
+    struct gtensor *x = build_inputs_embed(b);
+    x = graph_scale(g, x, sqrtf((float)hp->n_embd), "token_embd_scale");
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        bool global = is_global(hp, il);
+        snprintf(lab, sizeof lab, "blk.%d.attn_norm", il);
+        struct gtensor *h = build_norm(b, x, il, W_ATTN_NORM, lab);
+        h = build_attn_ext(b, il, h, global ? hp->rope_base : hp->rope_base_swa,
+                           global ? hp->rope_scale : 1.0, global ? 0 : (int)hp->n_swa,
+                           (float)hp->attn_scale);
+        snprintf(lab, sizeof lab, "blk.%d.post_attention_norm", il);
+        h = build_norm(b, h, il, W_ATTN_POST_NORM, lab);
+        snprintf(lab, sizeof lab, "blk.%d.attn_residual", il);
+        x = graph_add(g, x, h, lab);
+        snprintf(lab, sizeof lab, "blk.%d.ffn_norm", il);
+        h = build_norm(b, x, il, W_FFN_NORM, lab);
+        h = build_ffn_geglu(b, il, h);
+        snprintf(lab, sizeof lab, "blk.%d.post_ffw_norm", il);
+        h = build_norm(b, h, il, W_FFN_POST_NORM, lab);
+        snprintf(lab, sizeof lab, "blk.%d.ffn_residual", il);
+        x = graph_add(g, x, h, lab);
+    }
+    build_output(b, x);
+}
+
+const struct model_arch model_arch_gemma3 = {
+    .name = "gemma3",
+    .hparams = gemma3_hparams,
+    .tensors = gemma3_tensors,
+    .build = gemma3_build,
+    .hparams_check = gemma3_check,
+};
