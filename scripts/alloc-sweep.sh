@@ -18,7 +18,12 @@ set -u
 
 build=${1:?usage: scripts/alloc-sweep.sh BUILD_DIR [WORK_DIR]}
 build=$(cd "$build" && pwd)
-work=${2:-$(mktemp -d "${TMPDIR:-/tmp}/minfer-alloc-sweep.XXXXXX")}
+if [ -n "${2:-}" ]; then
+    work=$2
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/minfer-alloc-sweep.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
 mkdir -p "$work"
 bin="$build/bin/minfer"
 shim="$build/tests/failalloc/libfailalloc.so"
@@ -78,7 +83,7 @@ sweep run-file run -m "$model" -f "$work/prompt.txt" -n 2 -t 1 --seed 1 --chat
 sweep tokenize tokenize -m "$model" -p "hello world, 123"
 sweep detokenize detokenize -m "$model" --ids 72,101,108,108,111
 sweep info info "$model"
-sweep quantize quantize --threads 1 "$model" "$work/out.gguf" Q4_0
+sweep quantize quantize --threads 1 --allow-requantize "$model" "$work/out.gguf" Q4_0
 sweep synth synth --arch qwen2 --shape "$shape" --type Q4_K_M --threads 1 -o "$work/out.gguf"
 
 echo "alloc-sweep: $total points in all, $bad failed"

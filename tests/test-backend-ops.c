@@ -946,6 +946,69 @@ START_TEST(attention_long)
 }
 END_TEST
 
+/* Catches: ATTENTION_LISTS reading a wrong cell (the list indirection),
+ * another list's cells, entries past a query's visible count, or a split
+ * over long lists combined wrongly; lists hold scattered cells in random
+ * order, so a kernel that assumes cell == position fails. */
+START_TEST(attention_lists_layouts)
+{
+    UNDER_TEST(_i);
+    /* hd, n_head, n_kv_head, n_cells, n_lists, list length, nt */
+    int cfg[][7] = {{128, 8, 2, 600, 3, 256, 5},   {64, 4, 4, 1100, 2, 1024, 2},
+                    {128, 28, 4, 300, 8, 64, 8},   {128, 8, 2, 2100, 4, 2048, 33},
+                    {64, 14, 2, 700, 1, 512, 1},   {128, 8, 1, 200, 16, 32, 16}};
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], ncell = cfg[c][3];
+            int nl = cfg[c][4], len = cfg[c][5], nt = cfg[c][6];
+            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
+            struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
+            struct tt *vis = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            struct tt *ql = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            struct tt *ls = tt_new(MINFER_TYPE_I32, len, nl, 1, 1, 0);
+            /* each list: distinct cells in a random order */
+            int32_t *perm = malloc(sizeof *perm * (size_t)ncell);
+            ck_assert_ptr_nonnull(perm);
+            for (int l = 0; l < nl; l++) {
+                for (int i = 0; i < ncell; i++)
+                    perm[i] = i;
+                for (int i = ncell - 1; i > 0; i--) {
+                    int j = (int)(rnd() % (uint32_t)(i + 1)), x = perm[i];
+                    perm[i] = perm[j];
+                    perm[j] = x;
+                }
+                memcpy(tt_i32(ls) + (size_t)l * len, perm, sizeof *perm * (size_t)len);
+            }
+            free(perm);
+            for (int t = 0; t < nt; t++) {
+                tt_i32(ql)[t] = t % nl;
+                tt_i32(vis)[t] = t == 0 ? len : 1 + (int)(rnd() % (uint32_t)len);
+            }
+            tt_place(q, NULL);
+            tt_place(kc, NULL);
+            tt_place(vc, NULL);
+            tt_place(vis, NULL);
+            tt_place(ql, NULL);
+            tt_place(ls, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_ATTENTION_LISTS};
+            n.iparams[0] = nkv;
+            n.fparams[0] = 1.0f / sqrtf((float)hd);
+            struct tt *src[6] = {q, kc, vc, vis, ql, ls};
+            char what[160];
+            snprintf(what, sizeof what,
+                     "attention_lists %s hd=%d h=%d/%d cells=%d lists=%dx%d nt=%d", tn(kv[k]),
+                     hd, nh, nkv, ncell, nl, len, nt);
+            run_both(&n, src, 6, dst, what);
+            compare(dst, "attention", what, TOL_ATTN);
+        }
+    }
+    print_stats("attention_lists");
+}
+END_TEST
+
 /* Catches: device OOM that crashes or poisons the instance; the next op
  * must still run and be right. */
 START_TEST(oom_then_next_op_runs)
@@ -1065,6 +1128,7 @@ Suite *backend_ops_suite(void)
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);
+    tcase_add_loop_test(tc, attention_lists_layouts, 0, UT_COUNT);
     tcase_add_test(tc, oom_then_next_op_runs);
     tcase_add_test(tc, bad_id_reported_at_sync);
     tcase_add_loop_test(tc, weight_registry_reuses, 0, UT_COUNT);

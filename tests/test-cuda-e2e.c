@@ -546,12 +546,16 @@ Suite *cuda_e2e_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, fixture_suite_on_cuda);
     tcase_add_loop_test(t, greedy_cuda_matches_cpu, 0, (int)(sizeof TYPES / sizeof TYPES[0]));
-    tcase_add_test(t, long_prompt_greedy_cuda_matches_cpu);
     tcase_add_loop_test(t, replay_bitwise_equals_direct, 0, 2);
     tcase_add_test(t, aborted_capture_leaves_usable_context);
     tcase_add_test(t, two_threads_equal_serial);
     tcase_add_test(t, copy_cells_like_memmove);
     tcase_add_test(t, chat_turn2_equals_fresh_run_on_cuda);
     suite_add_tcase(s, t);
+    /* its own case, so CK_RUN_CASE=long runs it alone */
+    TCase *l = tcase_create("long");
+    tcase_set_timeout(l, 300);
+    tcase_add_test(l, long_prompt_greedy_cuda_matches_cpu);
+    suite_add_tcase(s, l);
     return s;
 }

@@ -38,6 +38,8 @@ START_TEST(op_table_is_complete)
     ck_assert_str_eq(minfer_op_name(MINFER_OP_COUNT), "UNKNOWN");
     ck_assert_str_eq(minfer_op_name(MINFER_OP_MUL_MAT_ADD), "MUL_MAT_ADD");
     ck_assert_uint_eq(minfer_op_n_src(MINFER_OP_ATTENTION), 5);
+    ck_assert_str_eq(minfer_op_name(15), "ATTENTION_LISTS");
+    ck_assert_uint_eq(minfer_op_n_src(MINFER_OP_ATTENTION_LISTS), 6);
 }
 END_TEST
 
@@ -130,6 +132,23 @@ START_TEST(checker_follows_ir_h)
     n.iparams[0] = 2;
     n.src[3] = &ids;
     refused(&n, "ATTENTION with kv_len of 5 elements");
+    /* ATTENTION_LISTS: counts and lists per query token, lists 2-D dense */
+    struct minfer_tensor lists = mk(MINFER_TYPE_I32, 8, 3, 1);
+    n = node(MINFER_OP_ATTENTION_LISTS, &qo, &q, &kc, &kc, &ids, &ids);
+    n.src[5] = &lists;
+    n.iparams[0] = 2;
+    accepted(&n, "ATTENTION_LISTS");
+    n.src[3] = &len;
+    refused(&n, "ATTENTION_LISTS with one visible count for 5 queries");
+    n.src[3] = &ids;
+    lists.nb[1] = 64;
+    refused(&n, "ATTENTION_LISTS with lists not dense");
+    lists.nb[1] = 32;
+    lists.type = MINFER_TYPE_F32;
+    refused(&n, "ATTENTION_LISTS with f32 lists");
+    lists.type = MINFER_TYPE_I32;
+    n.src[5] = NULL;
+    refused(&n, "ATTENTION_LISTS without its lists");
     n = node(MINFER_OP_COPY, &h, &x, NULL, NULL, NULL, NULL);
     accepted(&n, "COPY f32 -> f16");
     x.nb[0] = 8;

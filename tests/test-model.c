@@ -33,7 +33,9 @@
 /* ---- load refusals ---- */
 
 enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32,
-            E_ROPE_SCALING };
+            E_ROPE_SCALING, E_ROPE_LONGROPE, E_ROPE_FREQS };
+
+static float edit_freq; /* E_ROPE_FREQS: every factor of the added rope_freqs.weight */
 
 static uint32_t edit_value; /* for E_SET_U32 */
 /* for E_ROPE_SCALING: <arch>.rope.scaling.{type, factor 4, original_context_length 256} */
@@ -49,6 +51,13 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
     struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, err_len);
     ck_assert_ptr_nonnull(g);
     struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    bool set = false;
+    if (e == E_ROPE_LONGROPE) { /* a scaling type real files use that this build does not run */
+        float factor = 4.0f;
+        ck_assert_int_eq(minfer_gguf_writer_set_str(w, target, "longrope", 8), MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_writer_set(w, "llama.rope.scaling.factor",
+                                                MINFER_GGUF_FLOAT32, &factor), MINFER_OK);
+    }
     for (int64_t i = 0; i < minfer_gguf_kv_count(g); i++) {
         const char *key = minfer_gguf_kv_key(g, i);
         if ((!strcmp(key, target) && e == E_DROP_KEY) ||
@@ -57,6 +66,7 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         if (!strcmp(key, target) && e == E_SET_U32) {
             ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &edit_value),
                              MINFER_OK);
+            set = true;
             continue;
         }
         if (!strcmp(key, target) && e == E_KEY_TYPE) {
@@ -82,6 +92,9 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
         ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &orig), MINFER_OK);
     }
+    if (e == E_SET_U32 && !set) /* a key the file lacked */
+        ck_assert_int_eq(minfer_gguf_writer_set(w, target, MINFER_GGUF_UINT32, &edit_value),
+                         MINFER_OK);
     float *f16buf = NULL;
     for (int64_t i = 0; i < minfer_gguf_tensor_count(g); i++) {
         const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
@@ -102,6 +115,18 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
         }
         ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, t->name, type, t->n_dims, ne, data,
                                                        NULL, NULL),
+                         MINFER_OK);
+    }
+    float freqs[256];
+    if (e == E_ROPE_FREQS) { /* Llama 3.1's frequency factors, [n_rot / 2] */
+        int64_t ne[4] = {0, 1, 1, 1};
+        ck_assert_int_eq(minfer_gguf_get_i64(g, target, &ne[0]), MINFER_OK);
+        ne[0] /= 2;
+        ck_assert_int_le(ne[0], 256);
+        for (int i = 0; i < ne[0]; i++)
+            freqs[i] = edit_freq;
+        ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "rope_freqs.weight", MINFER_TYPE_F32, 1,
+                                                       ne, freqs, NULL, NULL),
                          MINFER_OK);
     }
     int fd = mkstemp(path);
@@ -186,6 +211,99 @@ START_TEST(refuses_bad_hparams)
     /* Qwen3's head_dim is its own key, never n_embd / n_head. */
     EXPECT_LOAD_ERROR("qwen3", TINY_QWEN3, E_DROP_KEY, "qwen3.attention.key_length",
                       "qwen3.attention.key_length");
+}
+END_TEST
+
+#define TINY_LLAMA "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320"
+#define TINY_GEMMA3                                                                          \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=96,n_vocab=320,"       \
+    "sliding_window=8"
+#define TINY_MOE                                                                             \
+    "custom:n_embd=64,n_layer=2,n_head=4,n_head_kv=2,head_dim=16,n_ff=96,n_vocab=320,"       \
+    "n_expert=8,n_expert_used=2,n_ff_exp=32"
+
+START_TEST(refuses_bad_family_files)
+{
+    /* Catches the new families' keys and tensors being guessed instead of
+     * read: each missing or inconsistent one is an error naming it. */
+    EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_DROP_KEY, "gemma3.attention.sliding_window",
+                      "gemma3.attention.sliding_window");
+    EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_DROP_TENSOR, "blk.1.post_ffw_norm.weight",
+                      "missing tensor blk.1.post_ffw_norm.weight");
+    edit_value = 9;
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_SET_U32, "qwen3moe.expert_used_count",
+                      "qwen3moe.expert_used_count 9", "expert_count 8");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_DROP_KEY, "qwen3moe.expert_feed_forward_length",
+                      "qwen3moe.expert_feed_forward_length");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_DROP_TENSOR, "blk.1.ffn_up_exps.weight",
+                      "missing tensor blk.1.ffn_up_exps.weight");
+    EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_SHAPE, "blk.0.ffn_down_exps.weight",
+                      "blk.0.ffn_down_exps.weight", "expected [32, 64, 8]");
+    /* Mixtral stored as llama, and a RoPE scaling type this build does not run */
+    edit_value = 8;
+    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_SET_U32, "llama.expert_count",
+                      "llama.expert_count", "Mixtral");
+    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_ROPE_LONGROPE, "llama.rope.scaling.type",
+                      "llama.rope.scaling.type", "longrope");
+    /* and the unedited files load */
+    char err[512];
+    load_edited("llama", TINY_LLAMA, E_DROP_KEY, "general.no-such-key", err, sizeof err);
+    ck_assert_msg(!err[0], "llama: %s", err);
+    load_edited("qwen3moe", TINY_MOE, E_DROP_KEY, "general.no-such-key", err, sizeof err);
+    ck_assert_msg(!err[0], "qwen3moe: %s", err);
+}
+END_TEST
+
+/* Last-token logits of a llama file edited by e (target: the key holding
+ * head_dim, for E_ROPE_FREQS). */
+static float *llama_logits(enum edit e, const char *target, int32_t *n_vocab)
+{
+    char path[] = "/tmp/minfer-test-freqs-XXXXXX", err[512];
+    write_edited("llama", TINY_LLAMA, e, target, path, err, sizeof err);
+    minfer_status st;
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    struct minfer_model_params mp;
+    minfer_model_params_default(&mp);
+    mp.backend = "cpu";
+    struct minfer_model *m = minfer_model_load(rt, path, &mp, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    struct minfer_model_info info = {.struct_size = sizeof info};
+    minfer_model_info(m, &info);
+    *n_vocab = info.n_vocab;
+    struct minfer_ctx *c = ts_ctx(m, 64, 16, MINFER_TYPE_F32, 0);
+    int32_t ids[12] = {5, 9, 30, 7, 100, 3, 200, 17, 8, 44, 60, 2};
+    ts_decode_ok(c, ids, 12, 0);
+    float *l = malloc(sizeof *l * (size_t)info.n_vocab);
+    memcpy(l, minfer_ctx_logits(c, -1), sizeof *l * (size_t)info.n_vocab);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    unlink(path);
+    return l;
+}
+
+START_TEST(llama_rope_freqs_divide_angles)
+{
+    /* Catches rope_freqs.weight (Llama 3.1's RoPE scaling) ignored or
+     * applied wrongly: factors of 1 must change nothing, factors of 4 must
+     * change the logits (positions up to 11 turn by a quarter of the angle). */
+    int32_t nv;
+    float *plain = llama_logits(E_DROP_KEY, "general.no-such-key", &nv);
+    edit_freq = 1.0f;
+    float *ones = llama_logits(E_ROPE_FREQS, "llama.attention.key_length", &nv);
+    edit_freq = 4.0f;
+    float *fours = llama_logits(E_ROPE_FREQS, "llama.attention.key_length", &nv);
+    double d1 = 0, d4 = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        d1 = fmax(d1, fabs(plain[i] - ones[i]));
+        d4 = fmax(d4, fabs(plain[i] - fours[i]));
+    }
+    printf("rope_freqs: |ones - none| = %g, |fours - none| = %g\n", d1, d4);
+    ck_assert_msg(d1 < 1e-5, "factors of 1 changed the logits by %g", d1);
+    ck_assert_msg(d4 > 1e-3, "factors of 4 changed nothing (%g)", d4);
+    free(plain);
+    free(ones);
+    free(fours);
 }
 END_TEST
 
@@ -909,6 +1027,8 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_missing_tensor);
     tcase_add_test(tc, refuses_wrong_shape_and_type);
     tcase_add_test(tc, refuses_bad_hparams);
+    tcase_add_test(tc, refuses_bad_family_files);
+    tcase_add_test(tc, llama_rope_freqs_divide_angles);
     tcase_add_test(tc, refuses_prompt_longer_than_context);
     tcase_add_test(tc, run_refuses_model_without_tokenizer);
     tcase_add_test(tc, hostile_hparams_never_crash);

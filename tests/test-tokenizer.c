@@ -747,7 +747,12 @@ START_TEST(ten_million_whitespace_run)
             double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
             ck_assert_msg(st == MINFER_OK, "%s shape %d: %s", pres[p], shape,
                           minfer_status_str(st));
-            ck_assert_msg(secs < 10.0, "%s shape %d took %.1f s", pres[p], shape, secs);
+#if defined(__SANITIZE_ADDRESS__)
+            const double limit = 60.0; /* ASan + UBSan: several times slower */
+#else
+            const double limit = 10.0; /* measured 0.2-0.5 s per run (2-core CI box) */
+#endif
+            ck_assert_msg(secs < limit, "%s shape %d took %.1f s", pres[p], shape, secs);
             size_t dn;
             ck_assert_int_eq(minfer_detokenize(t, ids, n, true, dec, CAP, &dn), MINFER_OK);
             ck_assert_uint_eq(dn, len);

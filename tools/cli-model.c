@@ -447,7 +447,7 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
         goto fail;
     }
     if (need_tok)
-        s->tok = minfer_tokenizer_from_gguf(minfer_model_gguf(s->model), &st, err, sizeof err);
+        s->tok = minfer_model_tokenizer(s->model, &st, err, sizeof err);
     if (!s->tok && need_tok) {
         fprintf(stderr, "minfer %s: the model's tokenizer cannot be used: %s\n", cmd, err);
         goto fail;
@@ -488,7 +488,6 @@ fail:
 void cli_close(struct cli_session *s)
 {
     minfer_ctx_free(s->ctx);
-    minfer_tokenizer_free(s->tok);
     minfer_model_free(s->model);
     minfer_runtime_free(s->rt);
     minfer_synth_mem_free(s->synth_mem);

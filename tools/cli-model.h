@@ -65,7 +65,8 @@ int cli_use_template(const char *cmd, const struct cli_opts *o, const struct cli
 struct cli_session {
     struct minfer_runtime *rt;
     struct minfer_model *model;
-    struct minfer_tokenizer *tok;   /* NULL unless need_tok */
+    const struct minfer_tokenizer *tok; /* the model's (minfer_model_tokenizer); NULL
+                                           unless need_tok */
     struct minfer_ctx *ctx;
     void *synth_mem;                /* in-memory model bytes (bench), or NULL */
     double load_ms;

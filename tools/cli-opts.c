@@ -99,7 +99,7 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_BENCH_FMT, "-o|--output", "FMT", CMD_BENCH, "md (default), json, jsonl or csv"},
     /* ---- model tools ---- */
     {OPT_ARCH, "--arch", "A", CMD_BENCH | CMD_SYNTH,
-     "synthetic model architecture: qwen2, qwen3 (default: from --shape)"},
+     "synthetic model architecture: qwen2, qwen3, llama, gemma3, qwen3moe (default: from --shape)"},
     {OPT_SHAPE, "--shape", "S", CMD_BENCH | CMD_SYNTH,
      "qwen2.5-0.5b ... qwen3-8b, or custom:n_embd=N,... (bench default qwen2.5-0.5b)"},
     {OPT_TYPE, "--type", "T", CMD_BENCH | CMD_SYNTH,

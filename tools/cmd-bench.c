@@ -11,6 +11,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 #include "minfer/gguf.h"
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -25,6 +26,8 @@ static void usage(FILE *f)
                "n_gen, avg_ts, stddev_ts, samples_ts}; jsonl one row per line; csv a header\n"
                "and one line per row; md (the default) a table like llama-bench's.\n");
     cli_print_options(f, CMD_BENCH);
+    fprintf(f, "  --parallel B[,B...] llama batched-bench rows: B sequences at once, each -p\n"
+               "                     prompt tokens then -n generated (bench-parallel.c)\n");
 }
 
 /* Whether argv has opt (bench's synthetic-model options have defaults, so
@@ -186,6 +189,12 @@ static void print_row(const char *fmt, const struct row *r, int index)
 
 int cmd_bench(int argc, char **argv)
 {
+    int32_t par[BENCH_PARALLEL_MAX];
+    int n_par = 0;
+    if (bench_parallel_take_opts(&argc, argv, par, &n_par)) {
+        usage(stderr);
+        return 2;
+    }
     struct cli_opts o;
     int rc = cli_parse(argc, argv, CMD_BENCH, &o);
     if (rc == 1) {
@@ -237,6 +246,11 @@ int cmd_bench(int argc, char **argv)
     if (!label[0])
         snprintf(label, sizeof label, "%s %s %s", info.arch, info.name, info.type_desc);
 
+    if (n_par) {
+        rc = bench_parallel(&s, &o, par, n_par, n_pp, n_tg, label);
+        cli_close(&s);
+        return rc;
+    }
     int32_t n_ids = n_test + n_depth;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids + 1));
     double *v = malloc(sizeof *v * (size_t)o.reps);

@@ -12,6 +12,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 
 static void usage(FILE *f)
 {
@@ -23,6 +24,7 @@ static void usage(FILE *f)
             "Ctrl-C stops the generation: what was generated, a newline and the timings are\n"
             "still printed (exit status 130).\n");
     cli_print_options(f, CMD_RUN);
+    run_batch_usage(f);
 }
 
 /* Appends bytes to a growing text buffer; false when out of memory. */
@@ -60,7 +62,10 @@ static cJSON *ids_json(const int32_t *ids, size_t n)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int rc = cli_parse(argc, argv, CMD_RUN, &o);
+    struct run_batch_opts bo; /* --prompts / --parallel / --session: run-prompts.c */
+    int rc = run_batch_take_opts(&argc, argv, &bo);
+    if (!rc)
+        rc = cli_parse(argc, argv, CMD_RUN, &o);
     if (rc) {
         if (rc == 1) {
             usage(stdout);
@@ -69,6 +74,8 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     cli_random_seed(&o);
+    if (run_batch_wanted(&bo))
+        return run_batch(&o, &bo);
     struct cli_session s;
     if (cli_open("run", &o, NULL, true, &s))
         return 1;
@@ -136,8 +143,10 @@ int cmd_run(int argc, char **argv)
     t0 = cli_now_ms();
     size_t slen = cli_stop_max_len(&o);
     char *buf = malloc(minfer_detok_max_out(dt) + 1);
-    if (!buf)
+    if (!buf) {
+        fprintf(stderr, "minfer run: out of memory for the output buffer\n");
         goto out;
+    }
     size_t nb;
     bool done = st != MINFER_OK; /* interrupted during the prompt */
     if (done)
@@ -234,10 +243,13 @@ int cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(tm, "gen_tokens", (double)n_gen);
         cJSON_AddNumberToObject(tm, "gen_tps", t_gen > 0 ? 1e3 * (double)n_gen / t_gen : 0);
         char *js = cJSON_Print(j);
-        if (js)
-            printf("%s\n", js);
-        free(js);
         cJSON_Delete(j);
+        if (!js) {
+            fprintf(stderr, "minfer run: out of memory for the JSON output\n");
+            goto out;
+        }
+        printf("%s\n", js);
+        free(js);
     } else {
         printf("\n");
         fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f t/s); generated: %zu tokens in "

@@ -1,5 +1,5 @@
 /*
- * cmd-synth.c — `minfer synth --arch qwen2|qwen3 --shape NAME|custom:... --type T
+ * cmd-synth.c — `minfer synth --arch ARCH --shape NAME|custom:... --type T
  * -o FILE [--tokenizer FILE] [--seed S] [--threads N] [--pure]`: writes a
  * random-weight model of a real model's shape. A Hugging Face
  * tokenizer.json given with --tokenizer is parsed here (cJSON) into the
@@ -246,26 +246,31 @@ nomem:
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: minfer synth [--arch qwen2|qwen3] --shape NAME|custom:k=v,... --type TYPE\n"
+            "usage: minfer synth [--arch qwen2|qwen3|llama|gemma3|qwen3moe]\n"
+            "                    --shape NAME|custom:k=v,... --type TYPE\n"
             "                    -o FILE [--tokenizer FILE] [--seed S] [--threads N] [--pure]\n"
-            "  --arch    inferred from a named --shape (qwen2.5-* is qwen2, qwen3-* qwen3);\n"
+            "  --arch    inferred from a named --shape (qwen2.5-* is qwen2, gemma3-* gemma3...);\n"
             "            required with custom:\n"
             "  --shape   qwen2: qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b\n"
             "            qwen3: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b\n"
+            "            llama: llama3.2-1b llama3.1-8b mistral-7b\n"
+            "            gemma3: gemma3-1b gemma3-4b    qwen3moe: qwen3-30b-a3b\n"
             "            custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,\n"
-            "                   n_vocab=N,n_ctx=N,rope_theta=X,rms_eps=X,tied=0|1\n"
+            "                   n_vocab=N,n_ctx=N,rope_theta=X,rms_eps=X,tied=0|1,\n"
+            "                   n_expert=N,n_expert_used=N,n_ff_exp=N,sliding_window=N,spm=0|1\n"
             "  --type    as minfer quantize: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K\n"
             "            Q6_K Q4_K_M Q4_K_S Q5_K_M Q5_K_S (mixes pick per-tensor types)\n"
             "  --tokenizer  a .gguf (its tokenizer.* keys are copied) or a Hugging Face\n"
             "            tokenizer.json (tokenizer_config.json beside it is read too);\n"
-            "            default: a built-in byte-level vocabulary with Qwen's special tokens\n");
+            "            default: built in, byte-level BPE with Qwen's special tokens, or\n"
+            "            SentencePiece for mistral-7b and gemma3 (spm=1)\n");
     cli_print_options(f, CMD_SYNTH);
 }
 
 /* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
 static const char *arch_of_shape(const char *shape)
 {
-    static const char *const archs[] = {"qwen2", "qwen3"};
+    static const char *const archs[] = {"qwen2", "qwen3", "llama", "gemma3", "qwen3moe"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         struct minfer_synth_shape sh;
         if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&

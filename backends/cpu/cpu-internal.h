@@ -127,6 +127,10 @@ int cpu_pool_size(const struct cpu_pool *p);
  * must hand out its work dynamically (atomic counters) so that the caller
  * alone completes it. */
 void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg);
+/* Dispatches that stalled on a preempted worker, and windows after which
+ * the pool ran solo (pool.c, contention detection). */
+void cpu_pool_stats(const struct cpu_pool *p, unsigned long *stalls,
+                    unsigned long *solo_windows);
 
 /* ---- the instance ---- */
 
@@ -158,6 +162,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
 /* per-op runners (validated nodes only, except for content checks) */
 minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node);
 minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_node *node);
+minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct minfer_node *node);
 /* TOPK, MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM (moe.c) */
 minfer_status cpu_op_moe(struct minfer_backend *be, const struct minfer_node *node);
 

@@ -4,8 +4,8 @@
  * execute_node, so the two never disagree), the dispatch
  * of execute_node, and the row-wise ops: GET_ROWS, RMS_NORM(_MUL), ADD,
  * MUL, ROPE(_DIV), SWIGLU, GEGLU, KV_STORE, COPY, SCALE. MUL_MAT /
- * FFN_GATE_UP live in matmul.c, ATTENTION in attention.c, the
- * mixture-of-experts ops in moe.c.
+ * FFN_GATE_UP live in matmul.c, ATTENTION and ATTENTION_LISTS in
+ * attention.c, the mixture-of-experts ops in moe.c.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -67,6 +67,7 @@ static minfer_status check_capability(struct minfer_backend *be, const struct mi
             UNSUP("n_rot %d exceeds this plugin's 1024", node->iparams[0]);
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
+    case MINFER_OP_ATTENTION_LISTS:
         if (s0->ne[0] > 1024)
             UNSUP("head_dim %lld exceeds this plugin's 1024", (long long)s0->ne[0]);
         return MINFER_OK;
@@ -378,6 +379,8 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
         return cpu_op_matmul(be, node);
     case MINFER_OP_ATTENTION:
         return cpu_op_attention(be, node);
+    case MINFER_OP_ATTENTION_LISTS:
+        return cpu_op_attention_lists(be, node);
     case MINFER_OP_TOPK:
     case MINFER_OP_MOE_WEIGHTS:
     case MINFER_OP_MUL_MAT_ID:

@@ -4,6 +4,19 @@
  * spin on for a short while (decode runs a node every few tens of
  * microseconds, far below a futex wake-up's cost) and then sleep on a
  * condition variable so an idle engine does not burn the machine.
+ *
+ * Preemption: work is claimed dynamically (each task hands out chunks
+ * through an atomic counter) and a worker that wakes late stays out, so a
+ * descheduled worker costs nothing unless it was preempted while holding
+ * a chunk; then the caller must wait for the scheduler to run it again, a
+ * whole time slice (milliseconds, against a dispatch of tens of
+ * microseconds). When another process keeps a core busy that happens on
+ * most dispatches and two threads decode slower than one. So the pool
+ * measures each dispatch's wait for its workers after the caller ran out
+ * of chunks: a window in which many dispatches waited long (a stall)
+ * drops the pool to the caller alone, and it probes all threads again
+ * after a while, so the thread count follows the contention (see
+ * docs/PERF.md, "Decode beside a busy process").
  */
 #include <pthread.h>
 #include <sched.h>
@@ -15,6 +28,17 @@
 
 /* How long an idle worker spins before sleeping. */
 #define SPIN_NS 300000L
+
+/* Contention detection (cpu_pool_run): a dispatch stalls when the caller,
+ * done with every chunk, waits more than STALL_NS and more than its own
+ * share took for a joined worker; a time slice is >= 1 ms, a chunk's
+ * tail far less. WINDOW dispatches with more than STALL_LIMIT stalls drop
+ * the pool to the caller alone for SOLO_NS, after which a window with
+ * all threads probes again. */
+#define STALL_NS 250000L
+#define WINDOW 32
+#define STALL_LIMIT 4
+#define SOLO_NS 200000000L /* 0.2 s: a few decode tokens */
 
 struct worker {
     struct cpu_pool *pool;
@@ -36,6 +60,10 @@ struct cpu_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int sleeping;               /* guarded by mu */
+    /* contention detection; touched by the caller's thread only */
+    int window_runs, window_stalls;
+    long solo_until;            /* now_ns() before which dispatches run solo */
+    unsigned long n_stalls, n_solo_windows; /* totals, for tests and reports */
 };
 
 /* ---- worker side ---- */
@@ -184,10 +212,39 @@ int cpu_pool_size(const struct cpu_pool *p)
     return p->n;
 }
 
+void cpu_pool_stats(const struct cpu_pool *p, unsigned long *stalls,
+                    unsigned long *solo_windows)
+{
+    *stalls = p->n_stalls;
+    *solo_windows = p->n_solo_windows;
+}
+
+/* Counts one multi-thread dispatch and whether it stalled; a window with
+ * too many stalls sends the pool solo for SOLO_NS. */
+static void note_dispatch(struct cpu_pool *p, bool stalled, long now)
+{
+    p->n_stalls += stalled;
+    p->window_stalls += stalled;
+    if (++p->window_runs < WINDOW)
+        return;
+    if (p->window_stalls > STALL_LIMIT) {
+        p->solo_until = now + SOLO_NS;
+        p->n_solo_windows++;
+    }
+    p->window_runs = 0;
+    p->window_stalls = 0;
+}
+
 void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
 {
     if (nth > p->n)
         nth = p->n;
+    if (nth > 1 && p->solo_until) {
+        if (now_ns() < p->solo_until)
+            nth = 1; /* contended: the caller alone beats waiting for a preempted worker */
+        else
+            p->solo_until = 0; /* probe all threads again */
+    }
     if (nth <= 1) {
         fn(arg, 0, 1);
         return;
@@ -202,9 +259,11 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
     if (p->sleeping)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    long t0 = now_ns();
     fn(arg, 0, nth);
     /* close: late workers stay out; wait for those that joined */
     unsigned joined = atomic_fetch_or_explicit(&p->state, CLOSED, memory_order_acq_rel);
+    long t1 = now_ns(), t2 = t1;
     /* a joined worker that is slow to finish was most likely preempted:
      * after a short spin, yield so the scheduler can run it */
     for (unsigned i = 0; atomic_load_explicit(&p->finished, memory_order_acquire) < joined; i++) {
@@ -213,4 +272,7 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
         else
             sched_yield();
     }
+    if (joined)
+        t2 = now_ns();
+    note_dispatch(p, t2 - t1 > STALL_NS && t2 - t1 > t1 - t0, t2);
 }

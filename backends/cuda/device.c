@@ -5,6 +5,13 @@
  * each), the exact-size pool, pinned staging, scratch, the process-wide
  * weight registry, sync with latched-error and device-flag reporting, and
  * event timing. It knows nothing of IR nodes.
+ *
+ * Every runtime call's result is read (scripts/check-cuda-calls.sh, ctest
+ * cuda-calls); the few that cannot report anywhere (teardown) say so with
+ * an "unchecked:" comment. A test hook (minfer_cuda_test_fail_nth, through
+ * get_proc) makes the N-th device-layer call fail once: allocation, copy,
+ * kernel launch (KLAUNCH asks cu_launch_injected), graph capture, graph
+ * launch, sync (tests/test-cuda-faults.c sweeps them).
  */
 #include "device.h"
 
@@ -102,8 +109,10 @@ minfer_status cu_device_info(int device, struct minfer_device_info *out, char *e
     info.struct_size = want < sizeof(info) ? want : (uint32_t)sizeof(info);
     snprintf(info.name, sizeof(info.name), "%.127s", p.name);
     int drv = 0, rt = 0;
-    cudaDriverGetVersion(&drv);
-    cudaRuntimeGetVersion(&rt);
+    if (cudaDriverGetVersion(&drv) != cudaSuccess)
+        drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
+        rt = 0;
     snprintf(info.description, sizeof(info.description),
              "sm_%d%d, %d SMs, L2 %d MiB, driver %d.%d, runtime %d.%d", p.major, p.minor,
              p.multiProcessorCount, p.l2CacheSize >> 20, drv / 1000, (drv % 1000) / 10,
@@ -112,15 +121,17 @@ minfer_status cu_device_info(int device, struct minfer_device_info *out, char *e
     info.cc_minor = p.minor;
     info.is_gpu = 1;
     info.memory_total = p.totalGlobalMem;
-    int prev = 0;
-    cudaGetDevice(&prev);
+    int prev = device;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        prev = device;
     if (cudaSetDevice(device) == cudaSuccess) {
         size_t fr = 0, tot = 0;
         if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
             info.memory_free = fr;
             info.memory_total = tot;
         }
-        cudaSetDevice(prev);
+        cudaSetDevice(prev); /* unchecked: restores the caller's device; the info is complete
+                              * and the latch is cleared below */
     }
     cudaGetLastError();
     memcpy(out, &info, info.struct_size);
@@ -227,9 +238,61 @@ static minfer_status cuda_fail(struct cu_ctx *c, const char *site, cudaError_t e
                        cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* ---- fault injection (test hook) ---- */
+
+static uint64_t g_calls;   /* device-layer calls so far, process-wide */
+static uint64_t g_fail_at; /* the call number that fails; 0: none */
+
+void cu_test_fail_nth(uint64_t n)
+{
+    uint64_t now = __atomic_load_n(&g_calls, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_fail_at, n ? now + n : 0, __ATOMIC_RELAXED);
+}
+
+uint64_t cu_test_calls(void)
+{
+    return __atomic_load_n(&g_calls, __ATOMIC_RELAXED);
+}
+
+/* Counts one device-layer call; true when it is the one the hook chose
+ * (then disarmed: it fails once). */
+static bool hit(void)
+{
+    uint64_t n = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
+    uint64_t at = __atomic_load_n(&g_fail_at, __ATOMIC_RELAXED);
+    if (!at || n != at)
+        return false;
+    __atomic_store_n(&g_fail_at, 0, __ATOMIC_RELAXED);
+    return true;
+}
+
+int cu_launch_injected(void)
+{
+    return hit();
+}
+
+/* The failure a chosen call reports instead of making its runtime call. */
+static bool injected(struct cu_ctx *c, minfer_status st, const char *site)
+{
+    if (!hit())
+        return false;
+    cu_ctx_fail(c, st, "cuda: %s failed: injected fault of device call %llu (test hook "
+                "minfer_cuda_test_fail_nth)",
+                site, (unsigned long long)__atomic_load_n(&g_calls, __ATOMIC_RELAXED));
+    return true;
+}
+
+/* Makes the instance's device current for this thread. */
+static minfer_status use_device(struct cu_ctx *c)
+{
+    cudaError_t e = cudaSetDevice(c->device);
+    return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaSetDevice", e);
+}
+
 struct kctx *cu_ctx_kctx(struct cu_ctx *c)
 {
-    cudaSetDevice(c->device);
+    cudaSetDevice(c->device); /* unchecked: a failure stays latched and the next launch's
+                               * k_pre refuses with it */
     c->kerr[0] = 0;
     return &c->k;
 }
@@ -275,10 +338,16 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
     if (e != cudaSuccess)
         goto out_fail;
     int v = 0;
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
+    site = "cudaDeviceGetAttribute(MultiProcessorCount)";
+    e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess)
+        goto out_stream;
     c->k.sm_count = v;
     v = 0;
-    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    site = "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)";
+    e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess)
+        goto out_stream;
     c->k.smem_optin = v;
     c->k.stream = c->stream;
     c->k.device = device;
@@ -320,21 +389,22 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
         snprintf(c->err, sizeof(c->err), "%s", c->kerr); /* an opt-in skipped, with why */
     return c;
 
+    /* unchecked (the teardown below): a failure is already being reported */
 out_t0:
-    cudaEventDestroy(c->t0);
+    cudaEventDestroy(c->t0); /* unchecked: teardown */
 out_stage:
     for (int i = 0; i < STAGING_SLOTS; i++) {
         if (c->stage_ev[i])
-            cudaEventDestroy(c->stage_ev[i]);
+            cudaEventDestroy(c->stage_ev[i]); /* unchecked: teardown */
         if (c->stage[i])
-            cudaFreeHost(c->stage[i]);
+            cudaFreeHost(c->stage[i]); /* unchecked: teardown */
     }
 out_hflags:
-    cudaFreeHost(c->hflags);
+    cudaFreeHost(c->hflags); /* unchecked: teardown */
 out_flags:
-    cudaFree(c->dflags);
+    cudaFree(c->dflags); /* unchecked: teardown */
 out_stream:
-    cudaStreamDestroy(c->stream);
+    cudaStreamDestroy(c->stream); /* unchecked: teardown */
 out_fail:
     fmt_err(err, err_len, "cuda: creating an instance on device %d: %s failed: %s (%s)",
             device, site, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -350,7 +420,7 @@ static void release_weights(struct cu_ctx *c)
         struct wentry *w = c->wrefs[i];
         if (--w->refs > 0)
             continue;
-        cudaFree(w->dptr);
+        cudaFree(w->dptr); /* unchecked: teardown, nothing to report to */
         free(w->name);
         for (size_t j = 0; j < g_nw; j++) {
             if (g_w[j] == w) {
@@ -368,23 +438,25 @@ void cu_ctx_free(struct cu_ctx *c)
 {
     if (!c)
         return;
-    cudaSetDevice(c->device);
-    cudaStreamSynchronize(c->stream);
+    /* unchecked (all of this): a destructor has nothing to report to; the
+     * latch is cleared at the end */
+    cudaSetDevice(c->device); /* unchecked: teardown */
+    cudaStreamSynchronize(c->stream); /* unchecked: teardown */
     for (size_t i = 0; i < c->npool; i++)
-        cudaFree(c->pool[i].p);
+        cudaFree(c->pool[i].p); /* unchecked: teardown */
     free(c->pool);
     for (int i = 0; i < CU_SCRATCH_SLOTS; i++)
-        cudaFree(c->scratch[i]);
+        cudaFree(c->scratch[i]); /* unchecked: teardown */
     for (int i = 0; i < STAGING_SLOTS; i++) {
-        cudaEventDestroy(c->stage_ev[i]);
-        cudaFreeHost(c->stage[i]);
+        cudaEventDestroy(c->stage_ev[i]); /* unchecked: teardown */
+        cudaFreeHost(c->stage[i]); /* unchecked: teardown */
     }
-    cudaEventDestroy(c->t0);
-    cudaEventDestroy(c->t1);
-    cudaFreeHost(c->hflags);
-    cudaFree(c->dflags);
+    cudaEventDestroy(c->t0); /* unchecked: teardown */
+    cudaEventDestroy(c->t1); /* unchecked: teardown */
+    cudaFreeHost(c->hflags); /* unchecked: teardown */
+    cudaFree(c->dflags); /* unchecked: teardown */
     release_weights(c);
-    cudaStreamDestroy(c->stream);
+    cudaStreamDestroy(c->stream); /* unchecked: teardown */
     cudaGetLastError();
     free(c);
 }
@@ -393,7 +465,7 @@ void cu_shutdown(void)
 {
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_nw; i++) {
-        cudaFree(g_w[i]->dptr);
+        cudaFree(g_w[i]->dptr); /* unchecked: teardown at plugin shutdown */
         free(g_w[i]->name);
         free(g_w[i]);
     }
@@ -415,13 +487,16 @@ static minfer_status dev_malloc(struct cu_ctx *c, size_t size, const char *what,
     if (size > SIZE_MAX - 16)
         return cu_ctx_fail(c, MINFER_ERR_DEVICE_OOM, "cuda: %zu bytes for %s is not addressable",
                            size, what);
+    if (injected(c, MINFER_ERR_DEVICE_OOM, "cudaMalloc"))
+        return MINFER_ERR_DEVICE_OOM;
     cudaError_t e = cudaMalloc(out, size + 16);
     if (e == cudaSuccess)
         return MINFER_OK;
     *out = NULL;
     cudaGetLastError(); /* cudaErrorMemoryAllocation is not sticky */
     size_t fr = 0, tot = 0;
-    cudaMemGetInfo(&fr, &tot);
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        fr = tot = 0; /* the message then shows 0 of 0 MiB: unknown */
     cudaGetLastError();
     if (e == cudaErrorMemoryAllocation)
         return cu_ctx_fail(c, MINFER_ERR_DEVICE_OOM,
@@ -435,7 +510,9 @@ static minfer_status dev_malloc(struct cu_ctx *c, size_t size, const char *what,
 minfer_status cu_pool_alloc(struct cu_ctx *c, size_t size, const char *what, void **out)
 {
     *out = NULL;
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
     for (size_t i = 0; i < c->npool; i++) {
         if (!c->pool[i].used && c->pool[i].size == size) {
             c->pool[i].used = 1;
@@ -501,7 +578,8 @@ minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out)
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess)
         return cuda_fail(c, "cudaStreamSynchronize (before growing scratch)", e);
-    cudaFree(c->scratch[slot]);
+    cudaFree(c->scratch[slot]); /* unchecked: the stream is idle (synced above); a failed
+                                 * free leaks at worst, and the allocation below reports */
     c->scratch[slot] = NULL;
     c->scratch_size[slot] = 0;
     size_t want = size + size / 4 + 4096;
@@ -520,7 +598,11 @@ minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out)
 
 minfer_status cu_write(struct cu_ctx *c, void *dst, const void *src, size_t size)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaMemcpyAsync(H2D)"))
+        return MINFER_ERR_BACKEND;
     const char *s = src;
     char *d = dst;
     while (size > 0) {
@@ -546,7 +628,11 @@ minfer_status cu_write(struct cu_ctx *c, void *dst, const void *src, size_t size
 
 minfer_status cu_read(struct cu_ctx *c, void *dst, const void *src, size_t size)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaMemcpyAsync(D2H)"))
+        return MINFER_ERR_BACKEND;
     char *d = dst;
     const char *s = src;
     while (size > 0) {
@@ -567,21 +653,33 @@ minfer_status cu_read(struct cu_ctx *c, void *dst, const void *src, size_t size)
 
 minfer_status cu_copy_d2d(struct cu_ctx *c, void *dst, const void *src, size_t size)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaMemcpyAsync(D2D)"))
+        return MINFER_ERR_BACKEND;
     cudaError_t e = cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToDevice, c->stream);
     return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaMemcpyAsync(D2D)", e);
 }
 
 minfer_status cu_memset(struct cu_ctx *c, void *dst, int value, size_t size)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaMemsetAsync"))
+        return MINFER_ERR_BACKEND;
     cudaError_t e = cudaMemsetAsync(dst, value, size, c->stream);
     return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaMemsetAsync", e);
 }
 
 minfer_status cu_sync(struct cu_ctx *c)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaStreamSynchronize"))
+        return MINFER_ERR_BACKEND;
     /* A latched error here was left by a call no site read (every launch
      * reads its own), so it is reported as latched, never blamed on the
      * kernel that ran last. */
@@ -604,12 +702,23 @@ minfer_status cu_sync(struct cu_ctx *c)
     }
     unsigned f = *c->hflags;
     if (f) {
-        cudaMemsetAsync(c->dflags, 0, sizeof(unsigned), c->stream);
-        cudaStreamSynchronize(c->stream);
+        e = cudaMemsetAsync(c->dflags, 0, sizeof(unsigned), c->stream);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess)
+            return cuda_fail(c, "clearing the kernels' violation flags", e);
         if (f & KFLAG_GET_ROWS_ID)
             return cu_ctx_fail(c, MINFER_ERR_RANGE,
                                "cuda: GET_ROWS read an id outside [0, n_rows) (rows were "
                                "left zero)");
+        if (f & KFLAG_MOE_ID)
+            return cu_ctx_fail(c, MINFER_ERR_RANGE,
+                               "cuda: MUL_MAT_ID or MOE_WEIGHTS got an expert id outside "
+                               "[0, n_expert) (those slots were not written)");
+        if (f & KFLAG_ATTN_LIST)
+            return cu_ctx_fail(c, MINFER_ERR_RANGE,
+                               "cuda: ATTENTION_LISTS got a visible count, list or cell out "
+                               "of range (those entries were not read)");
         return cu_ctx_fail(c, MINFER_ERR_RANGE,
                            "cuda: KV_STORE got a cell outside [0, n_cells) (that row was "
                            "not written)");
@@ -641,7 +750,9 @@ minfer_status cu_weight_register(struct cu_ctx *c, const char *name, const void 
                                  size_t size, void **out)
 {
     *out = NULL;
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
     uint64_t fp = fingerprint(host, size);
     minfer_status st = MINFER_OK;
     pthread_mutex_lock(&g_lock);
@@ -698,7 +809,7 @@ minfer_status cu_weight_register(struct cu_ctx *c, const char *name, const void 
     return st;
 
 out_dev:
-    cudaFree(w->dptr);
+    cudaFree(w->dptr); /* unchecked: teardown after a failure being reported */
 out_free:
     free(nm);
     free(w);
@@ -710,7 +821,11 @@ out_free:
 
 minfer_status cu_capture_begin(struct cu_ctx *c)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaStreamBeginCapture"))
+        return MINFER_ERR_BACKEND;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     return e == cudaSuccess ? MINFER_OK
                             : cuda_fail(c, "cudaStreamBeginCapture(ThreadLocal)", e);
@@ -728,13 +843,15 @@ bool cu_capturing(struct cu_ctx *c)
 
 void cu_capture_abort(struct cu_ctx *c)
 {
+    /* unchecked (the calls below): ending a failed window has nothing to
+     * report to beyond the failure that ended it; the latch is cleared */
     enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(c->stream, &s);
+    cudaStreamIsCapturing(c->stream, &s); /* unchecked: s stays None on failure */
     if (s != cudaStreamCaptureStatusNone) {
         cudaGraph_t g = NULL;
-        cudaStreamEndCapture(c->stream, &g); /* ends an invalidated capture too */
+        cudaStreamEndCapture(c->stream, &g); /* unchecked: ends an invalidated capture too */
         if (g)
-            cudaGraphDestroy(g);
+            cudaGraphDestroy(g); /* unchecked: teardown */
     }
     cudaGetLastError(); /* the capture's errors are not sticky: clear the latch */
 }
@@ -742,18 +859,22 @@ void cu_capture_abort(struct cu_ctx *c)
 minfer_status cu_capture_end(struct cu_ctx *c, void **exec)
 {
     *exec = NULL;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaStreamEndCapture")) {
+        cu_capture_abort(c);
+        return MINFER_ERR_BACKEND;
+    }
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
     if (e != cudaSuccess || !g) {
         if (g)
-            cudaGraphDestroy(g);
+            cudaGraphDestroy(g); /* unchecked: teardown of a failed capture */
         cu_capture_abort(c);
         return cu_ctx_fail(c, MINFER_ERR_BACKEND, "cuda: cudaStreamEndCapture failed: %s (%s)",
                            cudaGetErrorString(e), cudaGetErrorName(e));
     }
     cudaGraphExec_t x = NULL;
     e = cudaGraphInstantiate(&x, g, 0);
-    cudaGraphDestroy(g);
+    cudaGraphDestroy(g); /* unchecked: the graph is not needed past instantiation */
     if (e != cudaSuccess || !x)
         return cuda_fail(c, "cudaGraphInstantiate", e);
     *exec = x;
@@ -762,7 +883,11 @@ minfer_status cu_capture_end(struct cu_ctx *c, void **exec)
 
 minfer_status cu_graph_launch(struct cu_ctx *c, void *exec)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_BACKEND, "cudaGraphLaunch"))
+        return MINFER_ERR_BACKEND;
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, c->stream);
     return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaGraphLaunch", e);
 }
@@ -771,8 +896,8 @@ void cu_graph_destroy(struct cu_ctx *c, void *exec)
 {
     if (!exec)
         return;
-    cudaSetDevice(c->device);
-    cudaGraphExecDestroy((cudaGraphExec_t)exec);
+    cudaSetDevice(c->device); /* unchecked: teardown */
+    cudaGraphExecDestroy((cudaGraphExec_t)exec); /* unchecked: teardown */
     cudaGetLastError();
 }
 
@@ -809,7 +934,9 @@ minfer_status cu_timer_stop(struct cu_ctx *c, float *ms)
 
 minfer_status cu_mem_info(struct cu_ctx *c, size_t *free_b, size_t *total_b)
 {
-    cudaSetDevice(c->device);
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
     cudaError_t e = cudaMemGetInfo(free_b, total_b);
     return e == cudaSuccess ? MINFER_OK : cuda_fail(c, "cudaMemGetInfo", e);
 }

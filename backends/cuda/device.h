@@ -128,6 +128,16 @@ void cu_graph_destroy(struct cu_ctx *c, void *exec);
  * invalidates the open capture the way a real fault would. */
 minfer_status cu_capture_poison(struct cu_ctx *c);
 
+/* ---- fault injection (tests) ---- */
+
+/* The n-th device-layer call from now (allocation, copy, memset, kernel
+ * launch, graph capture begin/end, graph launch, sync; process-wide) fails
+ * once as the runtime call would, with an error text that says it was
+ * injected; 0 disarms. */
+void cu_test_fail_nth(uint64_t n);
+/* Device-layer calls counted so far (process-wide). */
+uint64_t cu_test_calls(void);
+
 /* ---- timing (benchmarks) ---- */
 
 /* Records a start event; cu_timer_stop records the end, waits and returns

@@ -183,6 +183,24 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     return MINFER_OK;
 }
 
+/* ATTENTION_LISTS: kernels/attn-lists.cu, scratch sized by shapes only */
+static minfer_status run_attention_lists(struct minfer_backend *be, const struct minfer_node *n,
+                                         struct kctx *k)
+{
+    const struct minfer_tensor *s0 = n->src[0], *kc = n->src[1], *vc = n->src[2];
+    const struct minfer_tensor *ls = n->src[5];
+    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], ls->ne[0]);
+    void *part = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                             (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                             n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
+                             view_of(n->dst), part));
+    return MINFER_OK;
+}
+
 /* Runs one validated node by direct launches. */
 minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k)
 {
@@ -206,6 +224,9 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     case MINFER_OP_SWIGLU:
         LAUNCH(k_binary(k, KBIN_SWIGLU, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_GEGLU:
+        LAUNCH(k_binary(k, KBIN_GEGLU, view_of(s0), view_of(s1), view_of(d)));
         return MINFER_OK;
     case MINFER_OP_SCALE:
         LAUNCH(k_scale(k, view_of(s0), view_of(d), n->fparams[0]));
@@ -262,12 +283,36 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
                       n->fparams[1]));
         return MINFER_OK;
+    case MINFER_OP_TOPK:
+        LAUNCH(k_topk(k, view_of(s0), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_WEIGHTS:
+        LAUNCH(k_moe_weights(k, view_of(s0), view_of(s1), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_SUM:
+        LAUNCH(k_moe_sum(k, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT_ID: {
+        const struct minfer_tensor *ids = n->src[2];
+        size_t need = k_mul_mat_id_scratch_bytes(s0->ne[2], ids->ne[0] * ids->ne[1]);
+        void *sc = NULL;
+        /* SLOT_FFN holds only one node's temporaries; routing lists here */
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, need, &sc);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        LAUNCH(k_mul_mat_id(k, s0->type, s0->data, s0->ne[0], s0->ne[1], s0->ne[2],
+                            (int64_t)s0->nb[1], (int64_t)s0->nb[2], view_of(s1), view_of(ids),
+                            view_of(d), sc));
+        return MINFER_OK;
+    }
     case MINFER_OP_KV_STORE:
         LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
                           d->ne[1]));
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
         return cuda_run_attention(be, n, k, NULL);
+    case MINFER_OP_ATTENTION_LISTS:
+        return run_attention_lists(be, n, k);
     default:
         return cuda_node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
     }

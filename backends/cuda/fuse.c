@@ -83,6 +83,8 @@ static int rope_same(const struct minfer_node *n, const struct minfer_node *a)
     if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2 ||
         rope_yarn(n) || rope_yarn(a))
         return 0;
+    if (n->iparams[1] || a->iparams[1]) /* the fused kernels rotate NeoX pairs only */
+        return 0;
     return n->src[1]->data == a->src[1]->data && same_ne(n->src[1], a->src[1]) &&
            n->iparams[0] == a->iparams[0] && n->fparams[0] == a->fparams[0] &&
            n->fparams[1] == a->fparams[1] && n->src[0]->ne[2] == a->src[0]->ne[2];

@@ -27,6 +27,21 @@ static void x_tune_gemm(int bk, int splits, int bn)
     k_tune_gemm(bk, splits, bn);
 }
 
+/* "minfer_cuda_test_fail_nth": void f(uint64_t n) — the n-th device-layer
+ * call from now fails once (device.h, cu_test_fail_nth); 0 disarms.
+ * "minfer_cuda_test_device_calls": uint64_t f(void) — device-layer calls
+ * so far, so a test can count a workload's calls and sweep each. Tests
+ * only (tests/test-cuda-faults.c). */
+static void x_fail_nth(uint64_t n)
+{
+    cu_test_fail_nth(n);
+}
+
+static uint64_t x_device_calls(void)
+{
+    return cu_test_calls();
+}
+
 static void x_graph_stats(struct minfer_cuda_graph_stats *out)
 {
     if (!out)
@@ -85,6 +100,10 @@ void *cuda_get_proc(const char *name)
         return (void *)x_tune_gemm;
     if (!strcmp(name, "minfer_cuda_test_fail_next_capture"))
         return (void *)x_fail_next_capture;
+    if (!strcmp(name, "minfer_cuda_test_fail_nth"))
+        return (void *)x_fail_nth;
+    if (!strcmp(name, "minfer_cuda_test_device_calls"))
+        return (void *)x_device_calls;
     if (!strcmp(name, "minfer_cuda_graph_stats"))
         return (void *)x_graph_stats;
     if (!strcmp(name, "minfer_cuda_fused_norm_ropes"))

@@ -517,6 +517,28 @@ struct gtensor *graph_attention_swa(struct graph *g, struct gtensor *q, struct g
     return d;
 }
 
+struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct gtensor *k,
+                                      struct gtensor *v, struct gtensor *n_vis,
+                                      struct gtensor *qlist, struct gtensor *lists,
+                                      int n_kv_head, float scale, const char *label)
+{
+    if (!q || !k || !v || !n_vis || !qlist || !lists)
+        return NULL;
+    if (!check(g, n_kv_head > 0 && q->t.ne[1] % n_kv_head == 0 &&
+                      k->t.ne[0] == q->t.ne[0] * n_kv_head && n_vis->t.ne[0] == q->t.ne[2] &&
+                      qlist->t.ne[0] == q->t.ne[2],
+               "head counts or shapes do not fit", label))
+        return NULL;
+    struct minfer_node *n = NULL;
+    struct gtensor *src[6] = {q, k, v, n_vis, qlist, lists};
+    struct gtensor *d = add_node(g, MINFER_OP_ATTENTION_LISTS, src, 6, q->t.ne, NULL, label, &n);
+    if (d) {
+        n->iparams[0] = n_kv_head;
+        n->fparams[0] = scale;
+    }
+    return d;
+}
+
 void graph_set_output(struct graph *g, struct gtensor *t)
 {
     if (t)

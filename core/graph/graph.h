@@ -132,6 +132,12 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
 struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtensor *k,
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label);
+/* ATTENTION_LISTS (minfer/ir.h): q's token t reads the first n_vis[t]
+ * cells of list qlist[t] of lists [n_kv, n_lists]. */
+struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct gtensor *k,
+                                      struct gtensor *v, struct gtensor *n_vis,
+                                      struct gtensor *qlist, struct gtensor *lists,
+                                      int n_kv_head, float scale, const char *label);
 /* The same with a sliding window of `window` positions (0 = none). */
 struct gtensor *graph_attention_swa(struct graph *g, struct gtensor *q, struct gtensor *k,
                                     struct gtensor *v, struct gtensor *kv_len,

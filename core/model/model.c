@@ -482,6 +482,7 @@ void minfer_model_free(struct minfer_model *m)
 {
     if (!m)
         return;
+    minfer_tokenizer_free(m->tok);
     minfer_gguf_close(m->gguf);
     free(m->weights);
     free(m->layer);

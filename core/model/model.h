@@ -184,6 +184,8 @@ struct minfer_model {
     char name[128];
     char type_desc[32];
     uint64_t n_params, size_bytes;
+    /* minfer_model_tokenizer's, made on first use (model-tokenizer.c) */
+    struct minfer_tokenizer *_Atomic tok;
 };
 
 /* Validates g against its architecture and binds it to a backend. On
@@ -203,12 +205,17 @@ struct build {
     void *const *wdata;         /* backend address of each model weight */
     int32_t n_tokens;           /* tokens in this pass */
     int32_t n_kv;               /* cells attention may see (the KV-length bucket) */
-    int32_t n_out;              /* logits rows: 0, 1 (the last token) or n_tokens */
+    int32_t n_out;              /* logits rows: the last n_out tokens (0 .. n_tokens) */
+    int32_t n_lists;            /* 0: one sequence, cell == position (ATTENTION);
+                                   else cell lists (ATTENTION_LISTS, n_kv cells each) */
     /* inputs, written before every pass */
     struct gtensor *inp_tokens; /* i32 [n_tokens] */
     struct gtensor *inp_pos;    /* i32 [n_tokens] */
     struct gtensor *inp_cells;  /* i32 [n_tokens] KV cell of each token */
-    struct gtensor *inp_kv_len; /* i32 [1] */
+    struct gtensor *inp_kv_len; /* i32 [1] (n_lists == 0) */
+    struct gtensor *inp_n_vis;  /* i32 [n_tokens] visible list entries (n_lists > 0) */
+    struct gtensor *inp_qlist;  /* i32 [n_tokens] list of each token (n_lists > 0) */
+    struct gtensor *inp_lists;  /* i32 [n_kv, n_lists] cell lists (n_lists > 0) */
     struct gtensor *out_logits; /* f32 [n_vocab, n_out] or NULL when n_out == 0 */
     struct gtensor **wt;        /* per model weight, made on first use */
 };

@@ -58,6 +58,7 @@ struct minfer_sampler {
 struct minfer_sampler_params minfer_sampler_default_params(void)
 {
     return (struct minfer_sampler_params){
+        .struct_size = sizeof(struct minfer_sampler_params),
         .temperature = 0.8f,
         .top_k = 40,
         .top_p = 0.95f,
@@ -87,6 +88,12 @@ struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
     struct minfer_sampler *s = NULL;
     if (!p) {
         s_ = errf(err, err_len, s_, "sampler: no parameters given");
+        goto out;
+    }
+    if (p->struct_size != sizeof *p) {
+        /* every field is read: a struct from other headers is refused, not misread */
+        s_ = errf(err, err_len, s_, "sampler: struct_size %u, expected %zu (start from "
+                  "minfer_sampler_default_params())", p->struct_size, sizeof *p);
         goto out;
     }
     if (n_vocab <= 0) {

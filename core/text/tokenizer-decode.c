@@ -121,16 +121,19 @@ minfer_status minfer_detokenize(const struct minfer_tokenizer *tok, const int32_
     struct sink k = {out, cap, 0};
     uint8_t held[8];
     size_t nh = 0;
-    /* SentencePiece prepended a space when encoding: the first piece's
-     * leading space is not part of the text (as Hugging Face decodes). */
+    /* SentencePiece prepended a space when encoding: the leading space of
+     * the first piece shown is not part of the text (as Hugging Face
+     * decodes). A control token shown first (render_special) comes before
+     * that space, which then stays, as in llama.cpp. */
     bool strip = tok->strip_space_prefix;
     for (size_t i = 0; i < n; i++) {
-        if (strip && ids[i] >= 0 && ids[i] < tok->n_vocab &&
-            tok->types[ids[i]] != MINFER_TOKEN_CONTROL) {
+        bool ctl = ids[i] >= 0 && ids[i] < tok->n_vocab &&
+                   tok->types[ids[i]] == MINFER_TOKEN_CONTROL;
+        if (strip && ids[i] >= 0 && ids[i] < tok->n_vocab && (!ctl || render_special)) {
             strip = false;
             size_t bn;
             const char *b = minfer_token_bytes(tok, ids[i], &bn);
-            if (bn && b[0] == ' ') {
+            if (!ctl && bn && b[0] == ' ') {
                 decode_bytes(held, &nh, b + 1, bn - 1, false, &k);
                 continue;
             }

@@ -226,6 +226,22 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
     if (n->iparams[1] < 0)
         return minfer_irc_bad_(why, why_len, op, "sliding window %d must be >= 0 (0 = none)",
                                n->iparams[1]);
+    if (op == MINFER_OP_ATTENTION_LISTS) {
+        const struct minfer_tensor *l = n->src[5];
+        if (n->iparams[1])
+            return minfer_irc_bad_(why, why_len, op, "sliding window %d: lists take none (0)",
+                                   n->iparams[1]);
+        MINFER_IRC_IDS_(n->src[3], q->ne[2], "visible counts");
+        MINFER_IRC_IDS_(n->src[4], q->ne[2], "query lists");
+        MINFER_IRC_TYPE_(l, MINFER_TYPE_I32, "cell lists");
+        bool dense = l->ne[1] == 1 || l->nb[1] == (size_t)l->ne[0] * sizeof(int32_t);
+        if (!minfer_irc_2d_(l) || !dense)
+            return minfer_irc_bad_(why, why_len, op,
+                                   "cell lists " MINFER_IRC_SHAPE_
+                                   " must be a dense 2-D [n_kv, n_lists]",
+                                   MINFER_IRC_NE_(l));
+        return MINFER_OK;
+    }
     MINFER_IRC_IDS_(n->src[3], 1, "kv_len");
     MINFER_IRC_IDS_(n->src[4], q->ne[2], "query positions");
     return MINFER_OK;
@@ -450,6 +466,7 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         MINFER_IRC_IDS_(s1, s0->ne[1], "cells");
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
+    case MINFER_OP_ATTENTION_LISTS:
         return minfer_irc_attention_(n, why, why_len);
     case MINFER_OP_COPY:
         if (!minfer_irc_float_type_(s0->type) || !minfer_irc_float_type_(d->type))

@@ -253,6 +253,11 @@ template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q6_K>(const uint8_t 
  * launch's own). Returns 0 or -1 with the message in k->err. */
 static inline int k_pre(struct kctx *k, const char *site)
 {
+    if (cu_launch_injected()) {
+        snprintf(k->err, k->err_len, "%s: launch failed: injected fault (test hook "
+                 "minfer_cuda_test_fail_nth)", site);
+        return -1;
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(k->err, k->err_len,

@@ -20,6 +20,8 @@ extern "C" {
 /* Device-side violation bits (see cu_sync). */
 #define KFLAG_GET_ROWS_ID 0x1u   /* GET_ROWS id outside [0, n_rows) */
 #define KFLAG_KV_CELL 0x2u       /* KV_STORE cell outside [0, n_cells) */
+#define KFLAG_MOE_ID 0x4u        /* MUL_MAT_ID / MOE_WEIGHTS expert outside [0, n_expert) */
+#define KFLAG_ATTN_LIST 0x8u     /* ATTENTION_LISTS count, list or cell out of range */
 
 /* What every launch needs; owned by the device layer's instance. */
 struct kctx {
@@ -32,6 +34,10 @@ struct kctx {
     char *err;             /* message sink */
     size_t err_len;
 };
+
+/* Fault injection (device.c, test hook minfer_cuda_test_fail_nth): 1 when
+ * the launch about to be made is the device-layer call chosen to fail. */
+int cu_launch_injected(void);
 
 /* A strided 4-D tensor view (ggml order: ne[0] innermost; nb in bytes). */
 struct kview {
@@ -161,6 +167,7 @@ int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
  * ramp lo, hi), MINFER_OP_ROPE's formula. */
 int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
                int layout, const float *factors, const float *fp);
+
 /* Two k_rope calls with the same positions and parameters in one launch
  * (x0/x1 with equal token counts; the pairs must not overlap). */
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
@@ -193,7 +200,7 @@ int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview 
                  struct kview n1, struct kview r1, float eps1, const int32_t *pos, int n_rot,
                  float freq_base, float freq_scale, const struct kkv2 *kv);
 
-enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
+enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2, KBIN_GEGLU = 3 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by
  * modulo for ADD/MUL); SWIGLU needs equal shapes. F32. */
 int k_binary(struct kctx *k, int op, struct kview a, struct kview b, struct kview dst);
@@ -247,6 +254,42 @@ int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *
                   const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                   int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
                   int window, struct kview dst, void *scratch, void *xq);
+
+/* ---- mixture of experts (kernels/moe.cu); routing stays on the device ---- */
+
+/* dst[j, t] (I32 [k, T]) = the k largest of x[:, t] (F32 [n, T]), largest
+ * first, lower index first on ties; k <= 64, n <= 4096. */
+int k_topk(struct kctx *k, struct kview x, int kk, struct kview dst);
+/* dst[j, t] = softmax weight of expert ids[j, t] among all n (renorm 0) or
+ * among the chosen k (renorm 1). */
+int k_moe_weights(struct kctx *k, struct kview logits, struct kview ids, int renorm,
+                  struct kview dst);
+/* dst[:, t] = sum_j w[j, t] * x[:, j, t]. */
+int k_moe_sum(struct kctx *k, struct kview x, struct kview w, struct kview dst);
+/* Scratch bytes of k_mul_mat_id for n_expert experts and k * T slots. */
+size_t k_mul_mat_id_scratch_bytes(int64_t n_expert, int64_t slots);
+/* dst[:, j, t] = W[:, :, ids[j, t]] . x[:, j or 0, t]: a routing kernel
+ * lists each expert's slots in scratch (device side, no host sync), then
+ * one block per (row tile, expert, slot tile) reads its expert's rows once
+ * for up to 8 gathered columns; blocks of unchosen experts return at once.
+ * W: [K, N, n_expert] of any readable type (K % 8 == 0), rows w_nb1 and
+ * experts w_nb2 bytes apart. An id outside [0, n_expert) sets KFLAG_MOE_ID
+ * and its slot is left unwritten. */
+int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                 int64_t n_expert, int64_t w_nb1, int64_t w_nb2, struct kview x,
+                 struct kview ids, struct kview dst, void *scratch);
+
+/* ATTENTION_LISTS (kernels/attn-lists.cu): query t reads entries
+ * [0, n_vis[t]) of list qlist[t] of lists [n_kv, n_lists] (cells of the
+ * K/V caches); splits and scratch depend on shapes only. A count, list or
+ * cell out of range sets KFLAG_ATTN_LIST and is not read. */
+int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
+size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_kv);
+int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                      const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
+                      int64_t n_kv_head, const int32_t *n_vis, const int32_t *qlist,
+                      const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
+                      struct kview dst, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /*
  * ops.cu — the small kernels: GET_ROWS (every readable type), RMS_NORM
  * (optionally fused with the weight multiply), NeoX RoPE with positions
- * read from device memory, element-wise ADD / MUL / SWIGLU / SCALE, type
+ * read from device memory, element-wise ADD / MUL / SWIGLU / GEGLU / SCALE, type
  * COPY, and KV_STORE into F32 / F16 / Q8_0 caches. Every kernel honours
  * the byte strides nb[1..3] of its views.
  */
@@ -528,6 +528,10 @@ __global__ void binary_kernel(int op, kview a, kview b, kview dst)
             v = x + y;
         else if (op == KBIN_MUL)
             v = x * y;
+        else if (op == KBIN_GEGLU) /* tanh GELU (ir.h), in double like the CPU's */
+            v = (float)(0.5 * (double)x *
+                        (1.0 + tanh(0.7978845608028654 *
+                                    ((double)x + 0.044715 * (double)x * x * x)))) * y;
         else
             v = x / (1.0f + expf(-x)) * y;
         o[i] = v;
@@ -539,7 +543,9 @@ extern "C" int k_binary(struct kctx *k, int op, struct kview a, struct kview b, 
     int64_t rows = nrows(a);
     if (grid_ok(k, "binary", rows))
         return -1;
-    KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : "swiglu", binary_kernel,
+    KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : op == KBIN_GEGLU ? "geglu"
+                                                                       : "swiglu",
+            binary_kernel,
             (unsigned)rows, 128, 0, op, a, b, dst);
     return 0;
 }

@@ -38,7 +38,13 @@ struct gtensor *build_inputs_embed(struct build *b)
     b->inp_tokens = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_tokens");
     b->inp_pos = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_pos");
     b->inp_cells = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_kv_cells");
-    b->inp_kv_len = graph_input(b->g, MINFER_TYPE_I32, 1, 1, "inp_kv_len");
+    if (b->n_lists) {
+        b->inp_n_vis = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_n_vis");
+        b->inp_qlist = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_qlist");
+        b->inp_lists = graph_input(b->g, MINFER_TYPE_I32, b->n_kv, b->n_lists, "inp_kv_lists");
+    } else {
+        b->inp_kv_len = graph_input(b->g, MINFER_TYPE_I32, 1, 1, "inp_kv_len");
+    }
     return graph_get_rows(b->g, build_weight(b, -1, W_TOKEN_EMBD), b->inp_tokens, "token_embd");
 }
 
@@ -141,8 +147,23 @@ struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, doubl
     graph_kv_store(g, vc, v, b->inp_cells, lab);
 
     snprintf(lab, sizeof lab, "blk.%d.attn", il);
-    struct gtensor *a = graph_attention_swa(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
-                                            (int)hp->n_head_kv, scale, window, lab);
+    struct gtensor *a;
+    if (b->n_lists && window > 0) {
+        /* ATTENTION_LISTS has no window: the host would need each list
+         * entry's position per layer kind */
+        graph_fail(g, "layer %d uses sliding-window attention, which runs one sequence at a "
+                      "time in this build (several sequences in one pass need ATTENTION_LISTS)",
+                   il);
+        return NULL;
+    }
+    /* many sequences: lists name cells anywhere in the cache, so attention
+     * reads the whole region, not the bucket's prefix */
+    if (b->n_lists)
+        a = graph_attention_lists(g, q, kc, vc, b->inp_n_vis, b->inp_qlist, b->inp_lists,
+                                  (int)hp->n_head_kv, scale, lab);
+    else
+        a = graph_attention_swa(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
+                                (int)hp->n_head_kv, scale, window, lab);
     a = graph_reshape(g, a, hp->head_dim * hp->n_head, T, 1);
     snprintf(lab, sizeof lab, "blk.%d.attn_output", il);
     return graph_mul_mat(g, build_weight(b, il, W_ATTN_OUT), a, lab);
