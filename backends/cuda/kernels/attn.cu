@@ -417,6 +417,48 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+/* attn_combine for a few splits (short contexts): every thread walks the
+ * splits itself, no block reductions or barriers (measured the faster of
+ * the two at decode depths up to a few hundred cells, where each layer's
+ * attention is a few microseconds and fixed costs decide). */
+__global__ void attn_combine_few(const float *__restrict__ part, int hd, int n_head, int n_splits,
+                             kview dst, uint8_t *xq)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
+    float Lsum = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *ps = base + s * (size_t)(hd + 2);
+        if (ps[hd] != -INFINITY)
+            Lsum += ps[hd + 1] * expf(ps[hd] - M);
+    }
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *ps = base + s * (size_t)(hd + 2);
+            if (ps[hd] != -INFINITY)
+                a += ps[d] * expf(ps[hd] - M);
+        }
+        float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
+        o[d] = v;
+        if (xq) {
+            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
+            float amax = warp_max(fabsf(v));
+            float qd = amax / 127.0f;
+            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+            float qs = warp_sum((float)q);
+            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+            ((int8_t *)row)[col] = (int8_t)q;
+            if (lane == 0)
+                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+        }
+    }
+}
+
 /* ---- launch ---- */
 
 static int attn_chunk(int64_t n_cells, int splits)
@@ -465,14 +507,23 @@ static int dec_group(int64_t group)
     return group <= 4 ? 4 : 8;
 }
 
+/* Up to this many cells a decode takes the per-head split kernel and the
+ * few-split combine (the attention of a short context is a few
+ * microseconds per layer; the GQA kernel's per-warp chain of D_G heads and
+ * the block-reducing combine cost more there than the K/V they save). */
+#define A_SHORT_CELLS 512
+
 /* Which kernel serves these shapes: 2 = tensor-core prefill, 1 = the GQA
- * decode kernel, 0 = the per-head split kernel. */
+ * decode kernel, 3 = short decode (per-head split kernel, few-split
+ * combine), 0 = the per-head split kernel. */
 static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
-                     int64_t knb1, int64_t vnb1, bool xq)
+                     int64_t knb1, int64_t vnb1, int64_t n_cells, bool xq)
 {
     int64_t hd = q.ne[0], nt = q.ne[2];
     if (nt > 8 && !xq && k_attn_mma_ok(hd, q.ne[1], nt, kv_type, kc, vc, knb1, vnb1))
         return 2;
+    if ((nt <= 8 || xq) && n_cells <= A_SHORT_CELLS)
+        return 3;
     if (nt <= 8 || xq)
         return 1;
     return 0;
@@ -491,7 +542,7 @@ extern "C" size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const v
                                        const void *vc, int64_t knb1, int64_t vnb1,
                                        int64_t n_cells, int64_t n_kv_head, int xq)
 {
-    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, xq != 0);
+    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, n_cells, xq != 0);
     if (path == 2 || n_kv_head <= 0)
         return 0;
     int s = path_splits(path, q, n_kv_head, n_cells);
@@ -561,7 +612,7 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     int group = (int)(n_head / n_kv_head);
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
-    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, xq != NULL);
+    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, n_cells, xq != NULL);
     if (path == 2)
         return k_attn_mma(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
                           scale, window, dst);
@@ -604,6 +655,11 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         }
     }
     dim3 g2((unsigned)n_head, (unsigned)nt);
+    if (path == 3) {
+        KLAUNCH(k, "attention.combine", attn_combine_few, g2, 128, 0, (const float *)part,
+                (int)hd, (int)n_head, splits, dst, (uint8_t *)xq);
+        return 0;
+    }
     KLAUNCH(k, "attention.combine", attn_combine, g2, 128, 0, (const float *)part, (int)hd,
             (int)n_head, splits, dst, (uint8_t *)xq);
     return 0;
