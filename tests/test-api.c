@@ -151,13 +151,58 @@ START_TEST(params_structs_carry_their_size)
     ck_assert_ptr_null(minfer_sampler_new(&p, 16, &st, err, sizeof err));
     ck_assert_int_eq(st, MINFER_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(err, "struct_size"));
-    /* the others: runtime opts, model/ctx params, chat/quantize/synth opts */
+    /* the others: model and context params */
     struct minfer_model_params mp;
     minfer_model_params_default(&mp);
     ck_assert_uint_eq(mp.struct_size, sizeof mp);
     struct minfer_ctx_params cp;
     minfer_ctx_params_default(&cp);
     ck_assert_uint_eq(cp.struct_size, sizeof cp);
+}
+END_TEST
+
+START_TEST(objects_keep_their_last_error)
+{
+    /* Catches a failing sampler or detokenizer call that returns a bare
+     * status: the object must say what was wrong, with the numbers. */
+    struct minfer_sampler_params p = minfer_sampler_default_params();
+    minfer_status st;
+    struct minfer_sampler *s = minfer_sampler_new(&p, 16, &st, NULL, 0);
+    ck_assert_ptr_nonnull(s);
+    float logits[32] = {0};
+    int32_t id;
+    ck_assert_str_eq(minfer_sampler_last_error(s), "");
+    ck_assert_int_eq(minfer_sampler_sample(s, logits, 32, &id), MINFER_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(minfer_sampler_last_error(s), "32") &&
+                  strstr(minfer_sampler_last_error(s), "16"), "%s", minfer_sampler_last_error(s));
+    for (int i = 0; i < 16; i++)
+        logits[i] = -1.0f / 0.0f;
+    ck_assert_int_eq(minfer_sampler_sample(s, logits, 16, &id), MINFER_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(minfer_sampler_last_error(s), "finite"));
+    logits[3] = 1.0f;
+    ck_assert_int_eq(minfer_sampler_sample(s, logits, 16, &id), MINFER_OK);
+    ck_assert_str_eq(minfer_sampler_last_error(s), "");
+    minfer_sampler_free(s);
+
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    size_t size;
+    void *mem = ts_synth("qwen2", "custom:n_embd=64,n_layer=1,n_head=4,n_head_kv=2,head_dim=16,"
+                                  "n_ff=128,n_ctx=256", 1, 1, 1, &size);
+    char err[512];
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    const struct minfer_tokenizer *t = minfer_model_tokenizer(m, NULL, NULL, 0);
+    struct minfer_detok *d = minfer_detok_new(t, false);
+    char out[64];
+    size_t n;
+    ck_assert_int_eq(minfer_detok_push(d, 999999999, out, sizeof out, &n), MINFER_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(minfer_detok_last_error(d), "999999999"));
+    ck_assert_int_eq(minfer_detok_push(d, 'a' - 33, out, 0, &n), MINFER_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(minfer_detok_last_error(d), "needed"));
+    minfer_detok_free(d);
+    minfer_model_free(m);
+    free(mem);
+    minfer_runtime_free(rt);
 }
 END_TEST
 
@@ -171,6 +216,7 @@ Suite *api_suite(void)
     tcase_add_test(tc, log_callback);
     tcase_add_test(tc, model_lends_its_tokenizer);
     tcase_add_test(tc, params_structs_carry_their_size);
+    tcase_add_test(tc, objects_keep_their_last_error);
     suite_add_tcase(s, tc);
     return s;
 }

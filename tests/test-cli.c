@@ -370,7 +370,8 @@ END_TEST
 START_TEST(context_cut_and_stop_reason)
 {
     /* Catches -n beyond the context silently shortened (no message with the
-     * numbers) and a stop_reason that does not say why generation ended. */
+     * numbers), a stop_reason that does not say why generation ended, and
+     * --ignore-eos not generating past the end token. */
     ck_assert_int_eq(cli_sh("%s run -m %s --raw -p 0123456789 -c 32 -n 100 --json", CLI_BIN,
                             cli_small), 0);
     ck_assert_msg(strstr(cli_err, "-n 100") && strstr(cli_err, "32") &&
@@ -383,6 +384,26 @@ START_TEST(context_cut_and_stop_reason)
     ck_assert_int_eq(cli_sh("%s run -m %s --raw -p 0123456789 -n 3 --json --ignore-eos",
                             CLI_BIN, cli_small), 0);
     j = cli_json();
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "stop_reason")->valuestring, "length");
+    cJSON_Delete(j);
+    /* eos: every id but <|endoftext|> (256) is in the prompt and penalised away */
+    char ids[2048];
+    size_t o = 0;
+    for (int i = 0; i < 300; i++)
+        if (i != 256)
+            o += (size_t)snprintf(ids + o, sizeof ids - o, o ? ",%d" : "%d", i);
+    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 3 --temp 0 --json --presence-penalty 1000 "
+                            "--repeat-last-n -1", CLI_BIN, cli_small, ids), 0);
+    j = cli_json();
+    ck_assert_int_eq(cli_json_ids(j, "generated_ids", g, 64), 1);
+    ck_assert_int_eq(g[0], 256);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "stop_reason")->valuestring, "eos");
+    cJSON_Delete(j);
+    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 3 --temp 0 --json --presence-penalty 1000 "
+                            "--repeat-last-n -1 --ignore-eos", CLI_BIN, cli_small, ids), 0);
+    j = cli_json();
+    ck_assert_int_eq(cli_json_ids(j, "generated_ids", g, 64), 3);
+    ck_assert_int_eq(g[0], 256);
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "stop_reason")->valuestring, "length");
     cJSON_Delete(j);
     ck_assert_int_eq(cli_sh("%s run -m %s --raw -p 0123456789 -c 8", CLI_BIN, cli_small), 1);

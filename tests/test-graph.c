@@ -474,6 +474,9 @@ START_TEST(sched_keeps_1_1_nodes_from_1_0_plugins)
     ck_assert(sched_supports(&b_new, &n));
     n.op = MINFER_OP_ATTENTION; /* a window */
     ck_assert(!sched_supports(&b_old, &n));
+    n.op = MINFER_OP_ATTENTION_LISTS;
+    ck_assert(!sched_supports(&b_old, &n));
+    ck_assert(sched_supports(&b_new, &n));
 }
 END_TEST
 

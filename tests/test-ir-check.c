@@ -29,8 +29,6 @@ START_TEST(op_table_is_complete)
 {
     ck_assert_str_eq(minfer_op_name(MINFER_OP_NONE), "NONE");
     for (uint32_t op = 1; op < MINFER_OP_COUNT; op++) {
-        if (op == 15 && !strcmp(minfer_op_name(op), "UNKNOWN"))
-            continue; /* reserved for ATTENTION_LISTS (API-BATCH), defined on its branch */
         ck_assert_msg(strcmp(minfer_op_name(op), "UNKNOWN") != 0, "op %u has no name", op);
         ck_assert_msg(minfer_op_n_src(op) >= 1 && minfer_op_n_src(op) <= MINFER_MAX_SRC,
                       "op %u (%s) has %u sources", op, minfer_op_name(op), minfer_op_n_src(op));

@@ -230,6 +230,9 @@ START_TEST(refuses_bad_family_files)
                       "gemma3.attention.sliding_window");
     EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_DROP_TENSOR, "blk.1.post_ffw_norm.weight",
                       "missing tensor blk.1.post_ffw_norm.weight");
+    edit_value = 0;
+    EXPECT_LOAD_ERROR("gemma3", TINY_GEMMA3, E_SET_U32, "gemma3.attention.sliding_window_pattern",
+                      "gemma3.attention.sliding_window_pattern is 0");
     edit_value = 9;
     EXPECT_LOAD_ERROR("qwen3moe", TINY_MOE, E_SET_U32, "qwen3moe.expert_used_count",
                       "qwen3moe.expert_used_count 9", "expert_count 8");

@@ -6,6 +6,7 @@
  * with total throughput of each and the decode speed one sequence sees.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,31 +19,29 @@ int bench_parallel_take_opts(int *argc, char **argv, int32_t *list, int *n)
     *n = 0;
     int k = 0;
     for (int i = 0; i < *argc; i++) {
-        if (strcmp(argv[i], "--parallel")) {
+        bool joined = !strncmp(argv[i], "--parallel=", 11); /* as the option table parses */
+        if (strcmp(argv[i], "--parallel") && !joined) {
             argv[k++] = argv[i];
             continue;
         }
-        const char *s = i + 1 < *argc ? argv[++i] : "";
+        const char *s = joined ? argv[i] + 11 : i + 1 < *argc ? argv[++i] : "";
         *n = 0;
         while (*s) {
             char *end;
             errno = 0;
             long x = strtol(s, &end, 10);
             if (errno || end == s || x < 1 || x > 4096 || *n == BENCH_PARALLEL_MAX) {
-                fprintf(stderr, "minfer bench: --parallel takes counts like 1,4,16,64 (1..4096, "
-                                "at most %d)\n", BENCH_PARALLEL_MAX);
-                return 2;
+                return cli_usage_error("bench", "--parallel takes counts like 1,4,16,64 "
+                                                "(1..4096, at most %d)", BENCH_PARALLEL_MAX);
             }
             list[(*n)++] = (int32_t)x;
             s = *end == ',' ? end + 1 : end;
             if (*end && *end != ',') {
-                fprintf(stderr, "minfer bench: --parallel: unexpected '%s'\n", end);
-                return 2;
+                return cli_usage_error("bench", "--parallel: unexpected '%s'", end);
             }
         }
         if (!*n) {
-            fprintf(stderr, "minfer bench: --parallel needs a list like 1,4,16,64\n");
-            return 2;
+            return cli_usage_error("bench", "--parallel needs a list like 1,4,16,64");
         }
     }
     *argc = k;

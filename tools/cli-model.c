@@ -327,6 +327,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
             break;
         case OPT_NO_GRAPHS: o->no_graphs = true; break;
         case OPT_OUT: o->out = v; break;
+        case OPT_SESSION: o->session = v; break;
         case OPT_ALL: o->all = true; break;
         case OPT_BENCH_PP: ok = (o->n_pps = parse_list(cmd, opt, v, o->pps)) > 0; break;
         case OPT_BENCH_TG: ok = (o->n_tgs = parse_list(cmd, opt, v, o->tgs)) > 0; break;

@@ -28,6 +28,7 @@ struct cli_opts {
     const char *ids;            /* --ids 1,2,3 */
     const char *system;         /* --system: system message (needs a chat template) */
     const char *out;            /* eval -o FILE */
+    const char *session;        /* chat --session FILE (run's: tools/run-prompts.c) */
     const char *backend;        /* --backend */
     const char *plugins[CLI_MAX_PLUGINS]; /* --plugin */
     size_t n_plugins;

@@ -17,7 +17,8 @@
 
 const struct cli_opt cli_opt_table[] = {
     {OPT_HELP, "-h|--help", NULL, ~0u, "print this help and exit"},
-    {OPT_MODEL, "-m|--model", "FILE", CMD_MODEL | CMD_TOKENIZE | CMD_DETOKENIZE | CMD_INFO,
+    {OPT_MODEL, "-m|--model", "FILE",
+     CMD_MODEL | CMD_SERVE | CMD_TOKENIZE | CMD_DETOKENIZE | CMD_INFO,
      "model (GGUF file)"},
     /* ---- prompt ---- */
     {OPT_PROMPT, "-p|--prompt", "TEXT", CMD_PROMPT | CMD_TOKENIZE,
@@ -42,6 +43,14 @@ const struct cli_opt cli_opt_table[] = {
      "match special tokens written in the text (the default)"},
     {OPT_SKIP_SPECIAL, "--skip-special", NULL, CMD_DETOKENIZE,
      "leave control tokens (<|im_end|>) out of the text"},
+    {OPT_PROMPTS, "--prompts", "FILE", CMD_RUN,
+     "JSON Lines, one {\"prompt\": \"text\"} or {\"ids\": [..]} per line: all run as\n"
+     "concurrent sequences of one context; one JSON line out per prompt, in order"},
+    {OPT_PARALLEL, "--parallel", "N", CMD_RUN,
+     "with --prompts: at most N sequences at a time (default all, bounded by the context)"},
+    {OPT_SESSION, "--session", "FILE", CMD_RUN | CMD_CHAT,
+     "run: reuse the longest common prefix of FILE's saved sequence, save it afterwards;\n"
+     "chat: resume the conversation saved in FILE (if it exists), save it on leaving"},
     /* ---- generation ---- */
     {OPT_N_PREDICT, "-n|--n-predict", "N", CMD_GEN,
      "tokens to generate (default 128; -1 = until end of generation or a full context)"},
@@ -69,22 +78,26 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_SEED, "-s|--seed", "N", CMD_GEN,
      "sampler seed (default: random; --json and -v report the one used)"},
     /* ---- context and backend ---- */
-    {OPT_CTX, "-c|--ctx-size", "N", CMD_MODEL,
+    {OPT_CTX, "-c|--ctx-size", "N", CMD_MODEL | CMD_SERVE,
      "context length (default: the model's, or the largest whose KV cache fits in 70% of "
      "the backend's free memory; capped by the model's)"},
-    {OPT_BATCH, "-b|--batch-size", "N", CMD_MODEL, "most tokens per forward pass (default 512)"},
-    {OPT_THREADS, "-t|--threads", "N", CMD_MODEL | CMD_QUANTIZE | CMD_SYNTH,
+    {OPT_BATCH, "-b|--batch-size", "N", CMD_MODEL | CMD_SERVE,
+     "most tokens per forward pass (default 512)"},
+    {OPT_THREADS, "-t|--threads", "N", CMD_MODEL | CMD_SERVE | CMD_QUANTIZE | CMD_SYNTH,
      "threads (default: the backend's choice, or every online CPU)"},
-    {OPT_BACKEND, "--backend", "NAME", CMD_MODEL,
+    {OPT_BACKEND, "--backend", "NAME", CMD_MODEL | CMD_SERVE,
      "backend plugin (cpu, cuda; default: the best that supports the model)"},
-    {OPT_PLUGIN, "--plugin", "PATH", CMD_MODEL | CMD_BACKENDS,
+    {OPT_PLUGIN, "--plugin", "PATH", CMD_MODEL | CMD_SERVE | CMD_BACKENDS,
      "also load plugins from PATH, file or directory (repeatable)"},
     {OPT_NO_DEFAULT_DIRS, "--no-default-dirs", NULL, CMD_BACKENDS,
      "skip the libminfer-relative and install plugin directories"},
-    {OPT_CTK, "-ctk|--cache-type-k", "T", CMD_MODEL, "K cache type: f32, f16 (default), q8_0"},
-    {OPT_CTV, "-ctv|--cache-type-v", "T", CMD_MODEL, "V cache type: f32, f16 (default), q8_0"},
-    {OPT_CACHE_TYPE, "--cache-type", "T", CMD_MODEL, "K and V cache type"},
-    {OPT_NO_GRAPHS, "--no-graphs", NULL, CMD_MODEL, "never offer graph replay to the backend"},
+    {OPT_CTK, "-ctk|--cache-type-k", "T", CMD_MODEL | CMD_SERVE,
+     "K cache type: f32, f16 (default), q8_0"},
+    {OPT_CTV, "-ctv|--cache-type-v", "T", CMD_MODEL | CMD_SERVE,
+     "V cache type: f32, f16 (default), q8_0"},
+    {OPT_CACHE_TYPE, "--cache-type", "T", CMD_MODEL | CMD_SERVE, "K and V cache type"},
+    {OPT_NO_GRAPHS, "--no-graphs", NULL, CMD_MODEL | CMD_SERVE,
+     "never offer graph replay to the backend"},
     /* ---- eval ---- */
     {OPT_OUT, "-o|--output", "FILE", CMD_EVAL | CMD_SYNTH,
      "output file (a regular file or a new name; a symlink is followed)"},
@@ -96,6 +109,8 @@ const struct cli_opt cli_opt_table[] = {
      "KV depth: each test runs after D tokens are in the cache (filled first, not timed; "
      "rows read 'pp512 @ d4096'; default 0)"},
     {OPT_REPS, "-r|--repetitions", "N", CMD_BENCH, "repetitions (default 5)"},
+    {OPT_BENCH_PARALLEL, "--parallel", "B[,B]", CMD_BENCH,
+     "llama batched-bench rows: B sequences at once, each -p prompt tokens then -n generated"},
     {OPT_BENCH_FMT, "-o|--output", "FMT", CMD_BENCH, "md (default), json, jsonl or csv"},
     /* ---- model tools ---- */
     {OPT_ARCH, "--arch", "A", CMD_BENCH | CMD_SYNTH,
@@ -116,6 +131,27 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_CHARS, "--chars", "N", CMD_INFO, "characters shown per string (default 160; 0 = all)"},
     {OPT_NO_KV, "--no-kv", NULL, CMD_INFO, "leave out the key/value pairs"},
     {OPT_NO_TENSORS, "--no-tensors", NULL, CMD_INFO, "leave out the tensor table"},
+    /* ---- serve ---- */
+    {OPT_SERVE_HOST, "--host", "ADDR", CMD_SERVE,
+     "listen address, IPv4 or IPv6 (default 127.0.0.1)"},
+    {OPT_SERVE_PORT, "--port", "N", CMD_SERVE,
+     "port (default 8080; 0 picks a free one, printed on stderr)"},
+    {OPT_SERVE_PARALLEL, "-np|--parallel", "N", CMD_SERVE,
+     "sequences decoded together (default 4); each may hold -c / N tokens"},
+    {OPT_SERVE_API_KEY, "--api-key", "KEY", CMD_SERVE,
+     "require 'Authorization: Bearer KEY' (all routes but /health and /)"},
+    {OPT_SERVE_API_KEY_FILE, "--api-key-file", "FILE", CMD_SERVE,
+     "--api-key from FILE's first line"},
+    {OPT_SERVE_MAX_BODY, "--max-body", "BYTES", CMD_SERVE,
+     "largest request body, else 413 (default 8388608)"},
+    {OPT_SERVE_MAX_QUEUE, "--max-queue", "N", CMD_SERVE,
+     "requests waiting for a sequence, else 503 (default 64)"},
+    {OPT_SERVE_TIMEOUT, "--timeout", "S", CMD_SERVE,
+     "end a request after S seconds (default 600; 0 = never)"},
+    {OPT_SERVE_ALIAS, "-a|--alias", "NAME", CMD_SERVE,
+     "model name in responses (default: the file name)"},
+    {OPT_SERVE_NO_PREFIX_CACHE, "--no-prefix-cache", NULL, CMD_SERVE,
+     "prefill every prompt in full (no reuse of a cached prefix)"},
 };
 const unsigned cli_opt_count = sizeof cli_opt_table / sizeof cli_opt_table[0];
 

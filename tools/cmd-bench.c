@@ -25,9 +25,7 @@ static void usage(FILE *f)
                "of rows {model, model_type, size, params, backend, threads, test, n_prompt,\n"
                "n_gen, avg_ts, stddev_ts, samples_ts}; jsonl one row per line; csv a header\n"
                "and one line per row; md (the default) a table like llama-bench's.\n");
-    cli_print_options(f, CMD_BENCH);
-    fprintf(f, "  --parallel B[,B...] llama batched-bench rows: B sequences at once, each -p\n"
-               "                     prompt tokens then -n generated (bench-parallel.c)\n");
+    cli_print_options(f, CMD_BENCH); /* --parallel's row included */
 }
 
 /* Whether argv has opt (bench's synthetic-model options have defaults, so
@@ -191,10 +189,8 @@ int cmd_bench(int argc, char **argv)
 {
     int32_t par[BENCH_PARALLEL_MAX];
     int n_par = 0;
-    if (bench_parallel_take_opts(&argc, argv, par, &n_par)) {
-        usage(stderr);
-        return 2;
-    }
+    if (bench_parallel_take_opts(&argc, argv, par, &n_par))
+        return 2; /* one line and the --help hint were printed */
     struct cli_opts o;
     int rc = cli_parse(argc, argv, CMD_BENCH, &o);
     if (rc == 1) {

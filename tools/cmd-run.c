@@ -23,8 +23,7 @@ static void usage(FILE *f)
             "that template (--system adds a system turn); --raw gives the bare completion.\n"
             "Ctrl-C stops the generation: what was generated, a newline and the timings are\n"
             "still printed (exit status 130).\n");
-    cli_print_options(f, CMD_RUN);
-    run_batch_usage(f);
+    cli_print_options(f, CMD_RUN); /* --prompts/--parallel/--session rows included */
 }
 
 /* Appends bytes to a growing text buffer; false when out of memory. */
@@ -159,7 +158,7 @@ int cmd_run(int argc, char **argv)
         int32_t id;
         st = minfer_sampler_sample(smp, minfer_ctx_logits(s.ctx, -1), info.n_vocab, &id);
         if (st != MINFER_OK) {
-            fprintf(stderr, "\nminfer run: sampling failed: %s\n", minfer_status_str(st));
+            fprintf(stderr, "\nminfer run: %s\n", minfer_sampler_last_error(smp));
             free(buf);
             goto out;
         }

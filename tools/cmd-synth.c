@@ -326,14 +326,10 @@ int cmd_synth(int argc, char **argv)
     if (!arch && !(arch = arch_of_shape(shape)))
         return cli_usage_error("synth", "--shape '%s' names no known model; give --arch", shape);
     char err[1024];
-    if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK) {
-        fprintf(stderr, "minfer synth: %s\n", err);
-        return 2;
-    }
-    if (!minfer_ftype_from_name(type, &o.ftype)) {
-        fprintf(stderr, "minfer synth: unknown --type '%s'\n", type);
-        return 2;
-    }
+    if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK)
+        return cli_usage_error("synth", "%s", err);
+    if (!minfer_ftype_from_name(type, &o.ftype))
+        return cli_usage_error("synth", "unknown --type '%s'", type);
     struct hf_vocab hf = {0};
     if (tok && ends_with(tok, ".json")) {
         if (hf_load(tok, &hf, err, sizeof err)) {

@@ -3,7 +3,8 @@
  * commands' own files: `minfer run --prompts FILE [--parallel N]` and
  * `minfer run --session FILE` (tools/run-prompts.c), and `minfer bench
  * --parallel 1,4,16` (tools/bench-parallel.c). The commands peel these
- * options off argv before their own parsing and hand over.
+ * options off argv before their own parsing and hand over; their help
+ * lines are rows of the option table (tools/cli-opts.c).
  */
 #ifndef MINFER_TOOLS_RUN_BATCH_H
 #define MINFER_TOOLS_RUN_BATCH_H
@@ -25,8 +26,6 @@ struct run_batch_opts {
 int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo);
 /* True when run must go through run_batch (one of the options was given). */
 int run_batch_wanted(const struct run_batch_opts *bo);
-/* The option lines, for run's usage. */
-void run_batch_usage(FILE *f);
 /* minfer run with --prompts or --session: the exit status. */
 int run_batch(const struct cli_opts *o, const struct run_batch_opts *bo);
 

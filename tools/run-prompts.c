@@ -27,11 +27,15 @@ int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo)
     memset(bo, 0, sizeof *bo);
     int n = 0;
     for (int i = 0; i < *argc; i++) {
-        const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        char a[16];
+        const char *eq = strchr(argv[i], '='), *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        /* "--opt value" or "--opt=value", as the option table parses */
+        snprintf(a, sizeof a, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
+        if (eq)
+            v = eq + 1;
         if (!strcmp(a, "--prompts") || !strcmp(a, "--session") || !strcmp(a, "--parallel")) {
             if (!v) {
-                fprintf(stderr, "minfer run: %s needs a value\n", a);
-                return 2;
+                return cli_usage_error("run", "option %s needs a value", a);
             }
             if (!strcmp(a, "--prompts")) {
                 bo->prompts = v;
@@ -42,12 +46,11 @@ int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo)
                 errno = 0;
                 long x = strtol(v, &end, 10);
                 if (errno || end == v || *end || x < 1 || x > 65536) {
-                    fprintf(stderr, "minfer run: --parallel takes 1..65536, not %s\n", v);
-                    return 2;
+                    return cli_usage_error("run", "--parallel takes 1..65536, not '%s'", v);
                 }
                 bo->parallel = (int32_t)x;
             }
-            i++;
+            i += eq ? 0 : 1;
             continue;
         }
         argv[n++] = argv[i];
@@ -55,13 +58,11 @@ int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo)
     *argc = n;
     argv[n] = NULL;
     if (bo->parallel && !bo->prompts) {
-        fprintf(stderr, "minfer run: --parallel goes with --prompts FILE\n");
-        return 2;
+        return cli_usage_error("run", "--parallel goes with --prompts FILE");
     }
     if (bo->prompts && bo->session) {
-        fprintf(stderr, "minfer run: --session saves one sequence; it does not go with "
-                        "--prompts\n");
-        return 2;
+        return cli_usage_error("run", "--session saves one sequence; it does not go with "
+                                      "--prompts");
     }
     return 0;
 }
@@ -69,17 +70,6 @@ int run_batch_take_opts(int *argc, char **argv, struct run_batch_opts *bo)
 int run_batch_wanted(const struct run_batch_opts *bo)
 {
     return bo->prompts || bo->session;
-}
-
-void run_batch_usage(FILE *f)
-{
-    fprintf(f,
-            "  --prompts FILE     JSON Lines, one {\"prompt\": \"text\"} or {\"ids\": [..]} per\n"
-            "                     line: all run as concurrent sequences of one context\n"
-            "  --parallel N       with --prompts: at most N sequences at a time (default all,\n"
-            "                     bounded by the context)\n"
-            "  --session FILE     reuse the longest common prefix of FILE's saved sequence\n"
-            "                     (timings.reused_tokens), save the sequence afterwards\n");
 }
 
 /* ---- prompts ---- */

@@ -23,12 +23,12 @@ static bool reads_weight(const struct minfer_node *n)
     return (n->dst->flags & MINFER_TENSOR_KV) != 0;
 }
 
-/* Whether n needs what ABI 1.1 added: its ops (GEGLU .. ROPE_DIV) or a
+/* Whether n needs what ABI 1.1 added: its ops (ATTENTION_LISTS .. ROPE_DIV) or a
  * meaning given to a parameter slot that 1.0 left zero (ROPE's layout,
  * ATTENTION's window). A 1.0 plugin would ignore such a slot silently. */
 static bool needs_minor_1(const struct minfer_node *n)
 {
-    if (n->op >= MINFER_OP_GEGLU)
+    if (n->op >= MINFER_OP_ATTENTION_LISTS)
         return true;
     return (n->op == MINFER_OP_ROPE || n->op == MINFER_OP_ATTENTION) && n->iparams[1] != 0;
 }

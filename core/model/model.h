@@ -47,7 +47,7 @@ struct model_hparams {
     bool expert_norm;      /* renormalise the chosen experts' weights */
     /* sliding-window attention (gemma3) */
     int64_t n_swa;         /* attention.sliding_window; 0 = none */
-    int64_t swa_pattern;   /* every swa_pattern-th layer is global (1 = all global) */
+    uint8_t swa_layer[MODEL_MAX_LAYERS]; /* 1: layer il uses the sliding window */
     double rope_base_swa;  /* rope.freq_base_swa: the local layers' base */
     double attn_scale;     /* attention.scale; 0 = the architecture's rule */
     int rope_layout;       /* ROPE iparams[1]: 0 NeoX, 1 normal (llama) */

@@ -8,6 +8,7 @@
  * state, and never writes to the file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "context.h"
 #include "runtime/error.h"
+#include "runtime/outfile.h"
 #include "session-format.h"
 
 /* ---- the model's fingerprint ---- */
@@ -147,49 +149,34 @@ static minfer_status copy_rows(struct minfer_ctx *c, const uint32_t *cells, uint
 
 /* ---- save ---- */
 
+/* Through core/runtime/outfile.c: a regular file or a new name (devices,
+ * FIFOs and directories refused, a symlink's target written), an unnamed
+ * temporary linked in only when complete. */
 static minfer_status write_file(struct minfer_ctx *c, const char *path, const uint8_t *data,
                                 size_t n)
 {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
-        return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY, "out of memory");
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return errf(c->err, sizeof c->err, MINFER_ERR_IO, "session %s: cannot create a temporary "
-                    "file next to it: %s", path, strerror(e));
-    }
-    /* mkstemp makes the file 0600: give it the mode of the file it
-     * replaces, or rw-r--r-- */
-    struct stat sb;
-    fchmod(fd, stat(path, &sb) == 0 ? (sb.st_mode & 07777) : 0644);
+    struct outfile of;
+    char why[512];
+    minfer_status st = outfile_open(&of, path, why, sizeof why);
+    if (st != MINFER_OK)
+        return errf(c->err, sizeof c->err, st, "session %s: %s", path, why);
     size_t done = 0;
     while (done < n) {
-        ssize_t w = write(fd, data + done, n - done);
+        ssize_t w = write(of.fd, data + done, n - done);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
             break;
         done += (size_t)w;
     }
-    int e = done < n ? errno : 0;
-    if (!e && fsync(fd))
-        e = errno;
-    if (close(fd) && !e)
-        e = errno;
-    if (!e && rename(tmp, path))
-        e = errno;
-    if (e) {
-        unlink(tmp);
-        free(tmp);
+    if (done < n) {
+        int e = errno ? errno : EIO;
+        outfile_abort(&of);
         return errf(c->err, sizeof c->err, MINFER_ERR_IO, "session %s: write failed: %s", path,
-                    strerror(e ? e : EIO));
+                    strerror(e));
     }
-    free(tmp);
+    if ((st = outfile_commit(&of, why, sizeof why)) != MINFER_OK)
+        return errf(c->err, sizeof c->err, st, "session %s: %s", path, why);
     return MINFER_OK;
 }
 
@@ -235,15 +222,23 @@ minfer_status minfer_ctx_seq_save(struct minfer_ctx *c, int32_t seq, const char 
 
 static minfer_status read_file(struct minfer_ctx *c, const char *path, uint8_t **out, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+     * below like every other file that is not a regular one */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         return errf(c->err, sizeof c->err, errno == ENOENT ? MINFER_ERR_NOT_FOUND : MINFER_ERR_IO,
                     "session %s: %s", path, strerror(errno));
     }
     struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
         return errf(c->err, sizeof c->err, MINFER_ERR_IO, "session %s: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY, "session %s: %s", path,
+                    strerror(errno));
     }
     size_t size = (size_t)sb.st_size;
     uint8_t *buf = malloc(size ? size : 1);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/error.h"
 #include "tokenizer.h"
 
 /* ---- decode ---- */
@@ -148,6 +149,7 @@ minfer_status minfer_detokenize(const struct minfer_tokenizer *tok, const int32_
 }
 
 struct minfer_detok {
+    char err[128]; /* minfer_detok_last_error */
     const struct minfer_tokenizer *tok;
     bool render_special;
     uint8_t held[8];
@@ -181,16 +183,19 @@ minfer_status minfer_detok_push(struct minfer_detok *d, int32_t id, char *out, s
         *n_out = 0;
     if (!d || !n_out || (!out && cap))
         return MINFER_ERR_INVALID_ARG;
+    d->err[0] = 0;
     uint8_t held[8];
     size_t nh = d->nh;
     memcpy(held, d->held, sizeof held);
     struct sink k = {out, cap, 0};
     minfer_status st = decode_one(d->tok, id, d->render_special, held, &nh, &k);
     if (st != MINFER_OK)
-        return st;
+        return errf(d->err, sizeof d->err, st, "detok: token id %d is outside the vocabulary "
+                    "(0..%d)", id, d->tok->n_vocab - 1);
     *n_out = k.n;
     if (k.n > cap)
-        return MINFER_ERR_RANGE;
+        return errf(d->err, sizeof d->err, MINFER_ERR_RANGE, "detok: %zu bytes of room, %zu "
+                    "needed (minfer_detok_max_out always suffices)", cap, k.n);
     memcpy(d->held, held, sizeof held);
     d->nh = nh;
     return MINFER_OK;
@@ -208,8 +213,15 @@ minfer_status minfer_detok_flush(struct minfer_detok *d, char *out, size_t cap, 
     memcpy(held, d->held, sizeof held);
     decode_bytes(held, &nh, "", 0, true, &k);
     *n_out = k.n;
+    d->err[0] = 0;
     if (k.n > cap)
-        return MINFER_ERR_RANGE;
+        return errf(d->err, sizeof d->err, MINFER_ERR_RANGE, "detok: %zu bytes of room, %zu "
+                    "needed (minfer_detok_max_out always suffices)", cap, k.n);
     d->nh = 0;
     return MINFER_OK;
+}
+
+const char *minfer_detok_last_error(const struct minfer_detok *d)
+{
+    return d ? d->err : "";
 }

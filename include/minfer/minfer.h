@@ -38,9 +38,13 @@ extern "C" {
 
 /* Errors. Every call that can fail returns a minfer_status (or NULL for a
  * constructor, with *st set). The text saying what and where goes to the
- * caller's err[err_len] for constructors and one-shot calls (they have no
- * object yet), and is kept by the object for calls on one:
- * minfer_ctx_last_error. minfer_status_str names a status. */
+ * caller's err[err_len] for constructors, one-shot calls and calls on
+ * shared immutable objects (runtime, model, tokenizer: a stored text would
+ * race between threads); an object used by one thread at a time keeps the
+ * text of its last failure: minfer_ctx_last_error, minfer_sampler_last_error,
+ * minfer_detok_last_error. Buffer-size statuses (MINFER_ERR_RANGE with the
+ * size needed in *n_out) carry their meaning in the status.
+ * minfer_status_str names a status. */
 
 /* Threads. A runtime and a loaded model are immutable: any number of
  * threads may use them at once (and the tokenizer a model lends, see
@@ -257,6 +261,9 @@ MINFER_API minfer_status minfer_detok_push(struct minfer_detok *d, int32_t id, c
 MINFER_API minfer_status minfer_detok_flush(struct minfer_detok *d, char *out, size_t cap,
                                             size_t *n_out);
 MINFER_API void minfer_detok_reset(struct minfer_detok *d); /* drops held bytes */
+/* Text of the last failed push or flush on d, or "". Borrowed until the
+ * next call on d. */
+MINFER_API const char *minfer_detok_last_error(const struct minfer_detok *d);
 
 /* Chat templates. There is no Jinja engine: a GGUF's tokenizer.chat_template
  * is recognised as one of these formats by its markers, or the caller
@@ -375,6 +382,9 @@ MINFER_API void minfer_sampler_reset(struct minfer_sampler *s, uint64_t seed);
  * MINFER_ERR_INVALID_ARG for a size mismatch or when no logit is finite. */
 MINFER_API minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
                                                int32_t n_vocab, int32_t *out_id);
+/* Text of the last failed minfer_sampler_sample on s, or "". Borrowed
+ * until the next call on s. */
+MINFER_API const char *minfer_sampler_last_error(const struct minfer_sampler *s);
 
 /* ---- end sampling ---- */
 
@@ -575,8 +585,10 @@ MINFER_API minfer_status minfer_ctx_kv_compact(struct minfer_ctx *c, int32_t *mo
 /* Session files: one sequence's tokens and KV cells. The file carries a
  * versioned header, the model's fingerprint (tensor names, types and
  * shapes; a hash of the metadata), the KV types and layout, and an XXH3
- * checksum over everything. Save writes a temporary file next to path and
- * renames it over path. tokens[n_tokens] are the caller's record of the
+ * checksum over everything. Save follows the output rules of
+ * minfer_gguf_writer_write (a regular file or a new name; a symlink's
+ * target is replaced; the file appears only when complete). Load refuses
+ * anything but a regular file. tokens[n_tokens] are the caller's record of the
  * sequence (what it was prompted with and generated), stored as given. */
 MINFER_API minfer_status minfer_ctx_seq_save(struct minfer_ctx *c, int32_t seq, const char *path,
                                              const int32_t *tokens, int32_t n_tokens);
