@@ -462,79 +462,6 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
-/* Q4_K, nt = 1, two rows: 32-value units (16 qs bytes: half h of
- * sub-blocks 2g (low nibbles) and 2g+1 (high nibbles) of super-block sb,
- * u = 8 sb + 2 g + h), the super-block's 16 header bytes (d, dmin and the
- * 12 scale bytes) as one 16-byte load, two units per row in flight per
- * step. The activation half-blocks and their int sums (dp4a with ones:
- * the min term needs the sum of these 16 values, not the block's 32) are
- * loaded once for both rows. Why: the 64-value unit spent 4 scalar header
- * loads per 32 qs bytes and left lanes idle where a row has fewer units
- * than the row group has threads (7B ffn up: 56 units, 64 threads). */
-struct q4k_xh {
-    int4 a, b;    /* 16 int8 of block 2g, 16 of block 2g+1 */
-    float da, db; /* their scales */
-    int sa, sb;   /* their int sums */
-};
-
-static __device__ __forceinline__ void q4k_xh_load(const uint8_t *__restrict__ xq, int nb, int u,
-                                                   q4k_xh &x)
-{
-    int blk = 2 * (u >> 1), h = u & 1; /* 8 sb + 2 g */
-    x.a = *(const int4 *)(xq_qs(xq, blk) + 16 * h);
-    x.b = *(const int4 *)(xq_qs(xq, blk + 1) + 16 * h);
-    x.da = xq_ds(xq, nb, blk).x;
-    x.db = xq_ds(xq, nb, blk + 1).x;
-    const int one = 0x01010101;
-    x.sa = __dp4a(x.a.w, one, __dp4a(x.a.z, one, __dp4a(x.a.y, one, __dp4a(x.a.x, one, 0))));
-    x.sb = __dp4a(x.b.w, one, __dp4a(x.b.z, one, __dp4a(x.b.y, one, __dp4a(x.b.x, one, 0))));
-}
-
-static __device__ __forceinline__ float q4k_half_dot(uint4 hd, uint4 q, int u, const q4k_xh &x)
-{
-    int g = (u >> 1) & 3;
-    int l0 = (int)q.x & 0x0F0F0F0F, l1 = (int)q.y & 0x0F0F0F0F, l2 = (int)q.z & 0x0F0F0F0F,
-        l3 = (int)q.w & 0x0F0F0F0F;
-    int h0 = (int)(q.x >> 4) & 0x0F0F0F0F, h1 = (int)(q.y >> 4) & 0x0F0F0F0F,
-        h2 = (int)(q.z >> 4) & 0x0F0F0F0F, h3 = (int)(q.w >> 4) & 0x0F0F0F0F;
-    int s0 = __dp4a(l3, x.a.w, __dp4a(l2, x.a.z, __dp4a(l1, x.a.y, __dp4a(l0, x.a.x, 0))));
-    int s1 = __dp4a(h3, x.b.w, __dp4a(h2, x.b.z, __dp4a(h1, x.b.y, __dp4a(h0, x.b.x, 0))));
-    int sc0, m0, sc1, m1;
-    kscale_pair(hd.y, hd.z, hd.w, g, sc0, m0, sc1, m1);
-    float d = h2f((uint16_t)hd.x), dmin = h2f((uint16_t)(hd.x >> 16));
-    return d * (x.da * (float)(sc0 * s0) + x.db * (float)(sc1 * s1)) -
-           dmin * (x.da * (float)(m0 * x.sa) + x.db * (float)(m1 * x.sb));
-}
-
-static __device__ __forceinline__ void q4k_dot2(const uint8_t *wa, const uint8_t *wb,
-                                                const uint8_t *__restrict__ xq, int nb,
-                                                int n32, int lane, int tpr, float &a0,
-                                                float &a1)
-{
-    for (int u0 = lane; u0 < n32; u0 += 2 * tpr) {
-        int u1 = u0 + tpr;
-        bool has1 = u1 < n32;
-        if (!has1)
-            u1 = u0; /* loads stay unconditional; the sum skips it */
-        size_t o0 = 144 * (size_t)(u0 >> 3), o1 = 144 * (size_t)(u1 >> 3);
-        uint4 ha0 = *(const uint4 *)(wa + o0), hb0 = *(const uint4 *)(wb + o0);
-        uint4 qa0 = *(const uint4 *)(wa + o0 + 16 + 16 * (u0 & 7));
-        uint4 qb0 = *(const uint4 *)(wb + o0 + 16 + 16 * (u0 & 7));
-        uint4 ha1 = *(const uint4 *)(wa + o1), hb1 = *(const uint4 *)(wb + o1);
-        uint4 qa1 = *(const uint4 *)(wa + o1 + 16 + 16 * (u1 & 7));
-        uint4 qb1 = *(const uint4 *)(wb + o1 + 16 + 16 * (u1 & 7));
-        q4k_xh x0, x1;
-        q4k_xh_load(xq, nb, u0, x0);
-        q4k_xh_load(xq, nb, u1, x1);
-        a0 += q4k_half_dot(ha0, qa0, u0, x0);
-        a1 += q4k_half_dot(hb0, qb0, u0, x0);
-        if (has1) {
-            a0 += q4k_half_dot(ha1, qa1, u1, x1);
-            a1 += q4k_half_dot(hb1, qb1, u1, x1);
-        }
-    }
-}
-
 /* Two weight rows' dot products with one x (the tpr threads of a row
  * group, lane = index in it): the unit loop, then the group's reduction;
  * the sums are valid on lane 0. Every thread of the block must call it
@@ -546,16 +473,12 @@ __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
 {
     a0 = 0.0f;
     a1 = 0.0f;
-    if (T == MINFER_TYPE_Q4_K) {
-        q4k_dot2(wa, wb, xq, nb, 2 * nunits, lane, tpr, a0, a1);
-    } else {
-        for (int u = lane; u < nunits; u += tpr) {
-            Unit<T> w0, w1;
-            w0.load(wa, u);
-            w1.load(wb, u);
-            a0 += w0.dot(xq, nb, u);
-            a1 += w1.dot(xq, nb, u);
-        }
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w0, w1;
+        w0.load(wa, u);
+        w1.load(wb, u);
+        a0 += w0.dot(xq, nb, u);
+        a1 += w1.dot(xq, nb, u);
     }
     __shared__ float red[2][MV_THREADS / 32];
     int span = tpr < 32 ? tpr : 32;
