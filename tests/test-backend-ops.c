@@ -947,8 +947,9 @@ START_TEST(attention_long)
 END_TEST
 
 /* Catches: ATTENTION_LISTS reading a wrong cell (the list indirection),
- * another list's cells, entries past a query's visible count, or a split
- * over long lists combined wrongly; lists hold scattered cells in random
+ * another list's cells, entries outside a query's range (past its end or,
+ * with a window, before its first), or a split over long lists combined
+ * wrongly; lists hold scattered cells in random
  * order, so a kernel that assumes cell == position fails. */
 START_TEST(attention_lists_layouts)
 {
@@ -965,7 +966,7 @@ START_TEST(attention_lists_layouts)
             struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
             struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
-            struct tt *vis = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            struct tt *vis = tt_new(MINFER_TYPE_I32, 2, nt, 1, 1, 0);
             struct tt *ql = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
             struct tt *ls = tt_new(MINFER_TYPE_I32, len, nl, 1, 1, 0);
             /* each list: distinct cells in a random order */
@@ -982,9 +983,11 @@ START_TEST(attention_lists_layouts)
                 memcpy(tt_i32(ls) + (size_t)l * len, perm, sizeof *perm * (size_t)len);
             }
             free(perm);
-            for (int t = 0; t < nt; t++) {
+            for (int t = 0; t < nt; t++) { /* odd queries: a window (a later first entry) */
+                int end = t == 0 ? len : 1 + (int)(rnd() % (uint32_t)len);
                 tt_i32(ql)[t] = t % nl;
-                tt_i32(vis)[t] = t == 0 ? len : 1 + (int)(rnd() % (uint32_t)len);
+                tt_i32(vis)[2 * t] = t % 2 ? (int)(rnd() % (uint32_t)end) : 0;
+                tt_i32(vis)[2 * t + 1] = end;
             }
             tt_place(q, NULL);
             tt_place(kc, NULL);

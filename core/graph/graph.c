@@ -525,8 +525,8 @@ struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct
     if (!q || !k || !v || !n_vis || !qlist || !lists)
         return NULL;
     if (!check(g, n_kv_head > 0 && q->t.ne[1] % n_kv_head == 0 &&
-                      k->t.ne[0] == q->t.ne[0] * n_kv_head && n_vis->t.ne[0] == q->t.ne[2] &&
-                      qlist->t.ne[0] == q->t.ne[2],
+                      k->t.ne[0] == q->t.ne[0] * n_kv_head && n_vis->t.ne[0] == 2 &&
+                      n_vis->t.ne[1] == q->t.ne[2] && qlist->t.ne[0] == q->t.ne[2],
                "head counts or shapes do not fit", label))
         return NULL;
     struct minfer_node *n = NULL;

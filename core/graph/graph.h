@@ -132,8 +132,8 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
 struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtensor *k,
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label);
-/* ATTENTION_LISTS (minfer/ir.h): q's token t reads the first n_vis[t]
- * cells of list qlist[t] of lists [n_kv, n_lists]. */
+/* ATTENTION_LISTS (minfer/ir.h): q's token t reads entries
+ * [n_vis[0, t], n_vis[1, t]) of list qlist[t] of lists [n_kv, n_lists]. */
 struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct gtensor *k,
                                       struct gtensor *v, struct gtensor *n_vis,
                                       struct gtensor *qlist, struct gtensor *lists,

@@ -213,7 +213,9 @@ struct build {
     struct gtensor *inp_pos;    /* i32 [n_tokens] */
     struct gtensor *inp_cells;  /* i32 [n_tokens] KV cell of each token */
     struct gtensor *inp_kv_len; /* i32 [1] (n_lists == 0) */
-    struct gtensor *inp_n_vis;  /* i32 [n_tokens] visible list entries (n_lists > 0) */
+    struct gtensor *inp_range;  /* i32 [2, n_tokens] visible list entries (n_lists > 0) */
+    struct gtensor *inp_range_w;/* the same within the sliding window (n_lists > 0 and
+                                   windowed layers; made by the first such layer) */
     struct gtensor *inp_qlist;  /* i32 [n_tokens] list of each token (n_lists > 0) */
     struct gtensor *inp_lists;  /* i32 [n_kv, n_lists] cell lists (n_lists > 0) */
     struct gtensor *out_logits; /* f32 [n_vocab, n_out] or NULL when n_out == 0 */

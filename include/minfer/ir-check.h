@@ -231,7 +231,12 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
         if (n->iparams[1])
             return minfer_irc_bad_(why, why_len, op, "sliding window %d: lists take none (0)",
                                    n->iparams[1]);
-        MINFER_IRC_IDS_(n->src[3], q->ne[2], "visible counts");
+        const struct minfer_tensor *r = n->src[3];
+        MINFER_IRC_TYPE_(r, MINFER_TYPE_I32, "visible ranges");
+        if (r->ne[0] != 2 || r->ne[1] != q->ne[2] || !minfer_irc_2d_(r))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "visible ranges " MINFER_IRC_SHAPE_ " must be [2, %lld]",
+                                   MINFER_IRC_NE_(r), (long long)q->ne[2]);
         MINFER_IRC_IDS_(n->src[4], q->ne[2], "query lists");
         MINFER_IRC_TYPE_(l, MINFER_TYPE_I32, "cell lists");
         bool dense = l->ne[1] == 1 || l->nb[1] == (size_t)l->ne[0] * sizeof(int32_t);
