@@ -8,13 +8,14 @@
 # Run from the repository root on the GPU machine, $OUT set. The machine
 # has no Debian -dev packages: .debs/ holds Check, PCRE2, utf8proc, cJSON
 # and pkgconf .debs (apt-get download here), unpacked into /tmp/deps;
-# .fixtures/models/ holds the fixture files (fixture-A*) for the fixture suite.
+# .fixtures/models/ holds the fixture files (fixture-A*, and fixture-*-dev*
+# for test-fixture-families) for the fixture suites.
 #
 # Environment:
 #   SRC     source tars (git archive ... -o X.tar), space separated; the
 #           first is "A", then "B", ... (default: this working tree)
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
-#           suite on the first tree
+#           suites (Qwen2 fixture A, the model families) on the first tree
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
@@ -56,7 +57,7 @@ for i in "${!trees[@]}"; do
   v=${names[$i]}
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
-    tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-fixture"
+    tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-fixture test-fixture-families"
   fi
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
@@ -89,6 +90,8 @@ if [ -n "$TESTS" ]; then
   grep -E ":[EF]:|graph replay|equals cpu|fixture" $OUT/e2e.log | cut -c1-300 | head -40
   MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture > $OUT/fixture.log 2>&1
   echo "fixture on cuda rc $?: $(grep -E '^[0-9]+%|SKIPPED' $OUT/fixture.log | tr '\n' ' ')"
+  MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture-families > $OUT/families.log 2>&1
+  echo "families on cuda rc $?: $(grep -E '^[0-9]+%|SKIPPED|max \|logit' $OUT/families.log | tr '\n' ' ')"
   echo "suites done at $(since) s"
 fi
 wait

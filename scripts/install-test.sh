@@ -17,6 +17,8 @@ die() { echo "install-test: FAILED: $*" >&2; exit 1; }
 
 step "install into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; die "cmake --install"; }
+[ -s "$prefix/share/bash-completion/completions/minfer" ] || die "no bash completion installed"
+bash -n "$prefix/share/bash-completion/completions/minfer" || die "the installed bash completion does not parse"
 pcdir=$(dirname "$(find "$prefix" -name minfer.pc | head -n 1)")
 [ -f "$pcdir/minfer.pc" ] || die "no minfer.pc installed"
 export PKG_CONFIG_PATH="$pcdir"
@@ -87,6 +89,7 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
     has minfer 'libminfer\.so\.0'
     has minfer 'minfer/backends/libminfer-cpu\.so'
     has minfer 'bin/minfer$'
+    has minfer 'share/bash-completion/completions/minfer$'
     lacks minfer 'libminfer-cuda\.so'
     lacks minfer 'include/minfer'
     has minfer-dev 'include/minfer/backend\.h'

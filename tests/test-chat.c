@@ -179,12 +179,12 @@ START_TEST(unknown_template_reported_and_forcible)
 {
     /* Catches a non-ChatML template being rendered as ChatML silently, and
      * forcing not working; also name lookup and detection. */
-    static const char llama3[] =
-        "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + "
-        "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}";
-    struct minfer_tokenizer t = tmpl_tok(llama3);
+    static const char phi3[] =
+        "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + "
+        "message['content'] + '<|end|>\\n' }}{% endfor %}";
+    struct minfer_tokenizer t = tmpl_tok(phi3);
     ck_assert_int_eq(t.chat_format, MINFER_CHAT_UNKNOWN);
-    ck_assert_int_eq(minfer_chat_detect(llama3, strlen(llama3)), MINFER_CHAT_UNKNOWN);
+    ck_assert_int_eq(minfer_chat_detect(phi3, strlen(phi3)), MINFER_CHAT_UNKNOWN);
     struct minfer_chat_msg m[] = {{"user", "hi"}};
     size_t n;
     char err[256];
@@ -202,6 +202,40 @@ START_TEST(unknown_template_reported_and_forcible)
     ck_assert_int_eq(minfer_chat_render(NULL, MINFER_CHAT_UNKNOWN, m, 1, true, out, sizeof out,
                                         &n, err, sizeof err),
                      MINFER_ERR_UNSUPPORTED);
+}
+END_TEST
+
+/* Catches: Llama 3 and Gemma templates not recognised, or rendered with
+ * the wrong headers, roles ("model"), system placement or untrimmed
+ * contents (the strings llama.cpp's renderers of both produce). */
+START_TEST(llama3_and_gemma_turns)
+{
+    static const char llama3[] =
+        "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + "
+        "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+        "'<|eot_id|>' }}";
+    static const char gemma[] =
+        "{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + ('model' if m['role'] == "
+        "'assistant' else m['role']) + '\\n' + m['content'] + '<end_of_turn>\\n' }}{% endfor %}";
+    struct minfer_tokenizer l3 = tmpl_tok(llama3), gm = tmpl_tok(gemma);
+    ck_assert_int_eq(l3.chat_format, MINFER_CHAT_LLAMA3);
+    ck_assert_int_eq(gm.chat_format, MINFER_CHAT_GEMMA);
+    struct minfer_chat_msg m[] = {{"system", "Be brief."}, {"user", " hi \n"},
+                                  {"assistant", "Hello."}, {"user", "bye"}};
+    ck_assert_str_eq(render(&l3, MINFER_CHAT_UNKNOWN, m, 4, true),
+                     "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nbye<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    ck_assert_str_eq(render(&gm, MINFER_CHAT_UNKNOWN, m, 4, true),
+                     "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+                     "<start_of_turn>model\nHello.<end_of_turn>\n"
+                     "<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n");
+    enum minfer_chat_format f;
+    ck_assert(minfer_chat_format_from_name("gemma", &f) && f == MINFER_CHAT_GEMMA);
+    ck_assert(minfer_chat_format_from_name("llama3", &f) && f == MINFER_CHAT_LLAMA3);
+    ck_assert_str_eq(minfer_chat_format_name(MINFER_CHAT_LLAMA3), "llama3");
 }
 END_TEST
 
@@ -236,6 +270,7 @@ Suite *chat_suite(void)
     tcase_add_test(tc, qwen3_think_turns);
     tcase_add_test(tc, tool_turns_grouped);
     tcase_add_test(tc, unknown_template_reported_and_forcible);
+    tcase_add_test(tc, llama3_and_gemma_turns);
     tcase_add_test(tc, buffer_sizing_and_bad_messages);
     suite_add_tcase(s, tc);
     return s;

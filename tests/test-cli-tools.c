@@ -83,21 +83,90 @@ START_TEST(chat_ctrl_c)
 {
     /* Catches Ctrl-C during a reply ending the chat (it must stop the
      * reply and read the next message), and a second Ctrl-C not leaving. */
-    int rc = cli_sh("{ echo hello; sleep 2.5; echo /bye; } | %s chat -m %s -n 30000 -c 32768 "
-                    "--temp 0 & pid=$!\nsleep 1.2; kill -INT $pid; wait $pid", CLI_BIN, cli_chat);
+    /* stdin is a FIFO this script holds open; each step waits for the
+     * chat's own note on stderr, so a slow machine only makes it slower */
+    static const char wait_for[] =
+        "w() { i=0; until grep -q \"$1\" err; do sleep 0.1; i=$((i+1)); "
+        "[ $i -gt 900 ] && break; done; }\n";
+    int rc = cli_sh("cd %s && rm -f in && mkfifo in && exec 3<>in\n%s"
+                    "%s chat -m %s -n 30000 -c 32768 --temp 0 < in & pid=$!\n"
+                    "echo hello >&3; w prefilled; sleep 0.3; kill -INT $pid\n"
+                    "w 'reply interrupted'; echo /bye >&3; wait $pid", cli_dir, wait_for, CLI_BIN,
+                    cli_chat);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, cli_err);
     ck_assert_msg(strstr(cli_err, "reply interrupted"), "%s", cli_err);
-    /* stdin stays open: only the second Ctrl-C can end it ("wait" would
-     * wait for the whole pipeline, so stdin is a FIFO fed separately) */
-    rc = cli_sh("cd %s && rm -f in && mkfifo in && { (echo hello; exec sleep 30) > in & }\n"
-                "feeder=$!\n"
+    /* with input still open, Ctrl-C at the prompt (the second one) leaves */
+    rc = cli_sh("cd %s && rm -f in && mkfifo in && exec 3<>in\n%s"
                 "%s chat -m %s -n 30000 -c 32768 --temp 0 < in & pid=$!\n"
-                "sleep 1.2; kill -INT $pid; sleep 0.5; kill -INT $pid; sleep 1\n"
-                "if kill -0 $pid 2>/dev/null; then echo still running; kill $pid; fi\n"
-                "kill $feeder", cli_dir, CLI_BIN, cli_chat);
+                "echo hello >&3; w prefilled; sleep 0.3; kill -INT $pid\n"
+                "w 'reply interrupted'; sleep 0.2; kill -INT $pid\n"
+                "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; "
+                "i=$((i+1)); done\n"
+                "if kill -0 $pid 2>/dev/null; then echo still running; kill $pid; fi",
+                cli_dir, wait_for, CLI_BIN, cli_chat);
     ck_assert_msg(!strstr(cli_out, "still running"), "a second Ctrl-C did not leave: %s",
                   cli_err);
     ck_assert_msg(strstr(cli_err, "reply interrupted"), "%s", cli_err);
+}
+END_TEST
+
+static int last_reused(void)
+{
+    int reused = -1;
+    for (const char *q = cli_err; (q = strstr(q, "[chat: ")); q++) {
+        int r, n;
+        if (sscanf(q, "[chat: %d cached tokens reused, %d prefilled]", &r, &n) == 2)
+            reused = r;
+    }
+    return reused;
+}
+
+START_TEST(chat_sessions)
+{
+    /* Catches chat --session not resuming (the saved conversation and its
+     * cache must be reused, not recomputed), /save and /load not round
+     * tripping, a session of another model or cache type being accepted,
+     * and a session written over a FIFO. */
+    char ses[128], ses2[128], q8[128], fifo[128];
+    snprintf(ses, sizeof ses, "%s/c.session", cli_dir);
+    snprintf(ses2, sizeof ses2, "%s/c2.session", cli_dir);
+    snprintf(q8, sizeof q8, "%s/chat-q8.gguf", cli_dir);
+    snprintf(fifo, sizeof fifo, "%s/ses-fifo", cli_dir);
+    int rc = cli_sh("printf 'hello there\\nsecond message\\n' | %s chat -m %s -n 4 --temp 0 "
+                    "-c 512 --session %s --system 'be brief'", CLI_BIN, cli_chat, ses);
+    ck_assert_msg(rc == 0 && strstr(cli_err, "saved"), "exit %d: %s", rc, cli_err);
+    int saved = 0;
+    ck_assert_int_eq(sscanf(strstr(cli_err, "[chat: saved"), "[chat: saved %d", &saved), 1);
+    rc = cli_sh("printf 'third\\n/save %s\\n' | %s chat -m %s -n 4 --temp 0 -c 512 --session %s",
+                ses2, CLI_BIN, cli_chat, ses);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, cli_err);
+    ck_assert_msg(strstr(cli_err, "(5 messages)"), "not resumed: %s", cli_err);
+    /* all but the re-tokenized reply comes from the file, nothing recomputed */
+    ck_assert_msg(last_reused() >= saved - 8, "reused %d of %d saved tokens: %s", last_reused(),
+                  saved, cli_err);
+    rc = cli_sh("printf '/load %s\\nfourth\\n' | %s chat -m %s -n 4 --temp 0 -c 512", ses2,
+                CLI_BIN, cli_chat);
+    ck_assert_msg(rc == 0 && strstr(cli_err, "(7 messages)"), "exit %d: %s", rc, cli_err);
+    ck_assert_int_gt(last_reused(), 40);
+    /* another cache type: refused by name, the chat goes on */
+    ck_assert_int_eq(cli_sh("%s quantize %s %s Q8_0", CLI_BIN, cli_chat, q8), 0);
+    rc = cli_sh("printf '/load %s\\nhello\\n' | %s chat -m %s -n 2 --temp 0 -c 512 -ctk f32 "
+                "-ctv f32", ses, CLI_BIN, cli_chat);
+    ck_assert_msg(rc == 0 && strstr(cli_err, "KV cache") && out_lines() == 1, "exit %d: %s", rc,
+                  cli_err);
+    /* another model: --session that cannot be resumed is an error */
+    rc = cli_sh("printf 'hello\\n' | %s chat -m %s -n 2 -c 512 --session %s", CLI_BIN, q8, ses);
+    ck_assert_msg(rc == 1 && strstr(cli_err, "another model"), "exit %d: %s", rc, cli_err);
+    /* a FIFO is neither loaded (no hang) nor replaced */
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    rc = cli_sh("printf 'hello\\n/save %s\\n' | timeout 20 %s chat -m %s -n 2 -c 512", fifo,
+                CLI_BIN, cli_chat);
+    ck_assert_msg(rc == 0 && strstr(cli_err, "a FIFO"), "exit %d: %s", rc, cli_err);
+    rc = cli_sh("printf 'hello\\n' | timeout 20 %s chat -m %s -n 2 -c 512 --session %s", CLI_BIN,
+                cli_chat, fifo);
+    ck_assert_msg(rc == 1 && strstr(cli_err, "not a regular file"), "exit %d: %s", rc, cli_err);
+    struct stat sb;
+    ck_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
 }
 END_TEST
 
@@ -259,6 +328,7 @@ Suite *cli_tools_suite(void)
     tcase_add_test(tc, chat_commands);
     tcase_add_test(tc, chat_full_context_drops_oldest);
     tcase_add_test(tc, chat_ctrl_c);
+    tcase_add_test(tc, chat_sessions);
     suite_add_tcase(s, tc);
     tc = tcase_create("files");
     tcase_add_unchecked_fixture(tc, cli_setup, cli_teardown);

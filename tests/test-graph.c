@@ -135,6 +135,7 @@ static struct minfer_backend_iface stub_iface = {
 static struct minfer_plugin stub_plugin = {
     .iface = &stub_iface,
     .iface_size = sizeof(struct minfer_backend_iface),
+    .abi_minor = MINFER_ABI_MINOR,
     .name = "stub",
     .version = "0",
     .score = 1,
@@ -454,34 +455,74 @@ END_TEST
 
 /* ---- kv ---- */
 
+/* Catches a plugin that negotiated ABI 1.0 being handed nodes it cannot
+ * understand: the ops of 1.1, or ROPE / ATTENTION with parameter slots
+ * that 1.0 left zero (it would ignore the layout or the window). */
+START_TEST(sched_keeps_1_1_nodes_from_1_0_plugins)
+{
+    struct minfer_plugin old = stub_plugin;
+    old.abi_minor = 0;
+    struct minfer_backend be = {.supported = ~0u};
+    struct sched_backend b_old = {&old, &be}, b_new = {&stub_plugin, &be};
+    struct minfer_node n = {.op = MINFER_OP_GEGLU};
+    ck_assert(sched_supports(&b_new, &n));
+    ck_assert(!sched_supports(&b_old, &n));
+    n.op = MINFER_OP_ROPE;
+    ck_assert(sched_supports(&b_old, &n));
+    n.iparams[1] = 1; /* normal layout */
+    ck_assert(!sched_supports(&b_old, &n));
+    ck_assert(sched_supports(&b_new, &n));
+    n.op = MINFER_OP_ATTENTION; /* a window */
+    ck_assert(!sched_supports(&b_old, &n));
+    n.op = MINFER_OP_ATTENTION_LISTS;
+    ck_assert(!sched_supports(&b_old, &n));
+    ck_assert(sched_supports(&b_new, &n));
+}
+END_TEST
+
 START_TEST(kv_cells_and_types)
 {
-    /* Catches KV rows that are not whole q8_0 blocks being accepted, cells
-     * that overflow the cache, and truncation that leaves stale cells. */
+    /* Catches KV rows that are not whole q8_0 blocks being accepted, a bad
+     * sequence count, cells that overflow the cache, forks that copy cells
+     * instead of sharing them, and removal that leaves stale cells. */
     struct kv_cache kv;
     char err[256];
     stub_reset(0);
-    ck_assert_int_eq(kv_init(&kv, &stub_plugin, &stub_be, 2, 48, 48, 16, MINFER_TYPE_Q8_0,
+    ck_assert_int_eq(kv_init(&kv, &stub_plugin, &stub_be, 2, 48, 48, 16, 1, MINFER_TYPE_Q8_0,
                              MINFER_TYPE_Q8_0, err, sizeof err),
                      MINFER_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "q8_0"));
-    ck_assert_int_eq(kv_init(&kv, &stub_plugin, &stub_be, 2, 64, 64, 16, MINFER_TYPE_Q8_0,
+    ck_assert_int_eq(kv_init(&kv, &stub_plugin, &stub_be, 2, 64, 64, 16, 0, MINFER_TYPE_F16,
+                             MINFER_TYPE_F16, err, sizeof err),
+                     MINFER_ERR_RANGE);
+    ck_assert_int_eq(kv_init(&kv, &stub_plugin, &stub_be, 2, 64, 64, 16, 300, MINFER_TYPE_Q8_0,
                              MINFER_TYPE_F16, err, sizeof err),
                      MINFER_OK);
     ck_assert_uint_eq(kv.row_bytes_k, 2 * 34);
     ck_assert_uint_eq(kv.row_bytes_v, 128);
     ck_assert_ptr_eq(kv_v(&kv, 0), (char *)kv_k(&kv, 0) + 16 * 68);
     ck_assert_ptr_eq(kv_k(&kv, 1), (char *)kv_k(&kv, 0) + 16 * (68 + 128));
-    uint32_t first;
-    ck_assert_int_eq(kv_find_slot(&kv, 0, 0, 10, &first), MINFER_OK);
-    kv_commit(&kv, 0, first, 0, 10);
-    ck_assert_int_eq(kv_seq_len(&kv, 0), 10);
-    ck_assert_int_eq(kv_find_slot(&kv, 0, 10, 7, &first), MINFER_ERR_RANGE);
-    kv_truncate(&kv, 0, 4);
-    ck_assert_int_eq(kv_seq_len(&kv, 0), 4);
+    uint32_t cells[16];
+    ck_assert_int_eq(kv_pick_free(&kv, 10, cells), MINFER_OK);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(kv_seq_add(&kv, 0, i, cells[i]), MINFER_OK);
+    ck_assert(kv_seq_is_identity(&kv, 0));
+    ck_assert_int_eq(kv_seq_pos_max(&kv, 0), 9);
+    ck_assert_int_eq(kv_pick_free(&kv, 7, cells), MINFER_ERR_FULL);
+    /* a fork shares cells: no new cell is used, refs count both */
+    ck_assert_int_eq(kv_seq_cp(&kv, 0, 299, 0, 6), MINFER_OK);
+    ck_assert_uint_eq(kv.n_used, 10);
+    ck_assert_uint_eq(kv.cells[3].refs, 2);
+    ck_assert_int_eq(kv_seq_count_upto(&kv, 299, 3), 4);
+    kv_seq_rm(&kv, 0, 4, -1);
+    ck_assert_int_eq(kv_seq_pos_max(&kv, 0), 3);
+    ck_assert_uint_eq(kv.n_used, 6); /* cells 4, 5 still held by sequence 299 */
+    ck_assert_int_eq(kv_pick_free(&kv, 10, cells), MINFER_OK);
+    ck_assert_uint_eq(cells[0], 6);
+    kv_seq_rm(&kv, 299, 0, -1);
     ck_assert_uint_eq(kv.n_used, 4);
-    ck_assert_int_eq(kv_find_slot(&kv, 0, 4, 12, &first), MINFER_OK);
-    ck_assert_uint_eq(first, 4);
+    ck_assert_uint_eq(kv.cells[3].refs, 1);
+    ck_assert_int_eq(kv.cells[5].pos, -1);
     kv_free(&kv);
 }
 END_TEST
@@ -500,6 +541,7 @@ Suite *graph_suite(void)
     tcase_add_test(tc, sched_executes_and_replays);
     tcase_add_test(tc, sched_errors_name_the_node);
     tcase_add_test(tc, kv_cells_and_types);
+    tcase_add_test(tc, sched_keeps_1_1_nodes_from_1_0_plugins);
     suite_add_tcase(s, tc);
     return s;
 }

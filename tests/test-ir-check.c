@@ -29,8 +29,6 @@ START_TEST(op_table_is_complete)
 {
     ck_assert_str_eq(minfer_op_name(MINFER_OP_NONE), "NONE");
     for (uint32_t op = 1; op < MINFER_OP_COUNT; op++) {
-        if (op == 15 && !strcmp(minfer_op_name(op), "UNKNOWN"))
-            continue; /* reserved for ATTENTION_LISTS (API-BATCH), defined on its branch */
         ck_assert_msg(strcmp(minfer_op_name(op), "UNKNOWN") != 0, "op %u has no name", op);
         ck_assert_msg(minfer_op_n_src(op) >= 1 && minfer_op_n_src(op) <= MINFER_MAX_SRC,
                       "op %u (%s) has %u sources", op, minfer_op_name(op), minfer_op_n_src(op));
@@ -38,6 +36,8 @@ START_TEST(op_table_is_complete)
     ck_assert_str_eq(minfer_op_name(MINFER_OP_COUNT), "UNKNOWN");
     ck_assert_str_eq(minfer_op_name(MINFER_OP_MUL_MAT_ADD), "MUL_MAT_ADD");
     ck_assert_uint_eq(minfer_op_n_src(MINFER_OP_ATTENTION), 5);
+    ck_assert_str_eq(minfer_op_name(15), "ATTENTION_LISTS");
+    ck_assert_uint_eq(minfer_op_n_src(MINFER_OP_ATTENTION_LISTS), 6);
 }
 END_TEST
 
@@ -130,6 +130,27 @@ START_TEST(checker_follows_ir_h)
     n.iparams[0] = 2;
     n.src[3] = &ids;
     refused(&n, "ATTENTION with kv_len of 5 elements");
+    /* ATTENTION_LISTS: a range and a list per query token, lists 2-D dense */
+    struct minfer_tensor lists = mk(MINFER_TYPE_I32, 8, 3, 1);
+    struct minfer_tensor ranges = mk(MINFER_TYPE_I32, 2, 5, 1);
+    n = node(MINFER_OP_ATTENTION_LISTS, &qo, &q, &kc, &kc, &ranges, &ids);
+    n.src[5] = &lists;
+    n.iparams[0] = 2;
+    accepted(&n, "ATTENTION_LISTS");
+    n.src[3] = &ids;
+    refused(&n, "ATTENTION_LISTS with one count per query instead of a range");
+    n.src[3] = &ranges;
+    n.iparams[1] = 4;
+    refused(&n, "ATTENTION_LISTS with a window parameter");
+    n.iparams[1] = 0;
+    lists.nb[1] = 64;
+    refused(&n, "ATTENTION_LISTS with lists not dense");
+    lists.nb[1] = 32;
+    lists.type = MINFER_TYPE_F32;
+    refused(&n, "ATTENTION_LISTS with f32 lists");
+    lists.type = MINFER_TYPE_I32;
+    n.src[5] = NULL;
+    refused(&n, "ATTENTION_LISTS without its lists");
     n = node(MINFER_OP_COPY, &h, &x, NULL, NULL, NULL, NULL);
     accepted(&n, "COPY f32 -> f16");
     x.nb[0] = 8;

@@ -169,8 +169,8 @@ START_TEST(cells_are_cleared_as_passes_reach_them)
     struct kv_cache kv;
     /* K rows of 64 f16 (128 bytes), V rows of 32 f32 (128 bytes): distinct
      * types so V's offsets cannot be computed with K's row size by luck */
-    ck_assert_int_eq(kv_init(&kv, p, be, 3, 64, 96, 1024, MINFER_TYPE_F16, MINFER_TYPE_F32, err,
-                             sizeof err), MINFER_OK);
+    ck_assert_int_eq(kv_init(&kv, p, be, 3, 64, 96, 1024, 1, MINFER_TYPE_F16, MINFER_TYPE_F32,
+                             err, sizeof err), MINFER_OK);
     ck_assert_uint_eq(kv.n_clear, 0);
     unsigned char *ff = malloc(kv.size);
     memset(ff, 0xFF, kv.size);

@@ -15,6 +15,7 @@
 #include "minfer/minfer.h"
 #include "minfer/quant.h"
 #include "minfer/quant-ref.h"
+#include "engine.h"
 #include "modeltools/tensor-stream.h"
 #include "testutil.h"
 
@@ -410,6 +411,8 @@ START_TEST(synth_tokenizer_copy_and_refusals)
     ck_assert_int_eq(minfer_synth_shape_parse("qwen2", "qwen3-8b", &sh, err, sizeof err),
                      MINFER_ERR_INVALID_ARG);
     ck_assert_int_eq(minfer_synth_shape_parse("llama", "qwen3-8b", &sh, err, sizeof err),
+                     MINFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(minfer_synth_shape_parse("mamba", "custom", &sh, err, sizeof err),
                      MINFER_ERR_UNSUPPORTED);
     ck_assert_int_eq(minfer_synth_shape_parse("qwen3", "custom:n_head=5,n_head_kv=2", &sh, err,
                                               sizeof err),
@@ -757,6 +760,88 @@ START_TEST(quantize_refusals)
 }
 END_TEST
 
+/* Catches: a known shape of the new families missing or of the wrong
+ * architecture; a synthetic llama / gemma3 / qwen3moe file lacking what
+ * the loader needs (expert tensors of the right 3-D shape, the sliding
+ * window and local RoPE base, a SentencePiece or byte-level tokenizer
+ * that loads) or whose forward pass is not finite. */
+START_TEST(synth_model_families)
+{
+    static const char *const known[][2] = {
+        {"llama", "llama3.2-1b"}, {"llama", "llama3.1-8b"}, {"llama", "mistral-7b"},
+        {"gemma3", "gemma3-1b"}, {"gemma3", "gemma3-4b"}, {"qwen3moe", "qwen3-30b-a3b"}};
+    char err[512];
+    for (int i = 0; i < 6; i++) {
+        struct minfer_synth_shape sh;
+        ck_assert_msg(minfer_synth_shape_parse(known[i][0], known[i][1], &sh, err, sizeof err) ==
+                          MINFER_OK, "%s: %s", known[i][1], err);
+        ck_assert_str_eq(sh.arch, known[i][0]);
+    }
+    ck_assert_int_ne(minfer_synth_shape_parse("qwen3moe", "custom:n_expert=4,n_expert_used=5",
+                                              &(struct minfer_synth_shape){0}, err, sizeof err),
+                     MINFER_OK);
+    /* arch, custom shape, tokenizer model, a key the loader needs */
+    static const char *const fam[][4] = {
+        {"llama", "custom:n_embd=128,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=256,"
+                  "n_vocab=1000", "gpt2", "llama.rope.freq_base"},
+        {"llama", "custom:n_embd=128,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=256,"
+                  "n_vocab=1000,spm=1", "llama", "llama.rope.freq_base"},
+        {"gemma3", "custom:n_embd=128,n_layer=7,n_head=4,n_head_kv=1,head_dim=64,n_ff=256,"
+                   "n_vocab=1000,sliding_window=4", "llama", "gemma3.rope.freq_base_swa"},
+        {"qwen3moe", "custom:n_embd=128,n_layer=2,n_head=4,n_head_kv=2,head_dim=32,n_ff=256,"
+                     "n_vocab=1000,n_expert=8,n_expert_used=2,n_ff_exp=64", "gpt2",
+         "qwen3moe.expert_count"}};
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    for (int f = 0; f < 4; f++) {
+        struct minfer_synth_opts o = {.struct_size = sizeof o, .ftype = MINFER_FTYPE_MOSTLY_Q4_K_M,
+                                      .seed = 3, .n_threads = 2};
+        ck_assert_int_eq(minfer_synth_shape_parse(fam[f][0], fam[f][1], &o.shape, err, sizeof err),
+                         MINFER_OK);
+        void *mem;
+        size_t size;
+        ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s: %s",
+                      fam[f][0], err);
+        minfer_status st;
+        struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
+        ck_assert_ptr_nonnull(g);
+        const char *sv;
+        size_t len;
+        ck_assert_int_eq(minfer_gguf_get_str(g, "tokenizer.ggml.model", &sv, &len), MINFER_OK);
+        ck_assert_msg(len == strlen(fam[f][2]) && !memcmp(sv, fam[f][2], len), "%s tokenizer",
+                      fam[f][0]);
+        double d;
+        ck_assert_msg(minfer_gguf_get_f64(g, fam[f][3], &d) == MINFER_OK, "%s", fam[f][3]);
+        if (f == 3) {
+            const struct minfer_gguf_tensor *t =
+                minfer_gguf_find_tensor(g, "blk.1.ffn_down_exps.weight");
+            ck_assert_ptr_nonnull(t);
+            ck_assert(t->n_dims == 3 && t->ne[0] == 64 && t->ne[1] == 128 && t->ne[2] == 8);
+        }
+        minfer_gguf_close(g);
+        struct minfer_model *m = ts_load_mem(rt, mem, size, "cpu", err, sizeof err);
+        ck_assert_msg(m, "%s: %s", fam[f][0], err);
+        struct minfer_tokenizer *tok = minfer_tokenizer_from_gguf(minfer_model_gguf(m), &st, err,
+                                                                  sizeof err);
+        ck_assert_msg(tok, "%s tokenizer: %s", fam[f][0], err);
+        int32_t ids[64];
+        size_t n = 0;
+        ck_assert_int_eq(minfer_tokenize(tok, "Hello world, a test", 19, false, ids, 64, &n),
+                         MINFER_OK);
+        ck_assert_uint_gt(n, 0);
+        struct minfer_ctx *c = ts_ctx(m, 64, 16, TS_KV_DEFAULT, 0);
+        ts_decode_ok(c, ids, (int32_t)n, 0);
+        const float *l = minfer_ctx_logits(c, -1);
+        for (int i = 0; i < 1000; i++)
+            ck_assert_msg(isfinite(l[i]), "%s logit %d is %g", fam[f][0], i, (double)l[i]);
+        minfer_ctx_free(c);
+        minfer_tokenizer_free(tok);
+        minfer_model_free(m);
+        minfer_synth_mem_free(mem);
+    }
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 Suite *synth_suite(void);
 Suite *synth_suite(void)
 {
@@ -774,6 +859,7 @@ Suite *synth_suite(void)
     tcase_add_test(tc, synth_tokenizer_copy_and_refusals);
     tcase_add_test(tc, synth_cli_tokenizer_json);
     tcase_add_test(tc, synth_cancel);
+    tcase_add_test(tc, synth_model_families);
     suite_add_tcase(s, tc);
     tc = tcase_create("quantize");
     tcase_set_timeout(tc, 120);

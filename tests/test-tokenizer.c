@@ -713,6 +713,53 @@ START_TEST(pretokenizers_are_data)
 }
 END_TEST
 
+/* Catches the llama-bpe (Llama 3) regex splitting differently from the
+ * GPT-4 pattern it states: contractions, a lone space before digits,
+ * digits in threes, a space joined to the next word, punctuation with its
+ * newlines, and a run of spaces leaving its last one to the word after.
+ * Each expected piece is a whole token (byte-level spelling) and
+ * llama-bpe takes whole-token pieces before merging, so the ids spell the
+ * split. The pieces were derived by hand from the pattern. */
+START_TEST(llama_bpe_splits_as_its_pattern)
+{
+    enum { NB = 256 };
+    static const char *const piece[] = {"'m", "123", "45", "\xC4\xA0hello",
+                                        "!!\xC4\x8A\xC4\x8A", "\xC4\xA0world"};
+    enum { NP = sizeof piece / sizeof piece[0] };
+    static char store[NB][4];
+    const char *toks[NB + NP];
+    size_t lens[NB + NP];
+    uint32_t next = 256;
+    for (int b = 0; b < NB; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        lens[b] = (size_t)tok_utf8_put(printable ? (uint32_t)b : next++, store[b]);
+        toks[b] = store[b];
+    }
+    for (int i = 0; i < NP; i++) {
+        toks[NB + i] = piece[i];
+        lens[NB + i] = strlen(piece[i]);
+    }
+    struct tok_source src = {.model = "gpt2", .model_len = 4, .pre = "llama-bpe", .pre_len = 9,
+                             .n_tokens = NB + NP, .tokens = toks, .token_lens = lens,
+                             .bos = -1, .eos = -1, .eot = -1, .pad = -1};
+    minfer_status st;
+    char err[256];
+    struct minfer_tokenizer *t = tok_new(&src, &st, err, sizeof err);
+    ck_assert_msg(t, "%s", err);
+    static const char text[] = "I'm 12345 hello!!\n\n  world";
+    /* I | 'm | " " | 123 | 45 | " hello" | "!!\n\n" | " " | " world"; one-byte
+     * pieces are the byte tokens, ids 0..255 in byte order */
+    const int32_t want[] = {'I', NB + 0, ' ', NB + 1, NB + 2, NB + 3, NB + 4, ' ', NB + 5};
+    int32_t ids[32];
+    size_t n = 0;
+    ck_assert_int_eq(minfer_tokenize(t, text, sizeof text - 1, false, ids, 32, &n), MINFER_OK);
+    ck_assert_uint_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(ids[i] == want[i], "piece %zu: id %d, expected %d", i, ids[i], want[i]);
+    minfer_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(ten_million_whitespace_run)
 {
     /* Catches a long whitespace run failing to tokenize: the regex's
@@ -895,6 +942,7 @@ Suite *tokenizer_suite(void)
     tcase_add_test(tc, streaming_detok_holds_partial_utf8);
     tcase_add_test(tc, megabytes_in_linear_time);
     tcase_add_test(tc, ten_million_whitespace_run);
+    tcase_add_test(tc, llama_bpe_splits_as_its_pattern);
     tcase_add_test(tc, pretokenizers_are_data);
     tcase_add_test(tc, cli_tokenize_detokenize);
     tcase_add_test(tc, unsupported_tokenizer_refused);

@@ -16,7 +16,7 @@ END_TEST
 START_TEST(every_status_has_text)
 {
     /* Catches a status code added without its text. */
-    for (int st = 0; st >= MINFER_ERR_STATE; st--)
+    for (int st = 0; st >= MINFER_ERR_FULL; st--)
         ck_assert_str_ne(minfer_status_str((minfer_status)st), "unknown status");
     ck_assert_str_eq(minfer_status_str((minfer_status)-999), "unknown status");
 }

@@ -28,6 +28,7 @@ struct cli_opts {
     const char *ids;            /* --ids 1,2,3 */
     const char *system;         /* --system: system message (needs a chat template) */
     const char *out;            /* eval -o FILE */
+    const char *session;        /* chat --session FILE (run's: tools/run-prompts.c) */
     const char *backend;        /* --backend */
     const char *plugins[CLI_MAX_PLUGINS]; /* --plugin */
     size_t n_plugins;
@@ -40,6 +41,8 @@ struct cli_opts {
     int32_t reps;               /* bench -r */
     int32_t pps[CLI_MAX_TESTS], tgs[CLI_MAX_TESTS]; /* bench -p / -n lists */
     int n_pps, n_tgs;
+    int32_t depths[CLI_MAX_TESTS]; /* bench -d list (default {0}) */
+    int n_depths;
     const char *bench_fmt;      /* bench -o: md json jsonl csv */
     const char *arch, *shape, *type; /* bench's synthetic model */
     uint32_t type_k, type_v;    /* -ctk / -ctv / --cache-type */
@@ -63,7 +66,8 @@ int cli_use_template(const char *cmd, const struct cli_opts *o, const struct cli
 struct cli_session {
     struct minfer_runtime *rt;
     struct minfer_model *model;
-    struct minfer_tokenizer *tok;   /* NULL unless need_tok */
+    const struct minfer_tokenizer *tok; /* the model's (minfer_model_tokenizer); NULL
+                                           unless need_tok */
     struct minfer_ctx *ctx;
     void *synth_mem;                /* in-memory model bytes (bench), or NULL */
     double load_ms;
@@ -122,6 +126,10 @@ void cli_out_abort(struct cli_out *out);
 long cli_stop_find(const struct cli_opts *o, const char *t, size_t n, size_t from);
 size_t cli_stop_hold(const struct cli_opts *o, const char *t, size_t n);
 size_t cli_stop_max_len(const struct cli_opts *o);
+
+/* The architecture a named synth shape belongs to ("qwen2.5-7b" -> qwen2),
+ * or NULL (custom: shapes need --arch). */
+const char *cli_arch_of_shape(const char *shape);
 
 double cli_now_ms(void);
 int32_t cli_argmax(const float *x, int32_t n);

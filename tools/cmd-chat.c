@@ -24,6 +24,8 @@ static void usage(FILE *f)
                "Type a message and Enter. An empty line does nothing; a line of \"\"\" starts\n"
                "and ends a multi-line message (\"\"\"text works too).\n"
                "  /clear        forget the conversation (the system prompt stays)\n"
+               "  /save FILE    save the conversation and its KV cache (a session file)\n"
+               "  /load FILE    resume a saved conversation (same model and cache types)\n"
                "  /bye          leave (also Ctrl-D, or Ctrl-C at the prompt)\n"
                "  /help         these commands\n"
                "Ctrl-C during a reply stops it and returns to the prompt; a second Ctrl-C\n"
@@ -123,7 +125,8 @@ static int render_fitting(struct chat *ch, int32_t **ids, size_t *n_ids)
     }
     if (dropped)
         fprintf(stderr, "[chat: the context is full: dropped the %zu oldest message%s%s]\n",
-                dropped, dropped == 1 ? "" : "s", ch->c.has_system ? ", kept the system prompt" : "");
+                dropped, dropped == 1 ? "" : "s",
+                ch->c.has_system ? ", kept the system prompt" : "");
     return 0;
 }
 
@@ -263,6 +266,106 @@ out:
     return rc;
 }
 
+/* ---- sessions: the conversation's tokens and KV cells in a file ---- */
+
+/* Rebuilds messages from ChatML text (<|im_start|>role\ncontent<|im_end|>):
+ * a session file keeps tokens, not messages. A trailing unterminated turn
+ * is a reply whose end token never entered the cache; an empty assistant
+ * header alone is dropped. */
+static int conv_from_chatml(struct conv *c, const char *t)
+{
+    static const char start[] = "<|im_start|>", end[] = "<|im_end|>";
+    for (const char *p = strstr(t, start); p;) {
+        p += sizeof start - 1;
+        const char *nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        char role[32];
+        snprintf(role, sizeof role, "%.*s", (int)(nl - p), p);
+        const char *body = nl + 1, *stop = strstr(body, end);
+        size_t len = stop ? (size_t)(stop - body) : strlen(body);
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
+        const char *r = NULL;
+        for (size_t i = 0; i < 4; i++)
+            if (!strcmp(role, roles[i]))
+                r = roles[i];
+        if (r && (stop || len)) {
+            char *text = strndup(body, len);
+            if (!text || conv_add(c, r, text)) {
+                free(text);
+                return 1;
+            }
+            free(text);
+            if (c->n == 1 && r == roles[0])
+                c->has_system = true;
+        }
+        p = stop ? strstr(stop, start) : NULL;
+    }
+    return 0;
+}
+
+static int chat_save(struct chat *ch, const char *path)
+{
+    if (minfer_ctx_seq_save(ch->s->ctx, 0, path, ch->cached, (int32_t)ch->n_cached) !=
+        MINFER_OK) {
+        fprintf(stderr, "minfer chat: %s\n", minfer_ctx_last_error(ch->s->ctx));
+        return 1;
+    }
+    fprintf(stderr, "[chat: saved %zu tokens to %s]\n", ch->n_cached, path);
+    return 0;
+}
+
+/* Replaces the conversation and the cache with the file's; on failure
+ * both are unchanged and the error is printed. */
+static int chat_load(struct chat *ch, const char *path)
+{
+    int32_t n_ctx = minfer_ctx_n_ctx(ch->s->ctx), n = 0;
+    if (!cached_reserve(ch, (size_t)n_ctx + 1))
+        return 1;
+    int32_t *ids = malloc(sizeof *ids * ((size_t)n_ctx + 1));
+    if (!ids) {
+        fprintf(stderr, "minfer chat: out of memory\n");
+        return 1;
+    }
+    if (minfer_ctx_seq_load(ch->s->ctx, 0, path, ids, n_ctx, &n) != MINFER_OK) {
+        fprintf(stderr, "minfer chat: %s\n", minfer_ctx_last_error(ch->s->ctx));
+        free(ids);
+        return 1;
+    }
+    size_t len = 0;
+    char *text = NULL;
+    struct conv c = {0};
+    if (minfer_detokenize(ch->s->tok, ids, (size_t)n, true, NULL, 0, &len) == MINFER_ERR_RANGE &&
+        (text = malloc(len + 1)) &&
+        minfer_detokenize(ch->s->tok, ids, (size_t)n, true, text, len, &len) == MINFER_OK) {
+        text[len] = 0;
+        /* out of memory here leaves fewer messages: the next turn then
+         * renders less than the cache holds and recomputes from there */
+        (void)conv_from_chatml(&c, text);
+    }
+    free(text);
+    /* the file's conversation replaces this one (the cache already did) */
+    for (size_t i = 0; i < ch->c.n; i++)
+        free((char *)ch->c.msgs[i].content);
+    free(ch->c.msgs);
+    ch->c = c;
+    memcpy(ch->cached, ids, sizeof *ids * (size_t)n);
+    ch->n_cached = (size_t)n;
+    free(ids);
+    if (ch->o->system) { /* --system given now wins over the saved one */
+        if (ch->c.has_system)
+            conv_drop(&ch->c, 0, 1);
+        if (conv_add(&ch->c, "system", ch->o->system))
+            return 1;
+        struct minfer_chat_msg sys = ch->c.msgs[ch->c.n - 1];
+        memmove(ch->c.msgs + 1, ch->c.msgs, sizeof *ch->c.msgs * (ch->c.n - 1));
+        ch->c.msgs[0] = sys;
+        ch->c.has_system = true;
+    }
+    fprintf(stderr, "[chat: loaded %d tokens (%zu messages) from %s]\n", n, ch->c.n, path);
+    return 0;
+}
+
 /* Reads one message: a line, or the lines between """ marks. NULL at the
  * end of input or on Ctrl-C at the prompt (*interrupted set). */
 static char *read_message(bool tty, bool *interrupted)
@@ -376,6 +479,8 @@ int cmd_chat(int argc, char **argv)
             goto out;
         ch.c.has_system = true;
     }
+    if (o.session && access(o.session, F_OK) == 0 && chat_load(&ch, o.session))
+        goto out;
     cli_sigint_install();
     for (;;) {
         bool interrupted;
@@ -401,6 +506,17 @@ int cmd_chat(int argc, char **argv)
             free(msg);
             continue;
         }
+        if (!strncmp(msg, "/save ", 6) || !strncmp(msg, "/load ", 6)) {
+            const char *path = msg + 6 + strspn(msg + 6, " ");
+            if (!*path)
+                fprintf(stderr, "[chat: %.5s needs a FILE]\n", msg);
+            else if (msg[1] == 's')
+                chat_save(&ch, path);
+            else
+                chat_load(&ch, path);
+            free(msg);
+            continue;
+        }
         if (!strcmp(msg, "/help") || !strcmp(msg, "/?")) {
             usage(stderr);
             free(msg);
@@ -417,6 +533,8 @@ int cmd_chat(int argc, char **argv)
             goto out;
     }
     rc = cli_stdout_done("chat");
+    if (o.session && chat_save(&ch, o.session))
+        rc = 1;
 out:
     cli_sigint_restore();
     for (size_t i = 0; i < ch.c.n; i++)

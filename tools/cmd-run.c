@@ -12,6 +12,7 @@
 
 #include "cli-model.h"
 #include "commands.h"
+#include "run-batch.h"
 
 static void usage(FILE *f)
 {
@@ -22,7 +23,7 @@ static void usage(FILE *f)
             "that template (--system adds a system turn); --raw gives the bare completion.\n"
             "Ctrl-C stops the generation: what was generated, a newline and the timings are\n"
             "still printed (exit status 130).\n");
-    cli_print_options(f, CMD_RUN);
+    cli_print_options(f, CMD_RUN); /* --prompts/--parallel/--session rows included */
 }
 
 /* Appends bytes to a growing text buffer; false when out of memory. */
@@ -60,7 +61,10 @@ static cJSON *ids_json(const int32_t *ids, size_t n)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int rc = cli_parse(argc, argv, CMD_RUN, &o);
+    struct run_batch_opts bo; /* --prompts / --parallel / --session: run-prompts.c */
+    int rc = run_batch_take_opts(&argc, argv, &bo);
+    if (!rc)
+        rc = cli_parse(argc, argv, CMD_RUN, &o);
     if (rc) {
         if (rc == 1) {
             usage(stdout);
@@ -69,6 +73,8 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     cli_random_seed(&o);
+    if (run_batch_wanted(&bo))
+        return run_batch(&o, &bo);
     struct cli_session s;
     if (cli_open("run", &o, NULL, true, &s))
         return 1;
@@ -152,7 +158,7 @@ int cmd_run(int argc, char **argv)
         int32_t id;
         st = minfer_sampler_sample(smp, minfer_ctx_logits(s.ctx, -1), info.n_vocab, &id);
         if (st != MINFER_OK) {
-            fprintf(stderr, "\nminfer run: sampling failed: %s\n", minfer_status_str(st));
+            fprintf(stderr, "\nminfer run: %s\n", minfer_sampler_last_error(smp));
             free(buf);
             goto out;
         }
@@ -236,10 +242,13 @@ int cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(tm, "gen_tokens", (double)n_gen);
         cJSON_AddNumberToObject(tm, "gen_tps", t_gen > 0 ? 1e3 * (double)n_gen / t_gen : 0);
         char *js = cJSON_Print(j);
-        if (js)
-            printf("%s\n", js);
-        free(js);
         cJSON_Delete(j);
+        if (!js) {
+            fprintf(stderr, "minfer run: out of memory for the JSON output\n");
+            goto out;
+        }
+        printf("%s\n", js);
+        free(js);
     } else {
         printf("\n");
         fprintf(stderr, "prompt: %zu tokens in %.1f ms (%.1f t/s); generated: %zu tokens in "

@@ -1,5 +1,5 @@
 /*
- * cmd-synth.c — `minfer synth --arch qwen2|qwen3 --shape NAME|custom:... --type T
+ * cmd-synth.c — `minfer synth --arch ARCH --shape NAME|custom:... --type T
  * -o FILE [--tokenizer FILE] [--seed S] [--threads N] [--pure]`: writes a
  * random-weight model of a real model's shape. A Hugging Face
  * tokenizer.json given with --tokenizer is parsed here (cJSON) into the
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli-model.h"
 #include "cli-opts.h"
 #include "commands.h"
 #include "minfer/minfer.h"
@@ -246,33 +247,25 @@ nomem:
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: minfer synth [--arch qwen2|qwen3] --shape NAME|custom:k=v,... --type TYPE\n"
+            "usage: minfer synth [--arch qwen2|qwen3|llama|gemma3|qwen3moe]\n"
+            "                    --shape NAME|custom:k=v,... --type TYPE\n"
             "                    -o FILE [--tokenizer FILE] [--seed S] [--threads N] [--pure]\n"
-            "  --arch    inferred from a named --shape (qwen2.5-* is qwen2, qwen3-* qwen3);\n"
+            "  --arch    inferred from a named --shape (qwen2.5-* is qwen2, gemma3-* gemma3...);\n"
             "            required with custom:\n"
             "  --shape   qwen2: qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b\n"
             "            qwen3: qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b\n"
+            "            llama: llama3.2-1b llama3.1-8b mistral-7b\n"
+            "            gemma3: gemma3-1b gemma3-4b    qwen3moe: qwen3-30b-a3b\n"
             "            custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,\n"
-            "                   n_vocab=N,n_ctx=N,rope_theta=X,rms_eps=X,tied=0|1\n"
+            "                   n_vocab=N,n_ctx=N,rope_theta=X,rms_eps=X,tied=0|1,\n"
+            "                   n_expert=N,n_expert_used=N,n_ff_exp=N,sliding_window=N,spm=0|1\n"
             "  --type    as minfer quantize: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K\n"
             "            Q6_K Q4_K_M Q4_K_S Q5_K_M Q5_K_S (mixes pick per-tensor types)\n"
             "  --tokenizer  a .gguf (its tokenizer.* keys are copied) or a Hugging Face\n"
             "            tokenizer.json (tokenizer_config.json beside it is read too);\n"
-            "            default: a built-in byte-level vocabulary with Qwen's special tokens\n");
+            "            default: built in, byte-level BPE with Qwen's special tokens, or\n"
+            "            SentencePiece for mistral-7b and gemma3 (spm=1)\n");
     cli_print_options(f, CMD_SYNTH);
-}
-
-/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
-static const char *arch_of_shape(const char *shape)
-{
-    static const char *const archs[] = {"qwen2", "qwen3"};
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
-        struct minfer_synth_shape sh;
-        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
-            strncmp(shape, "custom:", 7) != 0)
-            return archs[i];
-    }
-    return NULL;
 }
 
 static double now_s(void)
@@ -292,7 +285,7 @@ int cmd_synth(int argc, char **argv)
 {
     const char *arch = NULL, *shape = NULL, *type = NULL, *out = NULL, *tok = NULL;
     struct minfer_synth_opts o = {.struct_size = sizeof o, .seed = 1};
-    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, ""};
+    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {
@@ -318,17 +311,13 @@ int cmd_synth(int argc, char **argv)
     }
     if (!shape || !type || !out)
         return cli_usage_error("synth", "--shape, --type and -o are required");
-    if (!arch && !(arch = arch_of_shape(shape)))
+    if (!arch && !(arch = cli_arch_of_shape(shape)))
         return cli_usage_error("synth", "--shape '%s' names no known model; give --arch", shape);
     char err[1024];
-    if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK) {
-        fprintf(stderr, "minfer synth: %s\n", err);
-        return 2;
-    }
-    if (!minfer_ftype_from_name(type, &o.ftype)) {
-        fprintf(stderr, "minfer synth: unknown --type '%s'\n", type);
-        return 2;
-    }
+    if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK)
+        return cli_usage_error("synth", "%s", err);
+    if (!minfer_ftype_from_name(type, &o.ftype))
+        return cli_usage_error("synth", "unknown --type '%s'", type);
     struct hf_vocab hf = {0};
     if (tok && ends_with(tok, ".json")) {
         if (hf_load(tok, &hf, err, sizeof err)) {

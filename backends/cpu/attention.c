@@ -20,9 +20,18 @@
  * run's (max, sum, accumulator) per query, and the caller combines the
  * runs. The split depends on the cache length only, never on the thread
  * count, so the result's bits do not depend on -t.
+ *
+ * ATTENTION_LISTS (many sequences) runs the same blocks over cells named
+ * by a list: queries are grouped by list, a token block holds queries of
+ * one list, and a list with at most TOKENS_PER_TASK queries in the node is
+ * split into runs exactly as ATTENTION splits a decode. Each query's
+ * arithmetic (chunks, online softmax, runs, combine) is then the one
+ * ATTENTION does for the same sequence and the same tokens per pass, so a
+ * sequence's result inside a batch is bit-identical to its result alone.
  */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu-internal.h"
@@ -32,10 +41,24 @@
 #define QUERIES_PER_TASK (HEADS_PER_TASK * TOKENS_PER_TASK)
 #define SPLIT_CELLS 512 /* decode: cells per task over a long cache */
 
+/* ATTENTION_LISTS: a token block (queries of one list) and its tasks. */
+struct list_block {
+    int first, ntok;   /* queries order[first .. first + ntok) */
+    int splits;        /* cell runs, 1 = unsplit */
+    int task0;         /* its first task */
+    size_t part0;      /* splits > 1: its first partial float */
+    const int32_t *cells;
+};
+
 struct attn_task {
     const struct cpu_kernels *k;
     const struct minfer_tensor *q, *kc, *vc, *dst;
     const int32_t *pos;
+    /* ATTENTION_LISTS (else NULL / 0) */
+    const int32_t *range;   /* [nt][2]: first and end entry of each query */
+    const int32_t *order;   /* [nt] queries grouped by list */
+    struct list_block *blocks;
+    int n_blocks;
     int nt, kv_len, hd, group, n_kv, subs; /* subs: tasks per kv head and token block */
     int window;        /* sliding window in positions, 0 = none */
     int tok_blocks;
@@ -80,11 +103,11 @@ static size_t partial_floats(int hd)
     return (size_t)hd + 2;
 }
 
-/* Query tokens tok0 .. tok0 + ntok - 1, heads h0 .. h0 + nh - 1 (all
+/* Query tokens toks[0 .. ntok), heads h0 .. h0 + nh - 1 (all
  * reading kv head h0 / group), over the cells [cb, ce) of their visible
  * ones; the result goes to dst, or with part to part[query]. */
-static void attn_block(const struct attn_task *t, float *scratch, int tok0, int ntok, int h0,
-                       int nh, int cb, int ce, float *part)
+static void attn_block(const struct attn_task *t, float *scratch, const int *toks, int ntok,
+                       int h0, int nh, int cb, int ce, float *part, const int32_t *cells)
 {
     const int hd = t->hd, CC = CPU_ATTN_CHUNK;
     int g = h0 / t->group;
@@ -100,11 +123,17 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
     /* token a sees cells [lo[a], n_vis[a]) of this run */
     int n_vis[TOKENS_PER_TASK], lo[TOKENS_PER_TASK], max_vis = 0, min_lo = ce;
     for (int a = 0; a < ntok; a++) {
-        int tok = tok0 + a;
-        n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
+        int tok = toks[a];
+        if (t->range)
+            n_vis[a] = t->range[2 * tok + 1];
+        else
+            n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
         n_vis[a] = n_vis[a] < ce ? n_vis[a] : ce;
         max_vis = n_vis[a] > max_vis ? n_vis[a] : max_vis;
-        lo[a] = t->window && t->pos[tok] - t->window + 1 > cb ? t->pos[tok] - t->window + 1 : cb;
+        /* a window's first entry (lists: from the host; cells: from the
+         * position), as the lists mirror ATTENTION's arithmetic */
+        int first = t->range ? t->range[2 * tok] : t->window ? t->pos[tok] - t->window + 1 : 0;
+        lo[a] = first > cb ? first : cb;
         min_lo = lo[a] < min_lo ? lo[a] : min_lo;
         for (int i = 0; i < nh; i++) {
             int qi = a * nh + i;
@@ -115,12 +144,13 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
             l[qi] = 0.0f;
         }
     }
-    bool v_in_place = t->vc->type == MINFER_TYPE_F32;
+    bool v_in_place = t->vc->type == MINFER_TYPE_F32 && !cells;
     for (int c0 = min_lo; c0 < max_vis; c0 += CC) {
         int n = max_vis - c0 < CC ? max_vis - c0 : CC;
         /* K rows of the chunk, transposed (cells past n score zeros) */
         for (int j = 0; j < n; j++) {
-            const float *kr = kv_f32(t, t->kc->type, kbase + (size_t)(c0 + j) * t->kc->nb[1], row);
+            size_t cell = cells ? (size_t)cells[c0 + j] : (size_t)(c0 + j);
+            const float *kr = kv_f32(t, t->kc->type, kbase + cell * t->kc->nb[1], row);
             for (int e = 0; e < hd; e++)
                 kt[(size_t)e * CC + j] = kr[e];
         }
@@ -130,9 +160,14 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
         const void *v = vbase + (size_t)c0 * t->vc->nb[1];
         size_t v_stride = t->vc->nb[1];
         if (!v_in_place) {
-            for (int j = 0; j < n; j++)
-                kv_f32(t, t->vc->type, vbase + (size_t)(c0 + j) * t->vc->nb[1],
-                       vbuf + (size_t)j * hd);
+            for (int j = 0; j < n; j++) {
+                size_t cell = cells ? (size_t)cells[c0 + j] : (size_t)(c0 + j);
+                const char *vr = vbase + cell * t->vc->nb[1];
+                if (t->vc->type == MINFER_TYPE_F32) /* a gathered F32 row: copied as is */
+                    memcpy(vbuf + (size_t)j * hd, vr, (size_t)hd * sizeof(float));
+                else
+                    kv_f32(t, t->vc->type, vr, vbuf + (size_t)j * hd);
+            }
             v = vbuf;
             v_stride = (size_t)hd * sizeof(float);
         }
@@ -173,7 +208,7 @@ static void attn_block(const struct attn_task *t, float *scratch, int tok0, int 
                 continue;
             }
             float *out = (float *)((char *)t->dst->data + (size_t)(h0 + i) * t->dst->nb[1] +
-                                   (size_t)(tok0 + a) * t->dst->nb[2]);
+                                   (size_t)toks[a] * t->dst->nb[2]);
             float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f; /* 0: no cell in the window */
             for (int e = 0; e < hd; e++)
                 out[e] = acc[(size_t)qi * hd + e] * inv;
@@ -202,6 +237,55 @@ static struct task_at task_at(const struct attn_task *t, int i)
     return a;
 }
 
+/* ATTENTION_LISTS: the block of task i (the last whose task0 <= i). */
+static const struct list_block *block_of(const struct attn_task *t, int i)
+{
+    int lo = 0, hi = t->n_blocks - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (t->blocks[mid].task0 <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &t->blocks[lo];
+}
+
+/* Task i of a block: its kv head, heads and run (as task_at orders them). */
+static void list_task_at(const struct attn_task *t, const struct list_block *b, int i, int *h0,
+                         int *nh, int *split)
+{
+    int j = (i - b->task0) / b->splits;
+    int g = j / t->subs, sub = j % t->subs;
+    *split = (i - b->task0) % b->splits;
+    *h0 = g * t->group + sub * HEADS_PER_TASK;
+    *nh = t->group - sub * HEADS_PER_TASK < HEADS_PER_TASK ? t->group - sub * HEADS_PER_TASK
+                                                          : HEADS_PER_TASK;
+}
+
+/* Partial floats of one task of block b: each of its queries' max, sum and
+ * accumulator. */
+static size_t block_task_floats(const struct attn_task *t, const struct list_block *b)
+{
+    int heads = t->group < HEADS_PER_TASK ? t->group : HEADS_PER_TASK;
+    return (size_t)b->ntok * heads * partial_floats(t->hd);
+}
+
+static void list_task(const struct attn_task *t, float *scratch, int i)
+{
+    const struct list_block *b = block_of(t, i);
+    int h0, nh, split;
+    list_task_at(t, b, i, &h0, &nh, &split);
+    const int *toks = t->order + b->first;
+    if (b->splits == 1) {
+        attn_block(t, scratch, toks, b->ntok, h0, nh, 0, INT32_MAX, NULL, b->cells);
+        return;
+    }
+    float *part = t->partial + b->part0 + (size_t)(i - b->task0) * block_task_floats(t, b);
+    attn_block(t, scratch, toks, b->ntok, h0, nh, split * SPLIT_CELLS,
+               (split + 1) * SPLIT_CELLS, part, b->cells);
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
     struct attn_task *t = arg;
@@ -211,15 +295,50 @@ static void attn_worker(void *arg, int ith, int nth)
         int i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (i >= t->n_tasks)
             break;
+        if (t->blocks) {
+            list_task(t, scratch, i);
+            continue;
+        }
         struct task_at a = task_at(t, i);
+        int toks[TOKENS_PER_TASK];
+        for (int k = 0; k < a.ntok; k++)
+            toks[k] = a.tok0 + k;
         if (t->splits == 1) {
-            attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, 0, t->kv_len, NULL);
+            attn_block(t, scratch, toks, a.ntok, a.h0, a.nh, 0, t->kv_len, NULL, NULL);
             continue;
         }
         float *part = t->partial + (size_t)i * t->task_queries * partial_floats(t->hd);
-        attn_block(t, scratch, a.tok0, a.ntok, a.h0, a.nh, a.split * SPLIT_CELLS,
-                   (a.split + 1) * SPLIT_CELLS, part);
+        attn_block(t, scratch, toks, a.ntok, a.h0, a.nh, a.split * SPLIT_CELLS,
+                   (a.split + 1) * SPLIT_CELLS, part, NULL);
     }
+}
+
+/* One query's output from its runs' partial results: p0 its first run's,
+ * step floats to the next run's. */
+static void combine_query(int hd, const float *p0, size_t step, int splits, float *out)
+{
+    float mx = -INFINITY, l = 0.0f;
+    for (int s = 0; s < splits; s++)
+        mx = p0[s * step] > mx ? p0[s * step] : mx;
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int s = 0; s < splits; s++) {
+        const float *ps = p0 + s * step;
+        if (ps[1] == 0.0f) /* no visible cell in this run */
+            continue;
+        float w = expf(ps[0] - mx);
+        l += ps[1] * w;
+        for (int e = 0; e < hd; e++)
+            out[e] += ps[2 + e] * w;
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f; /* 0: no cell in the window */
+    for (int e = 0; e < hd; e++)
+        out[e] *= inv;
+}
+
+static float *out_row(const struct attn_task *t, int head, int tok)
+{
+    return (float *)((char *)t->dst->data + (size_t)head * t->dst->nb[1] +
+                     (size_t)tok * t->dst->nb[2]);
 }
 
 /* splits > 1: each query's output from its runs' partial results */
@@ -232,25 +351,29 @@ static void combine_splits(const struct attn_task *t)
         for (int qi = 0; qi < a.ntok * a.nh; qi++) {
             const float *p0 = t->partial + ((size_t)i * t->task_queries + qi) * pf;
             size_t step = (size_t)t->task_queries * pf; /* the next run of this query */
-            float mx = -INFINITY, l = 0.0f;
-            for (int s = 0; s < t->splits; s++)
-                mx = p0[s * step] > mx ? p0[s * step] : mx;
-            float *out = (float *)((char *)t->dst->data +
-                                   (size_t)(a.h0 + qi % a.nh) * t->dst->nb[1] +
-                                   (size_t)(a.tok0 + qi / a.nh) * t->dst->nb[2]);
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int s = 0; s < t->splits; s++) {
-                const float *ps = p0 + s * step;
-                if (ps[1] == 0.0f) /* no visible cell in this run */
-                    continue;
-                float w = expf(ps[0] - mx);
-                l += ps[1] * w;
-                for (int e = 0; e < hd; e++)
-                    out[e] += ps[2 + e] * w;
-            }
-            float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            for (int e = 0; e < hd; e++)
-                out[e] *= inv;
+            combine_query(hd, p0, step, t->splits,
+                          out_row(t, a.h0 + qi % a.nh, a.tok0 + qi / a.nh));
+        }
+    }
+}
+
+/* ATTENTION_LISTS: combine_splits for every split block */
+static void combine_list_splits(const struct attn_task *t)
+{
+    const size_t pf = partial_floats(t->hd);
+    for (int bi = 0; bi < t->n_blocks; bi++) {
+        const struct list_block *b = &t->blocks[bi];
+        if (b->splits == 1)
+            continue;
+        size_t step = block_task_floats(t, b);
+        int n_b = t->n_kv * t->subs * b->splits;
+        for (int i = b->task0; i < b->task0 + n_b; i += b->splits) {
+            int h0, nh, split;
+            list_task_at(t, b, i, &h0, &nh, &split);
+            const float *base = t->partial + b->part0 + (size_t)(i - b->task0) * step;
+            for (int qi = 0; qi < b->ntok * nh; qi++)
+                combine_query(t->hd, base + (size_t)qi * pf, step, b->splits,
+                              out_row(t, h0 + qi % nh, t->order[b->first + qi / nh]));
         }
     }
 }
@@ -316,5 +439,131 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
     cpu_pool_run(be->pool, nth, attn_worker, &t);
     if (t.splits > 1)
         combine_splits(&t);
+    return MINFER_OK;
+}
+
+/* ---- ATTENTION_LISTS ---- */
+
+static int list_cmp_order(const int32_t *qlist, int a, int b)
+{
+    return qlist[a] != qlist[b] ? (qlist[a] < qlist[b] ? -1 : 1) : (a < b ? -1 : a > b);
+}
+
+minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct minfer_node *node)
+{
+    const struct minfer_tensor *q = node->src[0], *kc = node->src[1], *ls = node->src[5];
+    const int32_t *range = node->src[3]->data, *qlist = node->src[4]->data, *lists = ls->data;
+    int64_t n_cells = kc->ne[1], nt = q->ne[2], n_kv = ls->ne[0], n_lists = ls->ne[1];
+    if (nt * q->ne[1] > INT32_MAX || n_kv * n_lists > INT32_MAX)
+        return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "too many queries or list entries");
+    for (int64_t i = 0; i < nt; i++) {
+        int32_t first = range[2 * i], end = range[2 * i + 1];
+        if (qlist[i] < 0 || qlist[i] >= n_lists || first < 0 || end <= first || end > n_kv)
+            return cpu_fail(be, node, MINFER_ERR_RANGE,
+                            "ATTENTION_LISTS query %lld reads entries [%d, %d) of list %d; lists "
+                            "are 0..%lld of %lld entries (a range is never empty)",
+                            (long long)i, first, end, qlist[i], (long long)n_lists - 1,
+                            (long long)n_kv);
+        const int32_t *l = lists + (size_t)qlist[i] * (size_t)n_kv;
+        for (int32_t j = first; j < end; j++)
+            if (l[j] < 0 || l[j] >= n_cells)
+                return cpu_fail(be, node, MINFER_ERR_RANGE,
+                                "ATTENTION_LISTS list %d entry %d is cell %d, outside the "
+                                "cache's %lld cells",
+                                qlist[i], j, l[j], (long long)n_cells);
+    }
+
+    struct attn_task t;
+    memset(&t, 0, sizeof t);
+    t.k = be->k;
+    t.q = q;
+    t.kc = kc;
+    t.vc = node->src[2];
+    t.dst = node->dst;
+    t.range = range;
+    t.nt = (int)nt;
+    t.hd = (int)q->ne[0];
+    t.group = (int)(q->ne[1] / node->iparams[0]);
+    t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
+    t.scale = node->fparams[0];
+    t.n_kv = node->iparams[0];
+    t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
+    t.splits = 1;
+
+    /* host bookkeeping: the query order, then the blocks */
+    size_t order_bytes = (size_t)nt * sizeof(int32_t);
+    size_t block_bytes = (size_t)nt * sizeof(struct list_block);
+    int32_t *order = malloc(order_bytes);
+    struct list_block *blocks = malloc(block_bytes);
+    if (!order || !blocks) {
+        free(order);
+        free(blocks);
+        return cpu_fail(be, node, MINFER_ERR_NO_MEMORY, "out of memory for %lld queries",
+                        (long long)nt);
+    }
+    /* stable insertion by list: batches are small or already grouped */
+    for (int i = 0; i < (int)nt; i++) {
+        int j = i;
+        while (j > 0 && list_cmp_order(qlist, order[j - 1], i) > 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    int n_blocks = 0;
+    int64_t n_tasks = 0;
+    size_t parts = 0;
+    int heads = t.group < HEADS_PER_TASK ? t.group : HEADS_PER_TASK;
+    for (int i = 0; i < (int)nt;) {
+        int e = i;
+        while (e < (int)nt && qlist[order[e]] == qlist[order[i]])
+            e++;
+        bool split = e - i <= TOKENS_PER_TASK; /* as ATTENTION splits a decode */
+        for (int b0 = i; b0 < e; b0 += TOKENS_PER_TASK) {
+            struct list_block *b = &blocks[n_blocks++];
+            b->first = b0;
+            b->ntok = e - b0 < TOKENS_PER_TASK ? e - b0 : TOKENS_PER_TASK;
+            b->cells = lists + (size_t)qlist[order[b0]] * (size_t)n_kv;
+            int max_vis = 0;
+            for (int k = 0; k < b->ntok; k++)
+                max_vis = range[2 * order[b0 + k] + 1] > max_vis ? range[2 * order[b0 + k] + 1]
+                                                                  : max_vis;
+            b->splits = split ? (max_vis - 1) / SPLIT_CELLS + 1 : 1;
+            b->task0 = (int)(n_tasks < INT32_MAX ? n_tasks : INT32_MAX);
+            b->part0 = parts;
+            n_tasks += (int64_t)t.n_kv * t.subs * b->splits;
+            if (b->splits > 1)
+                parts += (size_t)t.n_kv * t.subs * b->splits * b->ntok * heads *
+                         partial_floats(t.hd);
+        }
+        i = e;
+    }
+    if (n_tasks > INT32_MAX) {
+        free(order);
+        free(blocks);
+        return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "too many attention tasks (%lld)",
+                        (long long)n_tasks);
+    }
+    t.order = order;
+    t.blocks = blocks;
+    t.n_blocks = n_blocks;
+    t.n_tasks = (int)n_tasks;
+    int nth = t.n_tasks > 1 ? be->n_threads : 1;
+    t.scratch_floats = scratch_floats(t.hd);
+    size_t per_threads = (size_t)nth * t.scratch_floats;
+    size_t bytes = (per_threads + parts) * sizeof(float);
+    t.scratch = cpu_scratch(be, bytes);
+    if (!t.scratch) {
+        free(order);
+        free(blocks);
+        return cpu_fail(be, node, MINFER_ERR_NO_MEMORY,
+                        "out of memory for %zu bytes of attention scratch", bytes);
+    }
+    t.partial = t.scratch + per_threads;
+    atomic_init(&t.next, 0);
+    cpu_pool_run(be->pool, nth, attn_worker, &t);
+    combine_list_splits(&t);
+    free(order);
+    free(blocks);
     return MINFER_OK;
 }

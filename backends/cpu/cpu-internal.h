@@ -162,6 +162,7 @@ minfer_status cpu_execute(struct minfer_backend *be, const struct minfer_node *n
 /* per-op runners (validated nodes only, except for content checks) */
 minfer_status cpu_op_matmul(struct minfer_backend *be, const struct minfer_node *node);
 minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_node *node);
+minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct minfer_node *node);
 /* TOPK, MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM (moe.c) */
 minfer_status cpu_op_moe(struct minfer_backend *be, const struct minfer_node *node);
 

@@ -102,9 +102,20 @@ static minfer_status mul_mat_id(struct minfer_backend *be, const struct minfer_n
                                 "%lld experts",
                                 e[j], (long long)t, (long long)j, (long long)E);
     }
-    /* scratch: gathered columns [K, k*T], their products [N, k*T], and the
-     * slot (t * k + j) of each gathered column */
-    size_t cols = (size_t)(k * T);
+    /* the busiest expert's column count sizes the gather buffers */
+    int64_t most = 0;
+    for (int64_t ex = 0; ex < E; ex++) {
+        int64_t c = 0;
+        for (int64_t t = 0; t < T; t++) {
+            const int32_t *e = (const int32_t *)cpu_row(ids, t);
+            for (int64_t j = 0; j < k; j++)
+                c += e[j] == ex;
+        }
+        most = c > most ? c : most;
+    }
+    /* scratch: one expert's gathered columns [K, most], their products
+     * [N, most], and the slot (t * k + j) of each gathered column */
+    size_t cols = (size_t)most;
     size_t bytes = cols * ((size_t)(K + N) * sizeof(float) + sizeof(int64_t)) + 64;
     if (bytes > be->moe_scratch_size) {
         void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);

@@ -711,6 +711,14 @@ minfer_status cu_sync(struct cu_ctx *c)
             return cu_ctx_fail(c, MINFER_ERR_RANGE,
                                "cuda: GET_ROWS read an id outside [0, n_rows) (rows were "
                                "left zero)");
+        if (f & KFLAG_MOE_ID)
+            return cu_ctx_fail(c, MINFER_ERR_RANGE,
+                               "cuda: MUL_MAT_ID or MOE_WEIGHTS got an expert id outside "
+                               "[0, n_expert) (those slots were not written)");
+        if (f & KFLAG_ATTN_LIST)
+            return cu_ctx_fail(c, MINFER_ERR_RANGE,
+                               "cuda: ATTENTION_LISTS got a visible range, list or cell out "
+                               "of range (those entries were not read)");
         return cu_ctx_fail(c, MINFER_ERR_RANGE,
                            "cuda: KV_STORE got a cell outside [0, n_cells) (that row was "
                            "not written)");

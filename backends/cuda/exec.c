@@ -160,12 +160,14 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
 {
     const struct minfer_tensor *s0 = n->src[0], *d = n->dst;
     const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
-    size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
+    size_t need = k_attn_scratch_bytes(view_of(s0), kc->type, kc->data, vc->data,
+                                       (int64_t)kc->nb[1], (int64_t)vc->nb[1], kc->ne[1],
+                                       n->iparams[0], x != NULL);
     void *part = NULL, *xq = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    minfer_status st = need ? cu_scratch(be->c, SLOT_ATTN, need, &part) : MINFER_OK;
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
     if (x) {
         be->xq.valid = false;
         st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
@@ -174,9 +176,28 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     }
     LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                          (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
-                         n->src[4]->data, n->fparams[0], view_of(d), part, xq));
+                         n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
+                         xq));
     if (x)
         be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
+    return MINFER_OK;
+}
+
+/* ATTENTION_LISTS: kernels/attn-lists.cu, scratch sized by shapes only */
+static minfer_status run_attention_lists(struct minfer_backend *be, const struct minfer_node *n,
+                                         struct kctx *k)
+{
+    const struct minfer_tensor *s0 = n->src[0], *kc = n->src[1], *vc = n->src[2];
+    const struct minfer_tensor *ls = n->src[5];
+    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], ls->ne[0]);
+    void *part = NULL;
+    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                             (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
+                             n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
+                             view_of(n->dst), part));
     return MINFER_OK;
 }
 
@@ -203,6 +224,9 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     case MINFER_OP_SWIGLU:
         LAUNCH(k_binary(k, KBIN_SWIGLU, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_GEGLU:
+        LAUNCH(k_binary(k, KBIN_GEGLU, view_of(s0), view_of(s1), view_of(d)));
         return MINFER_OK;
     case MINFER_OP_SCALE:
         LAUNCH(k_scale(k, view_of(s0), view_of(d), n->fparams[0]));
@@ -247,15 +271,48 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     }
     case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV:
+        if (n->op == MINFER_OP_ROPE_DIV || n->iparams[1] != 0 || n->fparams[2] != 0.0f ||
+            n->fparams[3] != 0.0f || n->fparams[4] != 0.0f || n->fparams[5] != 0.0f) {
+            LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
+                              n->iparams[1],
+                              n->op == MINFER_OP_ROPE_DIV ? n->src[2]->data : NULL,
+                              n->fparams));
+            return MINFER_OK;
+        }
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
                       n->fparams[1]));
         return MINFER_OK;
+    case MINFER_OP_TOPK:
+        LAUNCH(k_topk(k, view_of(s0), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_WEIGHTS:
+        LAUNCH(k_moe_weights(k, view_of(s0), view_of(s1), n->iparams[0], view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MOE_SUM:
+        LAUNCH(k_moe_sum(k, view_of(s0), view_of(s1), view_of(d)));
+        return MINFER_OK;
+    case MINFER_OP_MUL_MAT_ID: {
+        const struct minfer_tensor *ids = n->src[2];
+        size_t need = k_mul_mat_id_scratch_bytes(s0->ne[2], ids->ne[0] * ids->ne[1]);
+        void *sc = NULL;
+        /* SLOT_FFN holds only one node's temporaries; routing lists here */
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, need, &sc);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        LAUNCH(k_mul_mat_id(k, s0->type, s0->data, s0->ne[0], s0->ne[1], s0->ne[2],
+                            (int64_t)s0->nb[1], (int64_t)s0->nb[2], view_of(s1), view_of(ids),
+                            view_of(d), sc));
+        return MINFER_OK;
+    }
     case MINFER_OP_KV_STORE:
         LAUNCH(k_kv_store(k, view_of(s0), s1->data, d->type, d->data, (int64_t)d->nb[1],
                           d->ne[1]));
         return MINFER_OK;
     case MINFER_OP_ATTENTION:
         return cuda_run_attention(be, n, k, NULL);
+    case MINFER_OP_ATTENTION_LISTS:
+        return run_attention_lists(be, n, k);
     default:
         return cuda_node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
     }

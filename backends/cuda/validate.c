@@ -93,11 +93,28 @@ int cuda_validate(const struct minfer_node *n, int check_ptrs, char *why, size_t
         if (check_matmul(s1, n->src[2], d, check_ptrs, why, why_len))
             return -1;
         return check_matmul(s0, n->src[2], d, check_ptrs, why, why_len);
+    case MINFER_OP_MUL_MAT_ID:
+        if (!k_type_readable(s0->type) || s0->type == MINFER_TYPE_Q8_1 ||
+            s0->type == MINFER_TYPE_Q8_K)
+            WHY("expert weight type %s has no CUDA MUL_MAT_ID kernel", tname(s0->type));
+        if (s0->ne[0] % 8 || s0->ne[2] > 8192)
+            WHY("K %lld (needs a multiple of 8) or %lld experts (at most 8192)",
+                (long long)s0->ne[0], (long long)s0->ne[2]);
+        if (s1->nb[1] % 4 || s1->nb[2] % 4 || (check_ptrs && !aligned(s1->data, 4)))
+            WHY("activations are not 4-byte aligned");
+        return 0;
+    case MINFER_OP_TOPK:
+        if (s0->ne[0] > 4096)
+            WHY("TOPK over %lld values (at most 4096)", (long long)s0->ne[0]);
+        return 0;
     case MINFER_OP_ROPE:
+    case MINFER_OP_ROPE_DIV:
         if (s0->ne[2] > 65535)
             WHY("%lld tokens exceed 65535 per launch", (long long)s0->ne[2]);
         return 0;
     case MINFER_OP_ATTENTION:
+        return check_attention(n, check_ptrs, why, why_len);
+    case MINFER_OP_ATTENTION_LISTS:
         return check_attention(n, check_ptrs, why, why_len);
     default: /* the other ops of ir.h run as the contract allows */
         return 0;

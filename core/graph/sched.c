@@ -23,8 +23,20 @@ static bool reads_weight(const struct minfer_node *n)
     return (n->dst->flags & MINFER_TENSOR_KV) != 0;
 }
 
+/* Whether n needs what ABI 1.1 added: its ops (ATTENTION_LISTS .. ROPE_DIV)
+ * or a meaning given to a parameter slot that 1.0 left zero (ROPE's layout,
+ * ATTENTION's window). A 1.0 plugin would ignore such a slot silently. */
+static bool needs_minor_1(const struct minfer_node *n)
+{
+    if (n->op >= MINFER_OP_ATTENTION_LISTS)
+        return true;
+    return (n->op == MINFER_OP_ROPE || n->op == MINFER_OP_ATTENTION) && n->iparams[1] != 0;
+}
+
 bool sched_supports(const struct sched_backend *b, const struct minfer_node *n)
 {
+    if (b->plugin->abi_minor < 1 && needs_minor_1(n))
+        return false;
     return b->plugin->iface->supports_op &&
            b->plugin->iface->supports_op(b->be, n);
 }

@@ -2,49 +2,20 @@
  * context.c — inference contexts and the decode API. A context owns a
  * backend instance (weights registered with it), the KV cache, one compute
  * arena and a small cache of built graphs keyed by their parameters
- * (tokens per pass, KV-length bucket, logits rows). Token ids, positions,
- * KV cells and the KV length are input tensors written before each pass,
- * so a cached graph — and its addresses — serve every step of its key.
+ * (tokens per pass, KV-length bucket, logits rows, cell lists). Token ids,
+ * positions, KV cells and the KV length (or the cell lists) are input
+ * tensors written before each pass, so a cached graph — and its addresses —
+ * serve every step of its key. Decode itself is batch.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv.h"
-#include "model.h"
-#include "graph/passes.h"
+#include "context.h"
 #include "runtime/error.h"
 
-#define CTX_MAX_GRAPHS 16
 #define CTX_ARENA_ALIGN 256
 #define CTX_MIN_BUCKET 256
-
-struct graph_entry {
-    int32_t n_tokens, n_kv, n_out;   /* the key */
-    struct graph *g;
-    struct gtensor *inp_tokens, *inp_pos, *inp_cells, *inp_kv_len, *out;
-    uint64_t last_used;
-};
-
-struct minfer_ctx {
-    struct minfer_model *m;
-    struct minfer_ctx_params p;
-    struct sched_backend sb;
-    void **wdata;                    /* [m->n_weights] backend addresses */
-    struct kv_cache kv;
-    void *arena;                     /* compute arena in the backend */
-    size_t arena_size;
-    uint64_t generation;             /* bumps when the arena moves */
-    struct graph_entry graphs[CTX_MAX_GRAPHS];
-    int n_graphs;
-    uint64_t tick;
-    char *stage;                     /* host staging of a pass's inputs */
-    size_t stage_size;
-    float *logits;                   /* [n_logits_cap][n_vocab] */
-    int32_t n_logits, n_logits_cap;
-    struct sched_profile prof;       /* $MINFER_PROFILE */
-    char err[768];
-};
 
 static uint64_t next_graph_uid(void)
 {
@@ -122,7 +93,7 @@ static minfer_status build_graph(struct minfer_ctx *c, struct graph_entry *e)
     struct ctx_build cb = {
         .c = c,
         .b = {.m = m, .hp = &m->hp, .kv = &c->kv, .wdata = c->wdata, .n_tokens = e->n_tokens,
-              .n_kv = e->n_kv, .n_out = e->n_out, .wt = wt},
+              .n_kv = e->n_kv, .n_out = e->n_out, .n_lists = e->n_lists, .wt = wt},
     };
     struct graph_passes p = {
         .build = ctx_build, .reserve = ctx_reserve, .user = &cb, .bes = &c->sb, .n_bes = 1,
@@ -134,20 +105,35 @@ static minfer_status build_graph(struct minfer_ctx *c, struct graph_entry *e)
     if (st != MINFER_OK)
         return st;
     e->g = g;
-    e->inp_tokens = cb.b.inp_tokens;
-    e->inp_pos = cb.b.inp_pos;
-    e->inp_cells = cb.b.inp_cells;
-    e->inp_kv_len = cb.b.inp_kv_len;
+    struct gtensor *in[CTX_MAX_INPUTS] = {cb.b.inp_tokens, cb.b.inp_pos, cb.b.inp_cells,
+                                          cb.b.inp_kv_len};
+    e->n_in = 4;
+    if (e->n_lists) {
+        in[3] = cb.b.inp_range;
+        in[4] = cb.b.inp_qlist;
+        in[5] = cb.b.inp_lists;
+        in[6] = cb.b.inp_range_w;
+        e->n_in = cb.b.inp_range_w ? 7 : 6;
+    }
+    for (int k = 0; k < e->n_in; k++) {
+        if (!in[k]) {
+            graph_free(g);
+            return errf(c->err, sizeof c->err, MINFER_ERR_STATE,
+                        "architecture %s built no input %d", m->arch->name, k);
+        }
+        e->in[k] = in[k];
+    }
     e->out = cb.b.out_logits;
     return MINFER_OK;
 }
 
-static minfer_status get_graph(struct minfer_ctx *c, int32_t n_tokens, int32_t n_kv,
-                               int32_t n_out, struct graph_entry **out)
+minfer_status ctx_get_graph(struct minfer_ctx *c, int32_t n_tokens, int32_t n_kv, int32_t n_out,
+                            int32_t n_lists, struct graph_entry **out)
 {
     for (int i = 0; i < c->n_graphs; i++) {
         struct graph_entry *e = &c->graphs[i];
-        if (e->n_tokens == n_tokens && e->n_kv == n_kv && e->n_out == n_out) {
+        if (e->n_tokens == n_tokens && e->n_kv == n_kv && e->n_out == n_out &&
+            e->n_lists == n_lists) {
             e->last_used = ++c->tick;
             *out = e;
             return MINFER_OK;
@@ -168,6 +154,7 @@ static minfer_status get_graph(struct minfer_ctx *c, int32_t n_tokens, int32_t n
     e->n_tokens = n_tokens;
     e->n_kv = n_kv;
     e->n_out = n_out;
+    e->n_lists = n_lists;
     minfer_status st = build_graph(c, e);
     if (st != MINFER_OK) {
         memset(e, 0, sizeof *e);
@@ -181,7 +168,7 @@ static minfer_status get_graph(struct minfer_ctx *c, int32_t n_tokens, int32_t n
 
 /* The KV-length bucket: cells attention may read, a power of two (at
  * least CTX_MIN_BUCKET) capped by the cache. */
-static int32_t kv_bucket(const struct minfer_ctx *c, int32_t kv_len)
+int32_t ctx_kv_bucket(const struct minfer_ctx *c, int32_t kv_len)
 {
     int64_t b = CTX_MIN_BUCKET;
     while (b < kv_len)
@@ -197,6 +184,7 @@ void minfer_ctx_params_default(struct minfer_ctx_params *p)
     p->struct_size = sizeof *p;
     p->type_k = MINFER_TYPE_F16;
     p->type_v = MINFER_TYPE_F16;
+    p->n_seq_max = 1;
 }
 
 static minfer_status register_weights(struct minfer_ctx *c)
@@ -249,13 +237,20 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         memcpy(&c->p, p, p->struct_size < sizeof c->p ? p->struct_size : sizeof c->p);
     c->p.struct_size = sizeof c->p;
     int64_t n_ctx = c->p.n_ctx > 0 ? c->p.n_ctx : 4096;
-    if (n_ctx > m->hp.n_ctx_train)
-        n_ctx = m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_max) /* the trained context, or more with RoPE scaling */
+        n_ctx = m->hp.n_ctx_max;
     c->p.n_ctx = (int32_t)n_ctx;
     if (c->p.n_batch <= 0)
         c->p.n_batch = 512;
     if (c->p.n_batch > c->p.n_ctx)
         c->p.n_batch = c->p.n_ctx;
+    if (c->p.n_seq_max == 0)
+        c->p.n_seq_max = 1;
+    if (c->p.n_seq_max < 0 || c->p.n_seq_max > KV_SEQ_LIMIT) {
+        st = errf(c->err, sizeof c->err, MINFER_ERR_RANGE, "n_seq_max %d is outside 1..%d",
+                  c->p.n_seq_max, KV_SEQ_LIMIT);
+        goto out_free;
+    }
     if (c->p.n_threads < 0) {
         st = errf(c->err, sizeof c->err, MINFER_ERR_INVALID_ARG, "n_threads %d is negative",
                   c->p.n_threads);
@@ -272,12 +267,20 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
     st = plugin_create_instance(m->plugin, &cfg, &c->sb.be, c->err, sizeof c->err);
     if (st != MINFER_OK)
         goto out_free;
+    c->pad_batches = c->p.flags & MINFER_CTX_PAD_BATCHES;
+    if (!(c->p.flags & MINFER_CTX_NO_GRAPHS) && PLUGIN_HAS(m->plugin, device_info) &&
+        PLUGIN_HAS(m->plugin, graph_replay)) {
+        struct minfer_device_info di = {.struct_size = sizeof di};
+        if (m->plugin->iface->device_info(0, &di) == MINFER_OK && di.is_gpu)
+            c->pad_batches = true;
+    }
     st = register_weights(c);
     if (st != MINFER_OK)
         goto out_free;
     st = kv_init(&c->kv, m->plugin, c->sb.be, (int32_t)m->hp.n_layer,
                  m->hp.head_dim * m->hp.n_head_kv, m->hp.head_dim_v * m->hp.n_head_kv,
-                 (uint32_t)c->p.n_ctx, c->p.type_k, c->p.type_v, c->err, sizeof c->err);
+                 (uint32_t)c->p.n_ctx, c->p.n_seq_max, c->p.type_k, c->p.type_v, c->err,
+                 sizeof c->err);
     if (st != MINFER_OK)
         goto out_free;
     c->logits = malloc(sizeof *c->logits * (size_t)m->hp.n_vocab);
@@ -316,177 +319,8 @@ void minfer_ctx_free(struct minfer_ctx *c)
     free(c->wdata);
     free(c->stage);
     free(c->logits);
+    free(c->batch_row);
     free(c);
-}
-
-/* ---- decode ---- */
-
-/* One forward pass of T tokens; keeps n_out logits rows at row out_row. */
-static minfer_status decode_chunk(struct minfer_ctx *c, const int32_t *tokens, int32_t T,
-                                  int32_t n_out, int32_t out_row)
-{
-    int32_t pos0 = (int32_t)c->kv.n_used;
-    uint32_t first = 0;
-    minfer_status st = kv_find_slot(&c->kv, 0, pos0, T, &first);
-    if (st != MINFER_OK) {
-        return errf(c->err, sizeof c->err, st,
-                    "no room for %d tokens in the KV cache (%u of %u used)",
-                    T, c->kv.n_used, c->kv.n_cells);
-    }
-    int32_t kv_len = (int32_t)first + T;
-    int32_t n_kv = kv_bucket(c, kv_len);
-    /* attention reads n_kv cells: zero those no pass has reached yet */
-    st = kv_clear_to(&c->kv, (uint32_t)n_kv, c->err, sizeof c->err);
-    if (st != MINFER_OK)
-        return st;
-    struct graph_entry *e = NULL;
-    st = get_graph(c, T, n_kv, n_out, &e);
-    if (st != MINFER_OK)
-        return st;
-    /* The inputs were placed first and side by side in the arena: stage
-     * them in one host block and write it with one call (one host-to-device
-     * copy per pass on an accelerator instead of four). */
-    struct gtensor *in[4] = {e->inp_tokens, e->inp_pos, e->inp_cells, e->inp_kv_len};
-    size_t lo = SIZE_MAX, hi = 0;
-    for (int k = 0; k < 4; k++) {
-        lo = in[k]->offs < lo ? in[k]->offs : lo;
-        hi = in[k]->offs + in[k]->size > hi ? in[k]->offs + in[k]->size : hi;
-    }
-    if (hi - lo > c->stage_size) {
-        free(c->stage);
-        c->stage = malloc(hi - lo);
-        c->stage_size = c->stage ? hi - lo : 0;
-        if (!c->stage) {
-            return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
-                        "out of memory staging %zu input bytes", hi - lo);
-        }
-    }
-    char *stage = c->stage;
-    memset(stage, 0, hi - lo);
-    int32_t *tok = (int32_t *)(stage + (in[0]->offs - lo));
-    int32_t *pos = (int32_t *)(stage + (in[1]->offs - lo));
-    int32_t *cell = (int32_t *)(stage + (in[2]->offs - lo));
-    int32_t *len = (int32_t *)(stage + (in[3]->offs - lo));
-    memcpy(tok, tokens, sizeof *tokens * (size_t)T);
-    for (int32_t i = 0; i < T; i++) {
-        pos[i] = pos0 + i;
-        cell[i] = (int32_t)first + i;
-    }
-    *len = kv_len;
-    st = c->sb.plugin->iface->buffer_write(c->sb.be, (char *)c->arena + lo, stage, hi - lo);
-    if (st != MINFER_OK)
-        return plugin_fail(c->sb.plugin, c->sb.be, st, "buffer_write of the pass's inputs",
-                           c->err, sizeof c->err);
-    st = sched_execute(e->g, &c->sb, 1, c->generation, T, !(c->p.flags & MINFER_CTX_NO_GRAPHS),
-                       &c->prof, c->err, sizeof c->err);
-    if (st != MINFER_OK)
-        return st;
-    kv_commit(&c->kv, 0, first, pos0, T);
-    if (n_out) {
-        size_t row = (size_t)c->m->hp.n_vocab;
-        st = c->sb.plugin->iface->buffer_read(c->sb.be, c->logits + (size_t)out_row * row,
-                                               e->out->t.data, (size_t)n_out * row * sizeof(float));
-        if (st != MINFER_OK)
-            return plugin_fail(c->sb.plugin, c->sb.be, st, "buffer_read of the logits", c->err,
-                               sizeof c->err);
-    }
-    return MINFER_OK;
-}
-
-minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int32_t n,
-                                uint32_t flags)
-{
-    if (!c)
-        return MINFER_ERR_INVALID_ARG;
-    c->err[0] = 0;
-    if (!tokens || n <= 0) {
-        return errf(c->err, sizeof c->err, MINFER_ERR_INVALID_ARG,
-                    "decode needs at least one token (got %d)", n);
-    }
-    if ((int64_t)c->kv.n_used + n > c->kv.n_cells) {
-        return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
-                    "%d tokens after %u in the context exceed its length %u (use a larger -c, "
-                    "at most the model's %lld)",
-                    n, c->kv.n_used, c->kv.n_cells, (long long)c->m->hp.n_ctx_train);
-    }
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->m->hp.n_vocab) {
-            return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
-                        "token %d at index %d is outside the vocabulary [0, %lld)",
-                        tokens[i], i, (long long)c->m->hp.n_vocab);
-        }
-    bool all = flags & MINFER_DECODE_ALL_LOGITS;
-    int32_t rows = all ? n : 1;
-    if (rows > c->n_logits_cap) {
-        size_t bytes = sizeof(float) * (size_t)c->m->hp.n_vocab;
-        if ((size_t)rows > SIZE_MAX / bytes) {
-            return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
-                        "logits of %d rows overflow", rows);
-        }
-        float *l = realloc(c->logits, bytes * (size_t)rows);
-        if (!l) {
-            return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
-                        "out of memory for %d rows of logits", rows);
-        }
-        c->logits = l;
-        c->n_logits_cap = rows;
-    }
-    c->n_logits = 0;
-    for (int32_t s = 0; s < n; s += c->p.n_batch) {
-        int32_t T = n - s < c->p.n_batch ? n - s : c->p.n_batch;
-        bool last = s + T == n;
-        int32_t n_out = all ? T : last ? 1 : 0;
-        minfer_status st = decode_chunk(c, tokens + s, T, n_out, all ? s : 0);
-        if (st != MINFER_OK)
-            return st;
-        if (c->p.progress && n > c->p.n_batch &&
-            !c->p.progress((uint64_t)(s + T), (uint64_t)n, c->p.progress_user)) {
-            return errf(c->err, sizeof c->err, MINFER_ERR_STATE,
-                        "decode cancelled after %d of %d tokens", s + T, n);
-        }
-    }
-    c->n_logits = rows;
-    return MINFER_OK;
-}
-
-const float *minfer_ctx_logits(const struct minfer_ctx *c, int32_t i)
-{
-    if (!c || !c->n_logits)
-        return NULL;
-    if (i < 0)
-        i += c->n_logits;
-    if (i < 0 || i >= c->n_logits)
-        return NULL;
-    return c->logits + (size_t)i * (size_t)c->m->hp.n_vocab;
-}
-
-int32_t minfer_ctx_n_logits(const struct minfer_ctx *c)
-{
-    return c ? c->n_logits : 0;
-}
-
-int32_t minfer_ctx_n_past(const struct minfer_ctx *c)
-{
-    return c ? kv_seq_len(&c->kv, 0) : 0;
-}
-
-int32_t minfer_ctx_n_ctx(const struct minfer_ctx *c)
-{
-    return c ? (int32_t)c->kv.n_cells : 0;
-}
-
-minfer_status minfer_ctx_truncate(struct minfer_ctx *c, int32_t n_past)
-{
-    if (!c)
-        return MINFER_ERR_INVALID_ARG;
-    if (n_past < 0 || n_past > kv_seq_len(&c->kv, 0)) {
-        return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
-                    "cannot truncate to %d: the context holds %d tokens",
-                    n_past, kv_seq_len(&c->kv, 0));
-    }
-    kv_truncate(&c->kv, 0, n_past);
-    c->n_logits = 0;
-    return MINFER_OK;
 }
 
 const char *minfer_ctx_last_error(const struct minfer_ctx *c)

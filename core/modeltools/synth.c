@@ -33,17 +33,51 @@
 /* From each model's config.json (hidden_size, num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
  * vocab_size, max_position_embeddings, tie_word_embeddings). */
+#define SHAPE(A, NM, E, L, H, KV, HD, FF, V, CTX, TH, EPS, TIED, BIAS, QK, ...)                     \
+    {.arch = A, .name = NM, .n_embd = E, .n_layer = L, .n_head = H, .n_head_kv = KV,            \
+     .head_dim = HD, .n_ff = FF, .n_vocab = V, .n_ctx = CTX, .rope_theta = TH, .rms_eps = EPS,  \
+     .tied = TIED, .qkv_bias = BIAS, .qk_norm = QK, __VA_ARGS__}
 static const struct minfer_synth_shape known_shapes[] = {
-    {"qwen2", "qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1e6f, 1e-6f, true, true, false},
-    {"qwen2", "qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768, 1e6f, 1e-6f, true, true, false},
-    {"qwen2", "qwen2.5-3b", 2048, 36, 16, 2, 128, 11008, 151936, 32768, 1e6f, 1e-6f, true, true, false},
-    {"qwen2", "qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, 32768, 1e6f, 1e-6f, false, true, false},
-    {"qwen3", "qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1e6f, 1e-6f, true, false, true},
-    {"qwen3", "qwen3-1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 40960, 1e6f, 1e-6f, true, false, true},
-    {"qwen3", "qwen3-4b", 2560, 36, 32, 8, 128, 9728, 151936, 40960, 1e6f, 1e-6f, true, false, true},
-    {"qwen3", "qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, 40960, 1e6f, 1e-6f, false, false, true},
+    SHAPE("qwen2", "qwen2.5-0.5b", 896, 24, 14, 2, 64, 4864, 151936, 32768,
+          1e6f, 1e-6f, true, true, false),
+    SHAPE("qwen2", "qwen2.5-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, 32768,
+          1e6f, 1e-6f, true, true, false),
+    SHAPE("qwen2", "qwen2.5-3b", 2048, 36, 16, 2, 128, 11008, 151936, 32768,
+          1e6f, 1e-6f, true, true, false),
+    SHAPE("qwen2", "qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, 32768,
+          1e6f, 1e-6f, false, true, false),
+    SHAPE("qwen3", "qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 40960,
+          1e6f, 1e-6f, true, false, true),
+    SHAPE("qwen3", "qwen3-1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 40960,
+          1e6f, 1e-6f, true, false, true),
+    SHAPE("qwen3", "qwen3-4b", 2560, 36, 32, 8, 128, 9728, 151936, 40960,
+          1e6f, 1e-6f, true, false, true),
+    SHAPE("qwen3", "qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, 40960,
+          1e6f, 1e-6f, false, false, true),
+    /* Llama 3.x: byte-level BPE (llama-bpe); Mistral 7B v0.3: SentencePiece */
+    SHAPE("llama", "llama3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072,
+          5e5f, 1e-5f, true, false, false),
+    SHAPE("llama", "llama3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072,
+          5e5f, 1e-5f, false, false, false),
+    SHAPE("llama", "mistral-7b", 4096, 32, 32, 8, 128, 14336, 32768, 32768,
+          1e6f, 1e-5f, false, false, false, .spm = true),
+    /* Gemma 3: rope_theta of the global layers; the local ones use 1e4 */
+    SHAPE("gemma3", "gemma3-1b", 1152, 26, 4, 1, 256, 6912, 262144, 32768,
+          1e6f, 1e-6f, true, false, true, .sliding_window = 512, .spm = true),
+    SHAPE("gemma3", "gemma3-4b", 2560, 34, 8, 4, 256, 10240, 262208, 131072,
+          1e6f, 1e-6f, true, false, true, .sliding_window = 1024, .spm = true),
+    SHAPE("qwen3moe", "qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960,
+          1e6f, 1e-6f, false, false, true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768),
 };
 #define N_SHAPES (int)(sizeof known_shapes / sizeof known_shapes[0])
+
+#define SYNTH_ARCHS "qwen2, qwen3, llama, gemma3, qwen3moe"
+
+static bool synth_arch_ok(const char *arch)
+{
+    return !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "llama") ||
+           !strcmp(arch, "gemma3") || !strcmp(arch, "qwen3moe");
+}
 
 static bool shape_valid(const struct minfer_synth_shape *s, char *err, size_t err_len)
 {
@@ -64,6 +98,12 @@ static bool shape_valid(const struct minfer_synth_shape *s, char *err, size_t er
         bad = "n_vocab (282..16777216)";
     else if (s->n_ctx < 1)
         bad = "n_ctx";
+    else if (!strcmp(s->arch, "qwen3moe") &&
+             (s->n_expert < 1 || s->n_expert > 4096 || s->n_expert_used < 1 ||
+              s->n_expert_used > s->n_expert || s->n_expert_used > 64 || s->n_ff_exp < 1))
+        bad = "n_expert / n_expert_used / n_ff_exp (1 <= used <= experts, used <= 64)";
+    else if (!strcmp(s->arch, "gemma3") && s->sliding_window < 1)
+        bad = "sliding_window";
     if (bad) {
         errf(err, err_len, 0, "synthetic shape %s: bad %s", s->name, bad);
         return false;
@@ -77,9 +117,9 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
 {
     if (!arch || !spec || !shape)
         return errf(err, err_len, MINFER_ERR_INVALID_ARG, "shape: missing argument");
-    if (strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
+    if (!synth_arch_ok(arch))
         return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
-                    "architecture '%s' is not one of qwen2, qwen3", arch);
+                    "architecture '%s' is not one of " SYNTH_ARCHS, arch);
     if (strncmp(spec, "custom", 6)) {
         for (int i = 0; i < N_SHAPES; i++)
             if (!strcasecmp(spec, known_shapes[i].name)) {
@@ -100,8 +140,10 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
                     "unknown shape '%s' for %s; known: %s, or custom:key=value,...",
                     spec, arch, list);
     }
-    /* custom: defaults from the arch's smallest model */
-    *shape = known_shapes[strcmp(arch, "qwen2") ? 4 : 0];
+    /* custom: defaults from the arch's first (smallest) model */
+    for (int i = N_SHAPES - 1; i >= 0; i--)
+        if (!strcmp(known_shapes[i].arch, arch))
+            *shape = known_shapes[i];
     snprintf(shape->name, sizeof shape->name, "custom");
     const char *p = spec + 6;
     if (*p == ':')
@@ -137,10 +179,16 @@ MINFER_API minfer_status minfer_synth_shape_parse(const char *arch, const char *
         else if (!strcmp(key, "rope_theta")) shape->rope_theta = (float)v;
         else if (!strcmp(key, "rms_eps")) shape->rms_eps = (float)v;
         else if (!strcmp(key, "tied")) shape->tied = v != 0;
+        else if (!strcmp(key, "n_expert")) shape->n_expert = iv;
+        else if (!strcmp(key, "n_expert_used")) shape->n_expert_used = iv;
+        else if (!strcmp(key, "n_ff_exp")) shape->n_ff_exp = iv;
+        else if (!strcmp(key, "sliding_window")) shape->sliding_window = iv;
+        else if (!strcmp(key, "spm")) shape->spm = v != 0;
         else
             return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                         "unknown custom shape key '%s' (n_embd, n_layer, n_head, "
-                        "n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps, tied)",
+                        "n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps, tied, "
+                        "n_expert, n_expert_used, n_ff_exp, sliding_window, spm)",
                         key);
         p = *end ? end + 1 : end;
     }
@@ -191,7 +239,7 @@ struct stensor {
     struct tstream_tensor st; /* first: the fill callback's user */
     char name[64];
     uint32_t type, n_dims;
-    int64_t ne[2];
+    int64_t ne[3];            /* ne[2]: experts of a 3-D expert tensor, else 1 */
     enum skind kind;
     float sigma;              /* target standard deviation of matrix elements */
     uint64_t seed;
@@ -326,7 +374,7 @@ static minfer_status synth_rows(void *user, int64_t r0, int64_t r1, void *dst, v
 /* ---- tensor list ---- */
 
 static int add_t(struct stensor *ts, int n, const char *name, enum skind kind, int64_t ne0,
-                 int64_t ne1)
+                 int64_t ne1, int64_t ne2)
 {
     struct stensor *t = &ts[n];
     memset(t, 0, sizeof *t);
@@ -334,7 +382,8 @@ static int add_t(struct stensor *ts, int n, const char *name, enum skind kind, i
     t->kind = kind;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
-    t->n_dims = ne1 > 1 || kind == S_MATRIX ? 2 : 1;
+    t->ne[2] = ne2;
+    t->n_dims = ne2 > 1 ? 3 : ne1 > 1 || kind == S_MATRIX ? 2 : 1;
     return n + 1;
 }
 
@@ -364,9 +413,9 @@ static int add_spec(struct stensor *ts, int n, const struct tensor_spec *spec,
         snprintf(nm, sizeof nm, spec->name, il);
     else
         snprintf(nm, sizeof nm, "%s", spec->name);
-    enum skind kind = spec->kind == WK_MATRIX ? S_MATRIX : is_bias(nm) ? S_BIAS : S_NORM;
+    enum skind kind = spec->kind != WK_VECTOR ? S_MATRIX : is_bias(nm) ? S_BIAS : S_NORM;
     return add_t(ts, n, nm, kind, model_dim_value(hp, spec->ne[0]),
-                 model_dim_value(hp, spec->ne[1]));
+                 model_dim_value(hp, spec->ne[1]), model_dim_value(hp, spec->ne[2]));
 }
 
 /* Every tensor of the model, listed by its architecture's descriptor
@@ -380,6 +429,7 @@ static int build_tensors(const struct minfer_synth_shape *s, const struct model_
         .n_layer = s->n_layer, .n_ctx_train = s->n_ctx, .n_embd = s->n_embd, .n_ff = s->n_ff,
         .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
         .head_dim_v = s->head_dim, .n_rot = s->head_dim, .n_vocab = s->n_vocab,
+        .n_expert = s->n_expert, .n_ff_exp = s->n_ff_exp,
     };
     const struct tensor_spec *t;
     int n = 0;
@@ -448,12 +498,21 @@ static minfer_status write_hparams(struct minfer_gguf_writer *w, const struct mi
     W(set_u32(w, a, "feed_forward_length", (uint32_t)s->n_ff));
     W(set_u32(w, a, "attention.head_count", (uint32_t)s->n_head));
     W(set_u32(w, a, "attention.head_count_kv", (uint32_t)s->n_head_kv));
-    if (!strcmp(a, "qwen3") || s->head_dim * s->n_head != s->n_embd) {
+    if (strcmp(a, "qwen2") || s->head_dim * s->n_head != s->n_embd) {
         W(set_u32(w, a, "attention.key_length", (uint32_t)s->head_dim));
         W(set_u32(w, a, "attention.value_length", (uint32_t)s->head_dim));
     }
     W(set_f32(w, a, "rope.freq_base", s->rope_theta));
     W(set_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps));
+    if (!strcmp(a, "qwen3moe")) {
+        W(set_u32(w, a, "expert_count", (uint32_t)s->n_expert));
+        W(set_u32(w, a, "expert_used_count", (uint32_t)s->n_expert_used));
+        W(set_u32(w, a, "expert_feed_forward_length", (uint32_t)s->n_ff_exp));
+    }
+    if (!strcmp(a, "gemma3")) { /* what llama.cpp's converter writes for Gemma 3 */
+        W(set_u32(w, a, "attention.sliding_window", (uint32_t)s->sliding_window));
+        W(set_f32(w, a, "rope.freq_base_swa", 10000.0f));
+    }
     return MINFER_OK;
 }
 
@@ -629,6 +688,60 @@ static bool builtin_vocab(struct vocab_arrays *v, uint64_t n_vocab, uint64_t *fi
     return pad_tokens(v, n_normal + N_SPECIALS);
 }
 
+/* Built-in SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte
+ * pieces <0xNN>, then pieces of printable ASCII (a space as "▁"): every
+ * single character, then two and three characters, scored so shorter
+ * pieces merge first; the rest is padding. *scores: [n_vocab], caller frees. */
+static bool builtin_spm_vocab(struct vocab_arrays *v, uint64_t n_vocab, float **scores)
+{
+    if (!vocab_alloc(v, n_vocab, 0) || !(*scores = calloc(n_vocab, sizeof **scores)))
+        return false;
+    static const char *const ctl[3] = {"<unk>", "<s>", "</s>"};
+    uint64_t i = 0;
+    for (; i < 3; i++) {
+        v->tok[i] = dupn(ctl[i], strlen(ctl[i]));
+        v->type[i] = i ? 3 : 2; /* control; <unk> unknown */
+    }
+    for (int b = 0; b < 256; b++, i++) {
+        char t[8];
+        snprintf(t, sizeof t, "<0x%02X>", b);
+        v->tok[i] = dupn(t, 6);
+        v->type[i] = 6; /* byte */
+    }
+    /* printable ASCII with the space spelled U+2581 */
+    const uint64_t nc = 95;
+    uint64_t len = 1, idx = 0, span = nc;
+    for (; i < n_vocab && len <= 3; i++) {
+        char t[12];
+        size_t o = 0;
+        uint64_t r = idx;
+        for (uint64_t k = 0; k < len; k++, r /= nc) {
+            int c = 32 + (int)(r % nc);
+            if (c == ' ') {
+                memcpy(t + o, "\xE2\x96\x81", 3);
+                o += 3;
+            } else {
+                t[o++] = (char)c;
+            }
+        }
+        v->tok[i] = dupn(t, o);
+        v->type[i] = 1;
+        (*scores)[i] = -(float)(i - 259);
+        if (++idx == span) {
+            idx = 0;
+            len++;
+            span *= nc;
+        }
+    }
+    for (uint64_t j = 0; j < i; j++) {
+        if (!v->tok[j])
+            return false;
+        v->tokp[j] = v->tok[j];
+        v->tokl[j] = strlen(v->tok[j]);
+    }
+    return pad_tokens(v, i);
+}
+
 static minfer_status write_vocab_arrays(struct minfer_gguf_writer *w, const struct vocab_arrays *v)
 {
     minfer_status st;
@@ -736,14 +849,37 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
             (st = minfer_gguf_writer_set_str(w, "tokenizer.chat_template", sv->chat_template,
                                              strlen(sv->chat_template))) != MINFER_OK)
             goto out;
+    } else if (o->shape.spm) {
+        float *scores = NULL;
+        if (!builtin_spm_vocab(&v, n_vocab, &scores))
+            goto nomem;
+        /* Mistral prefixes a space; Gemma does not */
+        bool yes = true, prefix = strcmp(o->shape.arch, "gemma3") != 0;
+        st = write_vocab_arrays(w, &v);
+        if (!st)
+            st = minfer_gguf_writer_set_arr(w, "tokenizer.ggml.scores", MINFER_GGUF_FLOAT32,
+                                            scores, n_vocab);
+        free(scores);
+        if (st || (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", 5)) ||
+            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", "default", 7)) ||
+            (st = set_id(w, "tokenizer.ggml.unknown_token_id", 0)) ||
+            (st = set_id(w, "tokenizer.ggml.bos_token_id", 1)) ||
+            (st = set_id(w, "tokenizer.ggml.eos_token_id", 2)) ||
+            (st = minfer_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", MINFER_GGUF_BOOL,
+                                         &yes)) ||
+            (st = minfer_gguf_writer_set(w, "tokenizer.ggml.add_space_prefix", MINFER_GGUF_BOOL,
+                                         &prefix)))
+            goto out;
     } else {
         uint64_t sp;
         if (!builtin_vocab(&v, n_vocab, &sp))
             goto nomem;
         bool add_bos = false;
+        /* Llama 3's byte-level BPE splits as llama-bpe; Qwen's as qwen2 */
+        const char *pre = strcmp(o->shape.arch, "llama") ? "qwen2" : "llama-bpe";
         if ((st = write_vocab_arrays(w, &v)) ||
             (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4)) ||
-            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2", 5)) ||
+            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) ||
             (st = set_id(w, "tokenizer.ggml.bos_token_id", (int64_t)sp)) ||
             (st = set_id(w, "tokenizer.ggml.eos_token_id", (int64_t)sp + 2)) ||
             (st = set_id(w, "tokenizer.ggml.padding_token_id", (int64_t)sp)) ||
@@ -805,7 +941,7 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         if (t[i].kind != S_MATRIX)
             t[i].type = MINFER_TYPE_F32;
         t[i].st.row_bytes = minfer_row_size(t[i].type, t[i].ne[0]);
-        t[i].st.n_rows = t[i].ne[1];
+        t[i].st.n_rows = t[i].ne[1] * t[i].ne[2];
         if (!t[i].st.row_bytes) {
             st = errf(err, err_len, MINFER_ERR_STATE, "tensor %s: no row size for %s x %lld",
                       t[i].name, minfer_type_name(t[i].type), (long long)t[i].ne[0]);
@@ -895,9 +1031,9 @@ MINFER_API minfer_status minfer_synth(const struct minfer_synth_opts *o, const c
     if (!path && (!mem || !mem_size))
         return errf(err, err_len, MINFER_ERR_INVALID_ARG,
                     "minfer_synth: give a path or mem and mem_size");
-    if (strcmp(o->shape.arch, "qwen2") && strcmp(o->shape.arch, "qwen3"))
+    if (!synth_arch_ok(o->shape.arch))
         return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
-                    "architecture '%.16s' is not one of qwen2, qwen3", o->shape.arch);
+                    "architecture '%.16s' is not one of " SYNTH_ARCHS, o->shape.arch);
     if (!shape_valid(&o->shape, err, err_len))
         return MINFER_ERR_RANGE;
     if (minfer_ftype_base_type(o->ftype) == MINFER_TYPE_COUNT)

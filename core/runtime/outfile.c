@@ -99,6 +99,9 @@ minfer_status outfile_open(struct outfile *f, const char *path, char *err, size_
         return st;
     char dir[sizeof f->target];
     dir_of(f->target, dir, sizeof dir);
+    /* a replaced file keeps its permissions */
+    struct stat sb;
+    mode_t keep = stat(f->target, &sb) == 0 ? (sb.st_mode & 07777) : (mode_t)-1;
 #ifdef O_TMPFILE
     /* an unnamed file: nothing to clean up if the process dies; linking it
      * later needs /proc (linkat with AT_EMPTY_PATH needs a capability) */
@@ -107,6 +110,8 @@ minfer_status outfile_open(struct outfile *f, const char *path, char *err, size_
         if (f->fd >= 0) {
             f->anon = true;
             snprintf(f->tmp, sizeof f->tmp, "/proc/self/fd/%d", f->fd);
+            if (keep != (mode_t)-1)
+                fchmod(f->fd, keep);
             return MINFER_OK;
         }
     }
@@ -120,6 +125,8 @@ minfer_status outfile_open(struct outfile *f, const char *path, char *err, size_
     if (f->fd < 0)
         return errf(err, err_len, MINFER_ERR_IO, "cannot create a temporary file in %s: %s",
                     dir, strerror(errno));
+    if (keep != (mode_t)-1)
+        fchmod(f->fd, keep);
     return MINFER_OK;
 }
 

@@ -38,7 +38,7 @@
      sizeof(((struct minfer_backend_iface *)0)->slot))
 static const size_t iface_size_of_minor[] = {
     [0] = IFACE_END(shutdown),
-    [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h), no table slots */
+    [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h: ATTENTION_LISTS, GEGLU, ...), no table slots */
 };
 #define IFACE_HEADER_SIZE IFACE_END(abi_minor)
 _Static_assert(sizeof iface_size_of_minor / sizeof iface_size_of_minor[0] == MINFER_ABI_MINOR + 1,
@@ -64,6 +64,22 @@ static void log_init(void)
         log_threshold = s[0] - '0';
 }
 
+/* minfer_log_set's callback: the pair is swapped under a lock, read under it */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static minfer_log_fn log_fn;
+static void *log_user;
+
+void minfer_log_set(minfer_log_fn fn, void *user, int max_level)
+{
+    pthread_once(&log_once, log_init);
+    pthread_mutex_lock(&log_mu);
+    log_fn = fn;
+    log_user = user;
+    if (max_level >= 0)
+        log_threshold = max_level > MINFER_LOG_DEBUG ? MINFER_LOG_DEBUG : max_level;
+    pthread_mutex_unlock(&log_mu);
+}
+
 static void vlog_at(int level, const char *fmt, va_list ap)
 {
     static const char *const tags[] = {"error", "warn", "info", "debug"};
@@ -72,6 +88,14 @@ static void vlog_at(int level, const char *fmt, va_list ap)
         return;
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    pthread_mutex_lock(&log_mu);
+    minfer_log_fn fn = log_fn;
+    void *user = log_user;
+    pthread_mutex_unlock(&log_mu);
+    if (fn) {
+        fn(level, msg, user);
+        return;
+    }
     const char *tag = level >= 0 && level <= 3 ? tags[level] : "log";
     /* One stdio call per line so concurrent lines do not interleave. */
     fprintf(stderr, "minfer: %s: %s\n", tag, msg);

@@ -6,7 +6,7 @@
 
 const char *minfer_version(void)
 {
-    return MINFER_VERSION_STRING;
+    return MINFER_BUILD_VERSION;
 }
 
 void minfer_plugin_abi(int *major, int *minor)
@@ -32,6 +32,7 @@ const char *minfer_status_str(minfer_status st)
     case MINFER_ERR_NOT_FOUND: return "not found";
     case MINFER_ERR_RANGE: return "value out of range";
     case MINFER_ERR_STATE: return "invalid state";
+    case MINFER_ERR_FULL: return "cache full";
     }
     return "unknown status";
 }

@@ -6,7 +6,9 @@
  *   ...<|im_start|>assistant\n            (generation prompt)
  * with two variants read from the template text: a default system prompt
  * (Qwen2/2.5 add one when the first message is not "system") and Qwen3's
- * handling of <think> blocks in assistant turns.
+ * handling of <think> blocks in assistant turns. Also Llama 3's header
+ * format and Gemma's turns, as llama.cpp's built-in renderers write them
+ * (contents trimmed; no BOS, which the caller adds as the tokenizer says).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +38,10 @@ enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len)
         return MINFER_CHAT_UNKNOWN;
     if (find(tmpl, len, "<|im_start|>") && find(tmpl, len, "<|im_end|>"))
         return MINFER_CHAT_CHATML;
+    if (find(tmpl, len, "<|start_header_id|>") && find(tmpl, len, "<|end_header_id|>"))
+        return MINFER_CHAT_LLAMA3;
+    if (find(tmpl, len, "<start_of_turn>") && find(tmpl, len, "<end_of_turn>"))
+        return MINFER_CHAT_GEMMA;
     return MINFER_CHAT_UNKNOWN;
 }
 
@@ -106,17 +112,21 @@ const char *minfer_tokenizer_chat_template(const struct minfer_tokenizer *tok, s
     return tok->chat_template;
 }
 
+static const char *const format_names[] = {"unknown", "chatml", "llama3", "gemma"};
+
 const char *minfer_chat_format_name(enum minfer_chat_format f)
 {
-    return f == MINFER_CHAT_CHATML ? "chatml" : "unknown";
+    return (unsigned)f < sizeof format_names / sizeof format_names[0] ? format_names[f]
+                                                                        : "unknown";
 }
 
 bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f)
 {
-    if (name && !strcmp(name, "chatml")) {
-        *f = MINFER_CHAT_CHATML;
-        return true;
-    }
+    for (size_t i = 1; name && i < sizeof format_names / sizeof format_names[0]; i++)
+        if (!strcmp(name, format_names[i])) {
+            *f = (enum minfer_chat_format)i;
+            return true;
+        }
     return false;
 }
 
@@ -205,6 +215,69 @@ static void assistant_think(struct out *o, const char *c, bool keep_think, bool 
     put(o, content, cn);
 }
 
+/* Finishes a render into o: the length, the NUL when room remains. */
+static minfer_status render_done(struct out *o, char *out, size_t cap, size_t *n_out, char *err,
+                                 size_t err_len)
+{
+    *n_out = o->n;
+    if (o->n > cap)
+        return errf(err, err_len, MINFER_ERR_RANGE, "chat render needs %zu bytes, got %zu", o->n,
+                    cap);
+    if (o->n < cap)
+        out[o->n] = 0;
+    return MINFER_OK;
+}
+
+/* A message's content without leading and trailing white space (Jinja's trim). */
+static void put_trimmed(struct out *o, const char *c)
+{
+    size_t a = 0, b = strlen(c);
+    while (a < b && strchr(" \t\r\n", c[a]))
+        a++;
+    while (b > a && strchr(" \t\r\n", c[b - 1]))
+        b--;
+    put(o, c + a, b - a);
+}
+
+/* Llama 3 headers and Gemma turns (llama.cpp's renderers of both). */
+static minfer_status render_turns(enum minfer_chat_format fmt, const struct minfer_chat_msg *msgs,
+                                  size_t n, bool add_generation_prompt, char *out, size_t cap,
+                                  size_t *n_out, char *err, size_t err_len)
+{
+    struct out o = {out, cap, 0};
+    bool gemma = fmt == MINFER_CHAT_GEMMA;
+    const char *pending_system = NULL; /* Gemma: joins the next user turn */
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (gemma && !strcmp(role, "system")) {
+            pending_system = msgs[i].content;
+            continue;
+        }
+        if (gemma) {
+            puts_(&o, "<start_of_turn>");
+            puts_(&o, !strcmp(role, "assistant") ? "model" : role);
+            puts_(&o, "\n");
+            if (pending_system && !strcmp(role, "user")) {
+                put_trimmed(&o, pending_system);
+                puts_(&o, "\n\n");
+                pending_system = NULL;
+            }
+            put_trimmed(&o, msgs[i].content);
+            puts_(&o, "<end_of_turn>\n");
+        } else {
+            puts_(&o, "<|start_header_id|>");
+            puts_(&o, role);
+            puts_(&o, "<|end_header_id|>\n\n");
+            put_trimmed(&o, msgs[i].content);
+            puts_(&o, "<|eot_id|>");
+        }
+    }
+    if (add_generation_prompt)
+        puts_(&o, gemma ? "<start_of_turn>model\n"
+                        : "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return render_done(&o, out, cap, n_out, err, err_len);
+}
+
 minfer_status minfer_chat_render(const struct minfer_tokenizer *tok, enum minfer_chat_format fmt,
                                  const struct minfer_chat_msg *msgs, size_t n,
                                  bool add_generation_prompt, char *out, size_t cap,
@@ -247,8 +320,10 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
                         !tok || !tok->chat_template
                             ? "the model has no chat template (tokenizer.chat_template)"
                             : "the model's chat template is not one this build recognises "
-                              "(known: chatml)");
+                              "(known: chatml, llama3, gemma)");
     }
+    if (fmt == MINFER_CHAT_LLAMA3 || fmt == MINFER_CHAT_GEMMA)
+        return render_turns(fmt, msgs, n, add_generation_prompt, out, cap, n_out, err, err_len);
     if (fmt != MINFER_CHAT_CHATML)
         return errf(err, err_len, MINFER_ERR_UNSUPPORTED, "chat format %d is not supported",
                     (int)fmt);
@@ -302,11 +377,5 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
         if (think && no_think)
             puts_(&o, "<think>\n\n</think>\n\n");
     }
-    *n_out = o.n;
-    if (o.n > cap)
-        return errf(err, err_len, MINFER_ERR_RANGE, "chat render needs %zu bytes, got %zu", o.n,
-                    cap);
-    if (o.n < cap)
-        out[o.n] = 0;
-    return MINFER_OK;
+    return render_done(&o, out, cap, n_out, err, err_len);
 }

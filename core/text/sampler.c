@@ -44,6 +44,7 @@ static uint64_t xoshiro(uint64_t s[4])
 /* ---- state ---- */
 
 struct minfer_sampler {
+    char err[256];  /* minfer_sampler_last_error */
     struct minfer_sampler_params p;
     int32_t n_vocab;
     uint64_t rng[4];
@@ -58,6 +59,7 @@ struct minfer_sampler {
 struct minfer_sampler_params minfer_sampler_default_params(void)
 {
     return (struct minfer_sampler_params){
+        .struct_size = sizeof(struct minfer_sampler_params),
         .temperature = 0.8f,
         .top_k = 40,
         .top_p = 0.95f,
@@ -87,6 +89,12 @@ struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
     struct minfer_sampler *s = NULL;
     if (!p) {
         s_ = errf(err, err_len, s_, "sampler: no parameters given");
+        goto out;
+    }
+    if (p->struct_size != sizeof *p) {
+        /* every field is read: a struct from other headers is refused, not misread */
+        s_ = errf(err, err_len, s_, "sampler: struct_size %u, expected %zu (start from "
+                  "minfer_sampler_default_params())", p->struct_size, sizeof *p);
         goto out;
     }
     if (n_vocab <= 0) {
@@ -252,8 +260,13 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
                                  const int32_t **ids, const float **weights, size_t *n_out,
                                  double *sum_out)
 {
-    if (!s || !logits || n_vocab != s->n_vocab)
+    if (!s)
         return MINFER_ERR_INVALID_ARG;
+    s->err[0] = 0;
+    if (!logits || n_vocab != s->n_vocab)
+        return errf(s->err, sizeof s->err, MINFER_ERR_INVALID_ARG,
+                    "sampler: %s%d logits given; this sampler was made for %d",
+                    logits ? "" : "no logits, ", n_vocab, s->n_vocab);
     const struct minfer_sampler_params *p = &s->p;
     size_t n = (size_t)n_vocab;
     float *l = s->logit;
@@ -280,15 +293,19 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
             m--; /* fewer finite logits than k */
         sorted = true;
         best = s->cand[0];
-        if (!isfinite(l[best]))
-            return MINFER_ERR_INVALID_ARG; /* no finite logit (or +inf) */
+        if (!isfinite(l[best])) /* no finite logit (or +inf) */
+            return errf(s->err, sizeof s->err, MINFER_ERR_INVALID_ARG,
+                        "sampler: no finite logit to sample from (the best is %g)",
+                        (double)l[best]);
     } else {
         /* 2. greedy */
         for (size_t i = 1; i < n; i++)
             if (l[i] > l[best])
                 best = (int32_t)i;
         if (!isfinite(l[best]))
-            return MINFER_ERR_INVALID_ARG;
+            return errf(s->err, sizeof s->err, MINFER_ERR_INVALID_ARG,
+                        "sampler: no finite logit to sample from (the best is %g)",
+                        (double)l[best]);
         if (greedy) {
             s->cand[0] = best;
             s->prob[0] = 1.0f;
@@ -362,7 +379,8 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
     size_t m;
     double sum;
     if (!out_id)
-        return MINFER_ERR_INVALID_ARG;
+        return s ? errf(s->err, sizeof s->err, MINFER_ERR_INVALID_ARG, "sampler: no out_id")
+                 : MINFER_ERR_INVALID_ARG;
     minfer_status st = sampler_candidates(s, logits, n_vocab, &ids, &w, &m, &sum);
     if (st != MINFER_OK)
         return st;
@@ -381,4 +399,9 @@ minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logit
     }
     *out_id = ids[m - 1]; /* rounding at the very top */
     return MINFER_OK;
+}
+
+const char *minfer_sampler_last_error(const struct minfer_sampler *s)
+{
+    return s ? s->err : "";
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/error.h"
 #include "tokenizer.h"
 
 /* ---- decode ---- */
@@ -121,16 +122,19 @@ minfer_status minfer_detokenize(const struct minfer_tokenizer *tok, const int32_
     struct sink k = {out, cap, 0};
     uint8_t held[8];
     size_t nh = 0;
-    /* SentencePiece prepended a space when encoding: the first piece's
-     * leading space is not part of the text (as Hugging Face decodes). */
+    /* SentencePiece prepended a space when encoding: the leading space of
+     * the first piece shown is not part of the text (as Hugging Face
+     * decodes). A control token shown first (render_special) comes before
+     * that space, which then stays, as in llama.cpp. */
     bool strip = tok->strip_space_prefix;
     for (size_t i = 0; i < n; i++) {
-        if (strip && ids[i] >= 0 && ids[i] < tok->n_vocab &&
-            tok->types[ids[i]] != MINFER_TOKEN_CONTROL) {
+        bool ctl = ids[i] >= 0 && ids[i] < tok->n_vocab &&
+                   tok->types[ids[i]] == MINFER_TOKEN_CONTROL;
+        if (strip && ids[i] >= 0 && ids[i] < tok->n_vocab && (!ctl || render_special)) {
             strip = false;
             size_t bn;
             const char *b = minfer_token_bytes(tok, ids[i], &bn);
-            if (bn && b[0] == ' ') {
+            if (!ctl && bn && b[0] == ' ') {
                 decode_bytes(held, &nh, b + 1, bn - 1, false, &k);
                 continue;
             }
@@ -145,6 +149,7 @@ minfer_status minfer_detokenize(const struct minfer_tokenizer *tok, const int32_
 }
 
 struct minfer_detok {
+    char err[128]; /* minfer_detok_last_error */
     const struct minfer_tokenizer *tok;
     bool render_special;
     uint8_t held[8];
@@ -178,16 +183,19 @@ minfer_status minfer_detok_push(struct minfer_detok *d, int32_t id, char *out, s
         *n_out = 0;
     if (!d || !n_out || (!out && cap))
         return MINFER_ERR_INVALID_ARG;
+    d->err[0] = 0;
     uint8_t held[8];
     size_t nh = d->nh;
     memcpy(held, d->held, sizeof held);
     struct sink k = {out, cap, 0};
     minfer_status st = decode_one(d->tok, id, d->render_special, held, &nh, &k);
     if (st != MINFER_OK)
-        return st;
+        return errf(d->err, sizeof d->err, st, "detok: token id %d is outside the vocabulary "
+                    "(0..%d)", id, d->tok->n_vocab - 1);
     *n_out = k.n;
     if (k.n > cap)
-        return MINFER_ERR_RANGE;
+        return errf(d->err, sizeof d->err, MINFER_ERR_RANGE, "detok: %zu bytes of room, %zu "
+                    "needed (minfer_detok_max_out always suffices)", cap, k.n);
     memcpy(d->held, held, sizeof held);
     d->nh = nh;
     return MINFER_OK;
@@ -205,8 +213,15 @@ minfer_status minfer_detok_flush(struct minfer_detok *d, char *out, size_t cap, 
     memcpy(held, d->held, sizeof held);
     decode_bytes(held, &nh, "", 0, true, &k);
     *n_out = k.n;
+    d->err[0] = 0;
     if (k.n > cap)
-        return MINFER_ERR_RANGE;
+        return errf(d->err, sizeof d->err, MINFER_ERR_RANGE, "detok: %zu bytes of room, %zu "
+                    "needed (minfer_detok_max_out always suffices)", cap, k.n);
     d->nh = 0;
     return MINFER_OK;
+}
+
+const char *minfer_detok_last_error(const struct minfer_detok *d)
+{
+    return d ? d->err : "";
 }

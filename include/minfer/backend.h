@@ -12,6 +12,11 @@
  *   1.0  first version: probe, devices, create/destroy, supports_op,
  *        buffers, weights, execute_node, graph_replay, synchronize,
  *        copy_cells, last_error, get_proc, shutdown.
+ *   1.1  no new slots; ir.h gains ops 15..21 (ATTENTION_LISTS for many
+ *        sequences in one pass; GEGLU, TOPK, MOE_WEIGHTS, MUL_MAT_ID,
+ *        MOE_SUM, ROPE_DIV) and meanings for ROPE's iparams[1] (layout) and
+ *        ATTENTION's iparams[1] (sliding window). The core never sends any
+ *        of these to a plugin that answered 1.0.
  */
 #ifndef MINFER_BACKEND_H
 #define MINFER_BACKEND_H

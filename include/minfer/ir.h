@@ -34,70 +34,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- status ---- */
-
-typedef enum minfer_status {
-    MINFER_OK = 0,
-    MINFER_ERR_INVALID_ARG = -1,   /* a caller passed something malformed */
-    MINFER_ERR_NO_MEMORY = -2,     /* host allocation failed */
-    MINFER_ERR_DEVICE_OOM = -3,    /* device allocation failed */
-    MINFER_ERR_IO = -4,            /* read/write/open/mmap failed */
-    MINFER_ERR_FORMAT = -5,        /* a file's contents are malformed */
-    MINFER_ERR_UNSUPPORTED = -6,   /* valid, but not handled by this build */
-    MINFER_ERR_PLUGIN = -7,        /* a plugin was refused or misbehaved */
-    MINFER_ERR_BACKEND = -8,       /* a backend failed while executing */
-    MINFER_ERR_NOT_FOUND = -9,     /* a named thing does not exist */
-    MINFER_ERR_RANGE = -10,        /* a value is outside its allowed range */
-    MINFER_ERR_STATE = -11,        /* call not valid in the object's state */
-} minfer_status;
-
-/* ---- element types ---- */
-
-/* Values equal GGML's type ids so a GGUF tensor type maps directly.
- * Types this build cannot read are still named so errors can say which. */
-enum minfer_type {
-    MINFER_TYPE_F32 = 0,
-    MINFER_TYPE_F16 = 1,
-    MINFER_TYPE_Q4_0 = 2,
-    MINFER_TYPE_Q4_1 = 3,
-    MINFER_TYPE_Q5_0 = 6,
-    MINFER_TYPE_Q5_1 = 7,
-    MINFER_TYPE_Q8_0 = 8,
-    MINFER_TYPE_Q8_1 = 9,
-    MINFER_TYPE_Q2_K = 10,
-    MINFER_TYPE_Q3_K = 11,
-    MINFER_TYPE_Q4_K = 12,
-    MINFER_TYPE_Q5_K = 13,
-    MINFER_TYPE_Q6_K = 14,
-    MINFER_TYPE_Q8_K = 15,
-    MINFER_TYPE_IQ2_XXS = 16,
-    MINFER_TYPE_IQ2_XS = 17,
-    MINFER_TYPE_IQ3_XXS = 18,
-    MINFER_TYPE_IQ1_S = 19,
-    MINFER_TYPE_IQ4_NL = 20,
-    MINFER_TYPE_IQ3_S = 21,
-    MINFER_TYPE_IQ2_S = 22,
-    MINFER_TYPE_IQ4_XS = 23,
-    MINFER_TYPE_I8 = 24,
-    MINFER_TYPE_I16 = 25,
-    MINFER_TYPE_I32 = 26,
-    MINFER_TYPE_I64 = 27,
-    MINFER_TYPE_F64 = 28,
-    MINFER_TYPE_IQ1_M = 29,
-    MINFER_TYPE_BF16 = 30,
-    MINFER_TYPE_TQ1_0 = 34,
-    MINFER_TYPE_TQ2_0 = 35,
-    MINFER_TYPE_MXFP4 = 39,
-    MINFER_TYPE_COUNT = 40 /* one past the largest id; not a type */
-};
+/* Status codes and element types: minfer/types.h (shared with minfer.h). */
 
 /* ---- tensors ---- */
 
-#define MINFER_MAX_DIMS 4
+/* MINFER_MAX_DIMS: minfer/types.h */
 #define MINFER_MAX_SRC 6
 
 /* Tensor flags: where a tensor's contents come from and live. */
@@ -147,7 +94,13 @@ enum minfer_op {
      * iparams[1] = layout (ABI 1.1): 0 NeoX, pairs (i, i + n_rot/2); 1 normal
      *   (GPT-J / GGUF llama), pairs (2i, 2i + 1); other values are refused;
      * fparams[0] = freq_base (> 0); fparams[1] = freq_scale (> 0, 1.0 = none).
-     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot). */
+     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot).
+     * YaRN (all zero = none): fparams[2] = ext_factor in [0, 1],
+     * fparams[3] = mscale (>= 0; 0 reads as 1), fparams[4..5] = lo <= hi.
+     * Pair i's angle: t_e = pos * freq_base^(-2i/n_rot), t_i = freq_scale *
+     * t_e; r = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) *
+     * ext_factor; angle = t_i * (1 - r) + t_e * r; cos and sin times mscale
+     * (llama.cpp's rope_yarn). */
     MINFER_OP_ROPE = 7,
     /* dst = silu(src0) * src1, same shapes. */
     MINFER_OP_SWIGLU = 8,
@@ -187,7 +140,26 @@ enum minfer_op {
      * column. The core makes it only where the product has no other reader
      * and the backend's supports_op accepts it. */
     MINFER_OP_MUL_MAT_ADD = 14,
-    /* 15 is reserved for ATTENTION_LISTS (multi-sequence attention). */
+    /* Causal multi-head attention over cells named by lists: many sequences
+     * in one pass (ABI minor 1). Each query token reads the cells of one
+     * list (its sequence's cells in position order); the host resolves the
+     * causal mask (and a sliding window) to the range of that list's
+     * entries the token sees.
+     * src0: Q F32 [head_dim, n_head, n_tokens];
+     * src1, src2: K and V caches as for ATTENTION;
+     * src3: I32 [2, n_tokens], the range — query t sees entries
+     *       [src3[0, t], src3[1, t]) of its list, 0 <= first < end <= n_kv;
+     * src4: I32 [n_tokens], the list of each query token (0..n_lists-1);
+     * src5: I32 [n_kv, n_lists], cell index lists: entry j of list l is a
+     *       cell in [0, n_cells); entries outside a query's range are not read;
+     * dst: F32 [head_dim, n_head, n_tokens].
+     * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale;
+     * iparams[1] = 0 (a window is in the ranges).
+     * The softmax runs over a query's visible entries in list order, so a
+     * list laid out as cells 0..n-1 gives ATTENTION's result. Counts, lists
+     * and cells are read at run time, never baked into a launch; an entry
+     * or count out of range is an error. */
+    MINFER_OP_ATTENTION_LISTS = 15,
     /* ABI 1.1 — the ops of Gemma (GEGLU), mixtures of experts (TOPK,
      * MOE_WEIGHTS, MUL_MAT_ID, MOE_SUM) and Llama 3.1's RoPE (ROPE_DIV). */
     /* dst = gelu(src0) * src1, same shapes; gelu is the tanh form
@@ -241,6 +213,7 @@ enum minfer_op {
     X(COPY, 1)                                                               \
     X(SCALE, 1)                                                              \
     X(MUL_MAT_ADD, 3)                                                        \
+    X(ATTENTION_LISTS, 6)                                                        \
     X(GEGLU, 2)                                                              \
     X(TOPK, 1)                                                               \
     X(MOE_WEIGHTS, 2)                                                        \

@@ -9,8 +9,12 @@
 #ifndef MINFER_H
 #define MINFER_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "device.h"
-#include "ir.h"
+#include "types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +25,43 @@ extern "C" {
 #else
 #define MINFER_API __attribute__((visibility("default")))
 #endif
+
+/* The version of these headers. CMakeLists.txt reads the project version
+ * from these three lines; minfer_version() is the library's at run time. */
+#define MINFER_VERSION_MAJOR 0
+#define MINFER_VERSION_MINOR 1
+#define MINFER_VERSION_PATCH 0
+#define MINFER_VERSION_STRING "0.1.0"
+/* One number for #if: MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define MINFER_VERSION_NUMBER \
+    (MINFER_VERSION_MAJOR * 10000 + MINFER_VERSION_MINOR * 100 + MINFER_VERSION_PATCH)
+
+/* Errors. Every call that can fail returns a minfer_status (or NULL for a
+ * constructor, with *st set). The text saying what and where goes to the
+ * caller's err[err_len] for constructors, one-shot calls and calls on
+ * shared immutable objects (runtime, model, tokenizer: a stored text would
+ * race between threads); an object used by one thread at a time keeps the
+ * text of its last failure: minfer_ctx_last_error, minfer_sampler_last_error,
+ * minfer_detok_last_error. Buffer-size statuses (MINFER_ERR_RANGE with the
+ * size needed in *n_out) carry their meaning in the status.
+ * minfer_status_str names a status. */
+
+/* Threads. A runtime and a loaded model are immutable: any number of
+ * threads may use them at once (and the tokenizer a model lends, see
+ * minfer_model_tokenizer). A context, a sampler and a streaming
+ * detokenizer are used by one thread at a time: each has state that every
+ * call changes; give each thread its own, or lock around them. Logging
+ * (minfer_log_set) may call back from any thread. */
+
+/* Library messages (warnings, plugin notes, debug). level: 0 error,
+ * 1 warning, 2 info, 3 debug. msg has no trailing newline and lives only
+ * for the call. The callback may be called from any thread, also
+ * concurrently: it must be thread-safe. */
+typedef void (*minfer_log_fn)(int level, const char *msg, void *user);
+/* Routes messages at or below max_level to fn (NULL: back to stderr,
+ * "minfer: warn: ..."). max_level < 0 keeps the current threshold
+ * ($MINFER_LOG_LEVEL: error, warn, info or debug; default warn). */
+MINFER_API void minfer_log_set(minfer_log_fn fn, void *user, int max_level);
 
 /* Version of the library, e.g. "0.1.0". Static string. */
 MINFER_API const char *minfer_version(void);
@@ -204,6 +245,7 @@ MINFER_API minfer_status minfer_detokenize(const struct minfer_tokenizer *tok,
  * arrive; bytes that can never form a valid sequence come out as U+FFFD.
  * Borrows tok (free the detokenizer first). Caller frees. */
 struct minfer_detok;
+/* One thread at a time per detokenizer (it holds partial characters). */
 MINFER_API struct minfer_detok *minfer_detok_new(const struct minfer_tokenizer *tok,
                                                  bool render_special);
 MINFER_API void minfer_detok_free(struct minfer_detok *d); /* NULL is a no-op */
@@ -219,6 +261,9 @@ MINFER_API minfer_status minfer_detok_push(struct minfer_detok *d, int32_t id, c
 MINFER_API minfer_status minfer_detok_flush(struct minfer_detok *d, char *out, size_t cap,
                                             size_t *n_out);
 MINFER_API void minfer_detok_reset(struct minfer_detok *d); /* drops held bytes */
+/* Text of the last failed push or flush on d, or "". Borrowed until the
+ * next call on d. */
+MINFER_API const char *minfer_detok_last_error(const struct minfer_detok *d);
 
 /* Chat templates. There is no Jinja engine: a GGUF's tokenizer.chat_template
  * is recognised as one of these formats by its markers, or the caller
@@ -230,6 +275,11 @@ enum minfer_chat_format {
                                 added when the first message is not "system";
                                 Qwen3's <think> handling of past turns applies when
                                 the template has it */
+    MINFER_CHAT_LLAMA3 = 2,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+                                (Llama 3.x), contents trimmed */
+    MINFER_CHAT_GEMMA = 3,   /* <start_of_turn>user\ncontent<end_of_turn>\n (Gemma 2/3;
+                                the assistant is "model", a system message joins the
+                                first user turn), contents trimmed */
 };
 
 struct minfer_chat_msg {
@@ -244,7 +294,8 @@ MINFER_API const char *minfer_tokenizer_chat_template(const struct minfer_tokeni
                                                       size_t *len);
 /* Recognises a template text; MINFER_CHAT_UNKNOWN if not a known format. */
 MINFER_API enum minfer_chat_format minfer_chat_detect(const char *tmpl, size_t len);
-/* "chatml" <-> MINFER_CHAT_CHATML; "unknown" for others. from_name false if unknown. */
+/* "chatml", "llama3", "gemma" <-> their formats; "unknown" for others. from_name
+ * false if unknown. */
 MINFER_API const char *minfer_chat_format_name(enum minfer_chat_format f);
 MINFER_API bool minfer_chat_format_from_name(const char *name, enum minfer_chat_format *f);
 
@@ -299,6 +350,8 @@ MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *
  *      else is integer or plain IEEE float arithmetic).
  * Ties between equal logits are ordered by lower id first. */
 struct minfer_sampler_params {
+    uint32_t struct_size;    /* sizeof(struct minfer_sampler_params): start from
+                                minfer_sampler_default_params(), which sets it */
     float temperature;       /* <= 0: greedy. default 0.8 */
     int32_t top_k;           /* <= 0: off. default 40 */
     float top_p;             /* >= 1: off. default 0.95 */
@@ -314,7 +367,8 @@ struct minfer_sampler;
 
 /* Defaults as documented in struct minfer_sampler_params. */
 MINFER_API struct minfer_sampler_params minfer_sampler_default_params(void);
-/* NULL on failure (bad parameter: message names it). Caller frees. */
+/* NULL on failure (bad parameter: message names it). Caller frees. A
+ * sampler is used by one thread at a time. */
 MINFER_API struct minfer_sampler *minfer_sampler_new(const struct minfer_sampler_params *p,
                                                      int32_t n_vocab, minfer_status *st,
                                                      char *err, size_t err_len);
@@ -328,6 +382,9 @@ MINFER_API void minfer_sampler_reset(struct minfer_sampler *s, uint64_t seed);
  * MINFER_ERR_INVALID_ARG for a size mismatch or when no logit is finite. */
 MINFER_API minfer_status minfer_sampler_sample(struct minfer_sampler *s, const float *logits,
                                                int32_t n_vocab, int32_t *out_id);
+/* Text of the last failed minfer_sampler_sample on s, or "". Borrowed
+ * until the next call on s. */
+MINFER_API const char *minfer_sampler_last_error(const struct minfer_sampler *s);
 
 /* ---- end sampling ---- */
 
@@ -339,9 +396,16 @@ MINFER_API minfer_status minfer_sampler_sample(struct minfer_sampler *s, const f
  * place). A model is immutable once loaded: any number of contexts, on any
  * threads, may share it. It borrows the runtime: free the model first. */
 struct minfer_model;
-/* A context is one inference stream over a model: its own backend
- * instance, KV cache, compute buffers and cached graphs. One thread at a
- * time per context. It borrows the model: free contexts first. */
+/* A context is one inference engine over a model: its own backend
+ * instance, KV cache, compute buffers and cached graphs, holding up to
+ * n_seq_max sequences that decode together (minfer_ctx_decode_batch).
+ * Thread rules: every call on one context (decode, logits, sequence
+ * operations, sessions, last_error) must come from one thread at a time —
+ * the caller serialises them (a server runs one loop that owns the
+ * context); borrowed pointers (logits, error text) stay valid only until
+ * the next call on that context. Different contexts, even of one model,
+ * may run on different threads at once. It borrows the model: free
+ * contexts first. */
 struct minfer_ctx;
 
 /* Progress report for long operations (load, long prefills): done of
@@ -388,9 +452,19 @@ struct minfer_model_info {
     int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     uint64_t n_params;             /* elements of all weights */
     uint64_t size_bytes;           /* bytes of all weights */
+    int32_t n_ctx_max;             /* longest context: n_ctx_train, or more where the
+                                      GGUF carries RoPE scaling (YaRN, linear) */
 };
 /* Copies up to info->struct_size bytes. */
 MINFER_API void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *info);
+/* The model's tokenizer, read from its GGUF once (on the first call) and
+ * shared: every later call returns the same object, borrowed for the
+ * model's life (do not free it). Thread-safe, like the model. NULL when
+ * the GGUF has no usable tokenizer, with *st and err set (either may be
+ * NULL/0). */
+MINFER_API const struct minfer_tokenizer *minfer_model_tokenizer(const struct minfer_model *m,
+                                                                 minfer_status *st, char *err,
+                                                                 size_t err_len);
 /* The model's GGUF (for minfer_tokenizer_from_gguf). Borrowed for the
  * model's life. */
 MINFER_API const struct minfer_gguf *minfer_model_gguf(const struct minfer_model *m);
@@ -406,8 +480,15 @@ struct minfer_ctx_params {
     uint32_t flags;                /* MINFER_CTX_* */
     minfer_progress_cb progress;   /* prefill progress (tokens), may be NULL */
     void *progress_user;
+    int32_t n_seq_max;             /* sequences the context may hold (ids 0 .. n_seq_max-1);
+                                      0 = 1; at most 65536 */
 };
 #define MINFER_CTX_NO_GRAPHS 0x1u  /* never offer graph replay to the backend */
+/* Pad batched decode steps (one token per sequence) to a power of two with
+ * copies of their own tokens, so a few captured graphs replay every batch
+ * size; on by itself on a GPU backend with graph replay. Results do not
+ * change (the copies write the same values and their outputs are dropped). */
+#define MINFER_CTX_PAD_BATCHES 0x2u
 
 MINFER_API void minfer_ctx_params_default(struct minfer_ctx_params *p);
 /* Makes a context: creates a backend instance, registers the weights and
@@ -444,6 +525,82 @@ MINFER_API int32_t minfer_ctx_n_ctx(const struct minfer_ctx *c);
 MINFER_API minfer_status minfer_ctx_truncate(struct minfer_ctx *c, int32_t n_past);
 /* Text of the last failure on c, or "". Borrowed until the next call on c. */
 MINFER_API const char *minfer_ctx_last_error(const struct minfer_ctx *c);
+
+/* ---- many sequences ---- */
+
+/* The single-sequence calls above act on sequence 0: minfer_ctx_decode
+ * appends at minfer_ctx_seq_pos_max(c, 0) + 1, minfer_ctx_n_past is that
+ * plus one, minfer_ctx_truncate(c, n) removes positions >= n. */
+
+/* A batch of tokens of any sequences. A token with several sequence ids
+ * is stored once and shared (a common prompt prefix). */
+struct minfer_batch {
+    uint32_t struct_size;            /* sizeof(struct minfer_batch) */
+    int32_t n_tokens;
+    const int32_t *tokens;           /* [n_tokens] */
+    const int32_t *pos;              /* [n_tokens] position of each token in its sequence(s) */
+    const int32_t *n_seq_id;         /* [n_tokens] how many sequences the token belongs to */
+    const int32_t *const *seq_ids;   /* [n_tokens][n_seq_id[i]] */
+    const uint8_t *logits;           /* [n_tokens] nonzero: keep this token's logits; NULL:
+                                        only the last token's */
+};
+/* One forward pass (chunked by n_batch) over the whole batch: each token
+ * attends to the cells of its first sequence at positions <= its own.
+ * A token's position must not be held by its sequence already (remove it
+ * first); positions need not be consecutive. MINFER_ERR_FULL when the
+ * cache cannot hold the batch (the error names the sequence and the
+ * numbers); MINFER_ERR_RANGE / INVALID_ARG for a bad token, position or
+ * sequence id (named by batch index). In these cases nothing changes.
+ * After a backend failure the cache holds the chunks that completed.
+ * On the CPU plugin a sequence's logits are bit-identical to decoding it
+ * alone with the same thread count and the same split into passes. */
+MINFER_API minfer_status minfer_ctx_decode_batch(struct minfer_ctx *c,
+                                                 const struct minfer_batch *b);
+/* Logits of batch token i (its index in the last batch; it must have had
+ * logits[i] set), n_vocab floats; NULL otherwise. Borrowed until the next
+ * decode. minfer_ctx_logits(c, k) gives the k-th kept row, in batch order. */
+MINFER_API const float *minfer_ctx_batch_logits(const struct minfer_ctx *c, int32_t i);
+/* Removes positions [p0, p1) of sequence seq (p1 < 0: to the end; seq < 0:
+ * every sequence). Cells no sequence holds any more become free. */
+MINFER_API minfer_status minfer_ctx_seq_remove(struct minfer_ctx *c, int32_t seq, int32_t p0,
+                                               int32_t p1);
+/* Sequence dst also holds src's positions [p0, p1) (p1 < 0: to the end),
+ * replacing its own at those positions. The cells are shared, not copied:
+ * a fork costs no cache; the sequences' later tokens get their own cells. */
+MINFER_API minfer_status minfer_ctx_seq_copy(struct minfer_ctx *c, int32_t src, int32_t dst,
+                                             int32_t p0, int32_t p1);
+/* Removes every sequence but seq. */
+MINFER_API minfer_status minfer_ctx_seq_keep(struct minfer_ctx *c, int32_t seq);
+/* Largest position of seq; -1 when it is empty or seq is out of range. */
+MINFER_API int32_t minfer_ctx_seq_pos_max(const struct minfer_ctx *c, int32_t seq);
+/* Cells in use (held by at least one sequence) and the cache's cells;
+ * either pointer may be NULL. */
+MINFER_API void minfer_ctx_kv_usage(const struct minfer_ctx *c, int32_t *used, int32_t *total);
+/* Moves the used cells to the front of the cache (the backend's
+ * copy_cells); results do not change. Decode compacts by itself when a
+ * lone sequence's cells are scattered; *moved (may be NULL) counts the
+ * cells that moved. */
+MINFER_API minfer_status minfer_ctx_kv_compact(struct minfer_ctx *c, int32_t *moved);
+
+/* Session files: one sequence's tokens and KV cells. The file carries a
+ * versioned header, the model's fingerprint (tensor names, types and
+ * shapes; a hash of the metadata), the KV types and layout, and an XXH3
+ * checksum over everything. Save follows the output rules of
+ * minfer_gguf_writer_write (a regular file or a new name; a symlink's
+ * target is replaced; the file appears only when complete). Load refuses
+ * anything but a regular file. tokens[n_tokens] are the caller's record of the
+ * sequence (what it was prompted with and generated), stored as given. */
+MINFER_API minfer_status minfer_ctx_seq_save(struct minfer_ctx *c, int32_t seq, const char *path,
+                                             const int32_t *tokens, int32_t n_tokens);
+/* Replaces sequence seq with the file's cells and copies its tokens into
+ * tokens[cap] (*n_tokens, may be NULL, gets their count). A file of
+ * another model, KV type or layout, or one that is truncated, corrupt or
+ * of another version is refused with an error naming the file and the
+ * reason (MINFER_ERR_INVALID_ARG, MINFER_ERR_FORMAT, MINFER_ERR_UNSUPPORTED);
+ * MINFER_ERR_RANGE when cap is too small, MINFER_ERR_FULL when the cache
+ * has no room. On any failure the context and the file are unchanged. */
+MINFER_API minfer_status minfer_ctx_seq_load(struct minfer_ctx *c, int32_t seq, const char *path,
+                                             int32_t *tokens, int32_t cap, int32_t *n_tokens);
 
 /* ---- end models and contexts ---- */
 
@@ -528,7 +685,7 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
 
 /* The dimensions of a synthetic model. */
 struct minfer_synth_shape {
-    char arch[16];        /* "qwen2" or "qwen3" */
+    char arch[16];        /* "qwen2", "qwen3", "llama", "gemma3" or "qwen3moe" */
     char name[32];        /* "qwen2.5-7b", "custom" (general.name gets a suffix) */
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
@@ -536,10 +693,16 @@ struct minfer_synth_shape {
     bool qkv_bias;        /* attn_q/k/v.bias (qwen2); descriptive: the tensors */
     bool qk_norm;         /* attn_q_norm/attn_k_norm (qwen3); written come from the
                              architecture's descriptor */
+    /* appended for the model families of ABI 1.1 (zero where unused) */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
+    int32_t sliding_window;                    /* gemma3 */
+    bool spm;             /* built-in vocabulary: SentencePiece (Mistral, Gemma) instead
+                             of byte-level BPE */
 };
 
 /* Fills *shape for arch from a known model name (qwen2.5-0.5b, -1.5b, -3b,
- * -7b; qwen3-0.6b, -1.7b, -4b, -8b; dims from their config.json) or from
+ * -7b; qwen3-0.6b, -1.7b, -4b, -8b; llama3.2-1b, llama3.1-8b, mistral-7b;
+ * gemma3-1b, gemma3-4b; qwen3-30b-a3b; dims from their config.json) or from
  * "custom:n_embd=N,n_layer=N,n_head=N,n_head_kv=N,head_dim=N,n_ff=N,
  * n_vocab=N,n_ctx=N,tied=0|1" (unnamed keys default to the arch's
  * smallest model). */

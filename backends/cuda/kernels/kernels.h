@@ -20,6 +20,8 @@ extern "C" {
 /* Device-side violation bits (see cu_sync). */
 #define KFLAG_GET_ROWS_ID 0x1u   /* GET_ROWS id outside [0, n_rows) */
 #define KFLAG_KV_CELL 0x2u       /* KV_STORE cell outside [0, n_cells) */
+#define KFLAG_MOE_ID 0x4u        /* MUL_MAT_ID / MOE_WEIGHTS expert outside [0, n_expert) */
+#define KFLAG_ATTN_LIST 0x8u     /* ATTENTION_LISTS count, list or cell out of range */
 
 /* What every launch needs; owned by the device layer's instance. */
 struct kctx {
@@ -159,6 +161,13 @@ int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
            float freq_base, float freq_scale);
 
+/* The general RoPE: layout 0 NeoX, 1 normal pairs; factors (F32
+ * [n_rot / 2], NULL: none) divide the angles (ROPE_DIV); fp = the node's
+ * fparams[0..5] (freq_base, freq_scale, YaRN ext_factor, mscale (0 = 1),
+ * ramp lo, hi), MINFER_OP_ROPE's formula. */
+int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
+               int layout, const float *factors, const float *fp);
+
 /* Two k_rope calls with the same positions and parameters in one launch
  * (x0/x1 with equal token counts; the pairs must not overlap). */
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
@@ -191,7 +200,7 @@ int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview 
                  struct kview n1, struct kview r1, float eps1, const int32_t *pos, int n_rot,
                  float freq_base, float freq_scale, const struct kkv2 *kv);
 
-enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2 };
+enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2, KBIN_GEGLU = 3 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by
  * modulo for ADD/MUL); SWIGLU needs equal shapes. F32. */
 int k_binary(struct kctx *k, int op, struct kview a, struct kview b, struct kview dst);
@@ -212,18 +221,31 @@ int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d0, int64_t 
                 struct kview s1, uint32_t t1, void *d1, int64_t nb1, int64_t nc1,
                 const int32_t *cells);
 
-/* Number of KV splits the attention launch uses for these shapes (a
- * function of shapes only, so a captured launch replays for any kv_len). */
-int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Scratch bytes the attention launch needs. */
-size_t k_attn_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Causal GQA attention with split-K partials and a combine pass.
+/* Scratch bytes the attention launch with these arguments needs (0 for
+ * the tensor-core prefill; the split counts are functions of the shapes
+ * only, so a captured launch replays for any kv_len). xq: a q8_1 output is
+ * wanted (k_attention_q with xq != NULL). */
+size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
+                            int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+                            int64_t n_kv_head, int xq);
+/* The tensor-core prefill kernel (attn-mma.cu) takes these shapes: head_dim
+ * 64 or 128, rows aligned for its 16-byte (F32/F16) or 2-byte (Q8_0) loads. */
+int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,
+                  const void *kc, const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v);
+/* k_attention by that kernel, no scratch (k_attn_mma_ok must hold). */
+int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+               const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+               int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+               int window, struct kview dst);
+/* Causal GQA attention: many tokens on tensor cores (flash attention, one
+ * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
- * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device. */
+ * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device;
+ * window: ATTENTION's iparams[1], a sliding window (0 = none). */
 int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                 const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                 int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                struct kview dst, void *scratch);
+                int window, struct kview dst, void *scratch);
 
 /* k_attention that also writes dst as q8_1 blocks into xq (rows of
  * hd * n_head values per token, what k_quantize_q8_1 of dst would give,
@@ -231,7 +253,43 @@ int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc
 int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                   const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                   int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                  struct kview dst, void *scratch, void *xq);
+                  int window, struct kview dst, void *scratch, void *xq);
+
+/* ---- mixture of experts (kernels/moe.cu); routing stays on the device ---- */
+
+/* dst[j, t] (I32 [k, T]) = the k largest of x[:, t] (F32 [n, T]), largest
+ * first, lower index first on ties; k <= 64, n <= 4096. */
+int k_topk(struct kctx *k, struct kview x, int kk, struct kview dst);
+/* dst[j, t] = softmax weight of expert ids[j, t] among all n (renorm 0) or
+ * among the chosen k (renorm 1). */
+int k_moe_weights(struct kctx *k, struct kview logits, struct kview ids, int renorm,
+                  struct kview dst);
+/* dst[:, t] = sum_j w[j, t] * x[:, j, t]. */
+int k_moe_sum(struct kctx *k, struct kview x, struct kview w, struct kview dst);
+/* Scratch bytes of k_mul_mat_id for n_expert experts and k * T slots. */
+size_t k_mul_mat_id_scratch_bytes(int64_t n_expert, int64_t slots);
+/* dst[:, j, t] = W[:, :, ids[j, t]] . x[:, j or 0, t]: a routing kernel
+ * lists each expert's slots in scratch (device side, no host sync), then
+ * one block per (row tile, expert, slot tile) reads its expert's rows once
+ * for up to 8 gathered columns; blocks of unchosen experts return at once.
+ * W: [K, N, n_expert] of any readable type (K % 8 == 0), rows w_nb1 and
+ * experts w_nb2 bytes apart. An id outside [0, n_expert) sets KFLAG_MOE_ID
+ * and its slot is left unwritten. */
+int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
+                 int64_t n_expert, int64_t w_nb1, int64_t w_nb2, struct kview x,
+                 struct kview ids, struct kview dst, void *scratch);
+
+/* ATTENTION_LISTS (kernels/attn-lists.cu): query t reads entries
+ * [range[2t], range[2t+1]) of list qlist[t] of lists [n_kv, n_lists] (cells
+ * of the K/V caches); splits and scratch depend on shapes only. A range,
+ * list or cell out of range sets KFLAG_ATTN_LIST and is not read. */
+int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
+size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_kv);
+int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+                      const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
+                      int64_t n_kv_head, const int32_t *range, const int32_t *qlist,
+                      const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
+                      struct kview dst, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,256 @@
+/*
+ * attn-lists.cu — ATTENTION_LISTS (many sequences in one pass): causal
+ * grouped-query attention where query token t reads entries
+ * [range[t][0], range[t][1]) of cell list qlist[t] (the cells of its
+ * sequence in position order; a sliding window moves the first entry).
+ * Split-K like attn.cu: a block per (split, head, query token) walks its
+ * slice of the list in tiles of 128 entries with an online softmax and
+ * writes a partial (acc[hd], max, sum); a combine pass merges them. The
+ * grid and the number of splits depend on the shapes only (n_head,
+ * n_tokens, list length); counts, lists and cells are read from device
+ * memory, so a captured launch replays for every step of a batched decode.
+ * Kept apart from attn.cu so the single-sequence kernels stay untouched.
+ */
+#include "common.cuh"
+
+#define L_THREADS 128
+#define L_TILE 128
+#define L_MAX_HD 256
+#define L_TARGET_BLOCKS 1024
+
+/* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
+
+template <int L> __device__ __forceinline__ float lload(const uint8_t *row, int idx)
+{
+    if (L == 0)
+        return ((const float *)row)[idx];
+    if (L == 1)
+        return h2f(((const uint16_t *)row)[idx]);
+    const bq8_0 *b = (const bq8_0 *)row + idx / 32;
+    return h2f(b->d) * (float)b->qs[idx % 32];
+}
+
+/* q . K row (head hk), q in shared memory, scalar loads (rows need no
+ * alignment beyond the element's). */
+template <int L>
+__device__ __forceinline__ float ldot(const float *q, const uint8_t *row, int hk, int hd)
+{
+    float s = 0.0f;
+    if (L == 2) {
+        const bq8_0 *b = (const bq8_0 *)row + (size_t)hk * (hd / 32);
+        for (int j = 0; j < hd / 32; j++) {
+            float d = h2f(b[j].d), bs = 0.0f;
+#pragma unroll 8
+            for (int i = 0; i < 32; i++)
+                bs += q[32 * j + i] * (float)b[j].qs[i];
+            s += d * bs;
+        }
+    } else {
+        for (int i = 0; i < hd; i++)
+            s += q[i] * lload<L>(row, hk * hd + i);
+    }
+    return s;
+}
+
+__device__ __forceinline__ float lblock_max(float v, float *red)
+{
+    v = warp_max(v);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float lblock_sum(float v, float *red)
+{
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = red[0] + red[1] + red[2] + red[3];
+    __syncthreads();
+    return r;
+}
+
+/* ---- partials ---- */
+
+template <int L>
+__global__ void __launch_bounds__(L_THREADS)
+    lists_partial(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
+                  int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                  const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
+                  const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists, float scale,
+                  int chunk, int n_splits, float *__restrict__ part, unsigned *flags)
+{
+    const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
+    const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
+    __shared__ float qs[L_MAX_HD];
+    __shared__ float p[L_TILE];
+    __shared__ int cell[L_TILE];
+    __shared__ float red[4];
+
+    const float *qr = (const float *)((const char *)q.data + h * q.nb[1] + t * q.nb[2]);
+    for (int d = tid; d < hd; d += L_THREADS)
+        qs[d] = qr[d] * scale;
+    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
+    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
+        if (tid == 0 && flags) /* refused: no entry is read */
+            atomicOr(flags, KFLAG_ATTN_LIST);
+        first = nv = 0;
+        li = 0;
+    }
+    const int32_t *list = lists + li * n_kv;
+    int64_t begin = (int64_t)split * chunk;
+    begin = begin > first ? begin : first;
+    int64_t end = (int64_t)split * chunk + chunk < nv ? (int64_t)split * chunk + chunk : nv;
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    for (int64_t c0 = begin; c0 < end; c0 += L_TILE) {
+        int64_t j = c0 + tid;
+        float s = -INFINITY;
+        int c = -1;
+        if (j < end) {
+            c = list[j];
+            if (c < 0 || c >= n_cells) { /* a cell outside the cache: flagged, skipped */
+                if (flags)
+                    atomicOr(flags, KFLAG_ATTN_LIST);
+                c = -1;
+            } else {
+                s = ldot<L>(qs, kc + (int64_t)c * knb1, hk, hd);
+            }
+        }
+        cell[tid] = c;
+        float mn = fmaxf(m, lblock_max(s, red));
+        float e = c >= 0 && mn != -INFINITY ? expf(s - mn) : 0.0f;
+        p[tid] = e;
+        float ps = lblock_sum(e, red); /* its barriers publish p[] and cell[] */
+        float corr = m != -INFINITY ? expf(m - mn) : 0.0f;
+        l = l * corr + ps;
+        acc0 *= corr;
+        acc1 *= corr;
+        int cnt = end - c0 < L_TILE ? (int)(end - c0) : L_TILE;
+        int vi0 = hk * hd + tid, vi1 = hk * hd + tid + L_THREADS;
+        for (int k = 0; k < cnt; k++) {
+            if (cell[k] < 0)
+                continue;
+            const uint8_t *vr = vc + (int64_t)cell[k] * vnb1;
+            float pk = p[k];
+            if (tid < hd)
+                acc0 += pk * lload<L>(vr, vi0);
+            if (tid + L_THREADS < hd)
+                acc1 += pk * lload<L>(vr, vi1);
+        }
+        m = mn;
+        __syncthreads(); /* p[] and cell[] are rewritten by the next tile */
+    }
+    float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
+    if (tid < hd)
+        o[tid] = acc0;
+    if (tid + L_THREADS < hd)
+        o[tid + L_THREADS] = acc1;
+    if (tid == 0) {
+        o[hd] = m;
+        o[hd + 1] = l;
+    }
+}
+
+__global__ void lists_combine(const float *__restrict__ part, int hd, int n_head, int n_splits,
+                              kview dst)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
+    float Lsum = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *ps = base + s * (size_t)(hd + 2);
+        if (ps[hd] != -INFINITY)
+            Lsum += ps[hd + 1] * expf(ps[hd] - M);
+    }
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *ps = base + s * (size_t)(hd + 2);
+            if (ps[hd] != -INFINITY)
+                a += ps[d] * expf(ps[hd] - M);
+        }
+        o[d] = Lsum > 0.0f ? a / Lsum : 0.0f;
+    }
+}
+
+/* ---- launch ---- */
+
+extern "C" int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv)
+{
+    int64_t maxs = (n_kv + L_TILE - 1) / L_TILE;
+    int64_t work = n_head * n_tokens;
+    int64_t want = work > 0 ? (L_TARGET_BLOCKS + work - 1) / work : 1;
+    want = want > maxs ? maxs : want;
+    want = want > 64 ? 64 : want;
+    return (int)(want < 1 ? 1 : want);
+}
+
+extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens,
+                                             int64_t n_kv)
+{
+    int s = k_attn_lists_splits(n_head, n_tokens, n_kv);
+    return (size_t)n_tokens * (size_t)n_head * (size_t)s * (size_t)(hd + 2) * sizeof(float);
+}
+
+extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type,
+                                 const void *kc, const void *vc, int64_t knb1, int64_t vnb1,
+                                 int64_t n_cells, int64_t n_kv_head, const int32_t *range,
+                                 const int32_t *qlist, const int32_t *lists, int64_t n_kv,
+                                 int64_t n_lists, float scale, struct kview dst, void *scratch)
+{
+    int64_t hd = q.ne[0], n_head = q.ne[1], nt = q.ne[2];
+    if (hd <= 0 || hd > L_MAX_HD || hd % 4)
+        return k_fail(k, "attention_lists", "head_dim must be a multiple of 4 in 4..256");
+    if (n_kv_head <= 0 || n_head % n_kv_head)
+        return k_fail(k, "attention_lists", "n_kv_head does not divide n_head");
+    if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0 || n_kv <= 0 || n_lists <= 0)
+        return k_fail(k, "attention_lists", "n_head/n_tokens/n_cells/lists out of range");
+    int group = (int)(n_head / n_kv_head);
+    int splits = k_attn_lists_splits(n_head, nt, n_kv);
+    int64_t per = (n_kv + splits - 1) / splits;
+    int chunk = (int)((per + L_TILE - 1) / L_TILE * L_TILE);
+    dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
+    const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
+    float *part = (float *)scratch;
+    switch (kv_type) {
+    case MINFER_TYPE_F32: {
+        auto kf = lists_partial<0>;
+        KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                k->flags);
+        break;
+    }
+    case MINFER_TYPE_F16: {
+        auto kf = lists_partial<1>;
+        KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                k->flags);
+        break;
+    }
+    case MINFER_TYPE_Q8_0: {
+        if (hd % 32)
+            return k_fail(k, "attention_lists", "a Q8_0 cache needs head_dim % 32 == 0");
+        auto kf = lists_partial<2>;
+        KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
+                vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits,
+                part, k->flags);
+        break;
+    }
+    default:
+        return k_fail(k, "attention_lists", "KV cache type is not F32, F16 or Q8_0");
+    }
+    dim3 g2((unsigned)n_head, (unsigned)nt);
+    KLAUNCH(k, "attention_lists.combine", lists_combine, g2, 128, 0, (const float *)part, (int)hd,
+            (int)n_head, splits, dst);
+    return 0;
+}
