@@ -211,6 +211,19 @@ bool cli_progress_bar(uint64_t done, uint64_t total, void *label)
     return true;
 }
 
+/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
+const char *cli_arch_of_shape(const char *shape)
+{
+    static const char *const archs[] = {"qwen2", "qwen3", "llama", "gemma3", "qwen3moe"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        struct minfer_synth_shape sh;
+        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
+            strncmp(shape, "custom:", 7) != 0)
+            return archs[i];
+    }
+    return NULL;
+}
+
 /* ---- options ---- */
 
 static bool parse_kv_type(const char *cmd, const char *opt, const char *s, uint32_t *t)
@@ -266,7 +279,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
     o->type_k = o->type_v = MINFER_TYPE_F16;
     o->sp = minfer_sampler_default_params();
     const char *cmd = argv[0];
-    struct cli_args a = {cmd, bit, argc, argv, 1, ""};
+    struct cli_args a = {cmd, bit, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         const char *opt = a.opt;

@@ -125,6 +125,10 @@ long cli_stop_find(const struct cli_opts *o, const char *t, size_t n, size_t fro
 size_t cli_stop_hold(const struct cli_opts *o, const char *t, size_t n);
 size_t cli_stop_max_len(const struct cli_opts *o);
 
+/* The architecture a named synth shape belongs to ("qwen2.5-7b" -> qwen2),
+ * or NULL (custom: shapes need --arch). */
+const char *cli_arch_of_shape(const char *shape);
+
 double cli_now_ms(void);
 int32_t cli_argmax(const float *x, int32_t n);
 

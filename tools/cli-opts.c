@@ -25,11 +25,11 @@ const struct cli_opt cli_opt_table[] = {
      "prompt text (a lone positional argument works too)"},
     {OPT_FILE, "-f|--file", "FILE", CMD_PROMPT | CMD_TOKENIZE, "the prompt is FILE's exact bytes"},
     {OPT_IDS, "--ids", "LIST", CMD_PROMPT | CMD_DETOKENIZE,
-     "token ids (1,2,3; '[1, 2]' too; '-' reads them from stdin for detokenize);\n"
+     "token ids: 1,2,3 or '[1, 2]' ('-' reads them from stdin for detokenize);\n"
      "never wrapped in the chat template"},
     {OPT_RAW, "--raw", NULL, CMD_PROMPT,
-     "bare completion: do not wrap the prompt in the model's chat template\n"
-     "(the default when the model has a recognised template is to wrap it)"},
+     "bare completion: the prompt is not wrapped in the model's chat template\n"
+     "(by default it is, when the model has a template this build recognises)"},
     {OPT_CHAT, "--chat", NULL, CMD_PROMPT,
      "require the chat template (an error when the model has none)"},
     {OPT_SYSTEM, "-sys|--system|--system-prompt", "TEXT", CMD_TEMPLATE,
@@ -37,31 +37,31 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_NO_THINK, "--no-think", NULL, CMD_TEMPLATE,
      "Qwen3: answer without a thinking block (an empty <think></think>)"},
     {OPT_NO_SPECIAL, "--no-special|--no-parse-special", NULL, CMD_PROMPT | CMD_TOKENIZE,
-     "special tokens written in the text (<|im_start|>) stay plain text;\n"
-     "by default they become their control-token ids, in tokenize and run alike"},
+     "special tokens written in the text (<|im_start|>) stay plain text; by\n"
+     "default they become control-token ids, in tokenize and run alike"},
     {OPT_SPECIAL, "--special|--parse-special", NULL, CMD_TOKENIZE,
      "match special tokens written in the text (the default)"},
     {OPT_SKIP_SPECIAL, "--skip-special", NULL, CMD_DETOKENIZE,
      "leave control tokens (<|im_end|>) out of the text"},
     {OPT_PROMPTS, "--prompts", "FILE", CMD_RUN,
-     "JSON Lines, one {\"prompt\": \"text\"} or {\"ids\": [..]} per line: all run as\n"
-     "concurrent sequences of one context; one JSON line out per prompt, in order"},
+     "JSON Lines, one {\"prompt\": \"text\"} or {\"ids\": [..]} per line, all run\n"
+     "as sequences of one context; one JSON line out per prompt, in order"},
     {OPT_PARALLEL, "--parallel", "N", CMD_RUN,
-     "with --prompts: at most N sequences at a time (default all, bounded by the context)"},
+     "with --prompts: at most N sequences at a time (default: all that fit)"},
     {OPT_SESSION, "--session", "FILE", CMD_RUN | CMD_CHAT,
-     "run: reuse the longest common prefix of FILE's saved sequence, save it afterwards;\n"
-     "chat: resume the conversation saved in FILE (if it exists), save it on leaving"},
+     "run: reuse the common prefix of FILE's saved sequence, save it after;\n"
+     "chat: resume the conversation in FILE (if it exists), save it on leaving"},
     /* ---- generation ---- */
     {OPT_N_PREDICT, "-n|--n-predict", "N", CMD_GEN,
-     "tokens to generate (default 128; -1 = until end of generation or a full context)"},
+     "tokens to generate (default 128; -1 = until the end token or a full context)"},
     {OPT_IGNORE_EOS, "--ignore-eos", NULL, CMD_RUN,
      "keep generating past end-of-generation tokens"},
     {OPT_STOP, "--stop|-r|--reverse-prompt", "TEXT", CMD_GEN,
-     "end the reply before TEXT, which is not printed (repeatable); a partial\n"
-     "match is held back until it is known not to be the stop string"},
+     "end the reply before TEXT, which is not printed (repeatable); text\n"
+     "that may still become TEXT is held back, never shown in part"},
     {OPT_JSON, "--json", NULL, CMD_RUN,
-     "print one JSON object (prompt_ids, generated_ids, text, seed, stop_reason:\n"
-     "eos|length|stop|context|interrupted, timings) instead of streaming"},
+     "print one JSON object instead of streaming: prompt_ids, generated_ids,\n"
+     "text, seed, stop_reason (eos|length|stop|context|interrupted), timings"},
     {OPT_VERBOSE, "-v|--verbose", NULL, CMD_GEN, "report the seed and settings on stderr"},
     /* ---- sampling ---- */
     {OPT_TEMP, "--temp|--temperature", "X", CMD_GEN, "temperature (default 0.8; 0 = greedy)"},
@@ -69,7 +69,7 @@ const struct cli_opt cli_opt_table[] = {
     {OPT_TOP_P, "--top-p", "X", CMD_GEN, "nucleus mass (default 0.95; 1 = off)"},
     {OPT_MIN_P, "--min-p", "X", CMD_GEN, "drop tokens below X times the best (default 0.05)"},
     {OPT_REPEAT_PENALTY, "--repeat-penalty", "X", CMD_GEN,
-     "penalise tokens of the last --repeat-last-n, prompt included (default 1 = off)"},
+     "penalise the last --repeat-last-n tokens, prompt included (1 = off)"},
     {OPT_REPEAT_LAST_N, "--repeat-last-n", "N", CMD_GEN,
      "penalty window in tokens (default 64; 0 = off; -1 = the context size)"},
     {OPT_PRESENCE, "--presence-penalty", "X", CMD_GEN, "subtract X once per seen token (0 = off)"},
@@ -79,7 +79,7 @@ const struct cli_opt cli_opt_table[] = {
      "sampler seed (default: random; --json and -v report the one used)"},
     /* ---- context and backend ---- */
     {OPT_CTX, "-c|--ctx-size", "N", CMD_MODEL | CMD_SERVE,
-     "context length (default min(4096, the model's); capped by the model's)"},
+     "context length (default min(4096, the model's), at most the model's)"},
     {OPT_BATCH, "-b|--batch-size", "N", CMD_MODEL | CMD_SERVE,
      "most tokens per forward pass (default 512)"},
     {OPT_THREADS, "-t|--threads", "N", CMD_MODEL | CMD_SERVE | CMD_QUANTIZE | CMD_SYNTH,
@@ -102,8 +102,10 @@ const struct cli_opt cli_opt_table[] = {
      "output file (a regular file or a new name; a symlink is followed)"},
     {OPT_ALL, "--all", NULL, CMD_EVAL, "every prompt position's logits (default: the last)"},
     /* ---- bench ---- */
-    {OPT_BENCH_PP, "-p|--n-prompt", "N[,N]", CMD_BENCH, "prompt tokens per pp test (default 512; 0 = skip)"},
-    {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH, "generated tokens per tg test (default 128; 0 = skip)"},
+    {OPT_BENCH_PP, "-p|--n-prompt", "N[,N]", CMD_BENCH,
+     "prompt tokens per pp test (default 512; 0 = skip)"},
+    {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH,
+     "generated tokens per tg test (default 128; 0 = skip)"},
     {OPT_REPS, "-r|--repetitions", "N", CMD_BENCH, "repetitions (default 5)"},
     {OPT_BENCH_PARALLEL, "--parallel", "B[,B]", CMD_BENCH,
      "llama batched-bench rows: B sequences at once, each -p prompt tokens then -n generated"},
@@ -181,14 +183,11 @@ int cli_next(struct cli_args *a, const char **val)
     if (a->i >= a->argc)
         return CLI_END;
     const char *s = a->argv[a->i++];
-    if (!strcmp(s, "--")) {
-        /* everything after is positional: mark it by moving argv forward */
-        if (a->i >= a->argc)
-            return CLI_END;
-        *val = a->argv[a->i++];
-        return CLI_POSITIONAL;
+    if (!a->rest && !strcmp(s, "--")) {
+        a->rest = true;
+        return cli_next(a, val);
     }
-    if (s[0] != '-' || !s[1]) {
+    if (a->rest || s[0] != '-' || !s[1]) {
         *val = s;
         return CLI_POSITIONAL;
     }
@@ -293,10 +292,25 @@ void cli_print_options(FILE *f, unsigned bit)
         fprintf(f, "  %-28s", left);
         if (strlen(left) > 28)
             fprintf(f, "\n  %-28s", "");
-        for (const char *p = r->help; *p; p++) {
-            fputc(*p, f);
-            if (*p == '\n')
-                fprintf(f, "  %-28s", "");
+        /* words wrapped to 100 columns; "\n" in the help forces a break */
+        int col = 30;
+        for (const char *p = r->help; *p;) {
+            size_t w = strcspn(p, " \n");
+            if (col > 30 && col + 1 + (int)w > 100) {
+                fprintf(f, "\n  %-28s", "");
+                col = 30;
+            } else if (col > 30) {
+                fputc(' ', f);
+                col++;
+            }
+            fwrite(p, 1, w, f);
+            col += (int)w;
+            p += w;
+            if (*p == '\n' && p[1]) {
+                fprintf(f, "\n  %-28s", "");
+                col = 30;
+            }
+            p += strspn(p, " \n");
         }
         fputc('\n', f);
     }

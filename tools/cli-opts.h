@@ -124,6 +124,7 @@ struct cli_args {
     char **argv;
     int i;             /* next index; start at 1 */
     char opt[48];      /* the option as spelled by the user, for messages */
+    bool rest;         /* after "--": every argument is positional */
 };
 /* Next option: its id with *val its value (NULL for a flag), CLI_POSITIONAL
  * with *val the argument, CLI_END, or CLI_BAD after printing one line. Long

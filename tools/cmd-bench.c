@@ -188,8 +188,8 @@ int cmd_bench(int argc, char **argv)
         return cli_usage_error("bench", "--arch, --shape and --type describe a synthetic "
                                         "model; they cannot apply with -m");
     const char *arch = o.arch, *shape = o.shape, *type = o.type;
-    if (!arch)
-        arch = !strncmp(shape, "qwen3", 5) ? "qwen3" : "qwen2";
+    if (!arch && !(arch = cli_arch_of_shape(shape)))
+        return cli_usage_error("bench", "--shape '%s' names no known model; give --arch", shape);
     const int32_t *pps = o.pps, *tgs = o.tgs;
     int n_pps = o.n_pps, n_tgs = o.n_tgs;
     int32_t n_pp = 0, n_tg = 0;

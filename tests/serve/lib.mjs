@@ -14,8 +14,8 @@ if (!BIN || !MODEL) {
 }
 
 // Starts `minfer serve -m MODEL --port 0 ARGS`; resolves when /health is 200.
-export async function startServer(args = []) {
-  const proc = spawn(BIN, ["serve", "-m", MODEL, "--port", "0", ...args], {
+export async function startServer(args = [], model = MODEL) {
+  const proc = spawn(BIN, ["serve", "-m", model, "--port", "0", ...args], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   let log = "";
@@ -114,9 +114,9 @@ export async function until(f, ms, what) {
 // `minfer run` with greedy sampling: the reference a server's greedy answer
 // must equal. ids from --json; text from the streamed stdout (its exact
 // bytes less the final newline, NULs dropped as the server's JSON does).
-export function minferRun(args) {
+export function minferRun(args, model = MODEL) {
   if (!args.includes("--chat")) args = ["--raw", ...args]; // completions: no chat template
-  const run = (extra) => execFileSync(BIN, ["run", "-m", MODEL, "--temp", "0", ...extra, ...args],
+  const run = (extra) => execFileSync(BIN, ["run", "-m", model, "--temp", "0", ...extra, ...args],
     { stdio: ["ignore", "pipe", "pipe"] });
   const json = JSON.parse(run(["--json"]).toString("utf8"));
   json.text = run([]).toString("utf8").replace(/\n$/, "").replaceAll("\0", "");

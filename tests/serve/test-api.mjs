@@ -226,7 +226,7 @@ test("chunked prefill: a long prompt does not stall a running stream", async () 
 });
 
 test("the prefix cache reuses a shared prompt prefix", async () => {
-  const s = await startServer();
+  const s = await startServer(["-c", "32768"]);
   try {
     const system = "You are a helpful assistant. ".repeat(8);
     const ask = (q) => post(s.base, CHAT, { messages: [{ role: "system", content: system },
@@ -238,6 +238,26 @@ test("the prefix cache reuses a shared prompt prefix", async () => {
     const after = (await metrics(s.base))["minfer_prompt_tokens_cached_total"];
     assert.ok(after - before >= 100, `only ${after - before} prompt tokens came from the cache`);
     assert.equal(r.json.choices[0].message.content, ref.text, "a cached prefix changed the answer");
+
+    // A prefix held by a sequence still running is forked (cells shared).
+    const ac = new AbortController();
+    const res = await fetch(s.base + CHAT, {
+      method: "POST", signal: ac.signal, headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ messages: [{ role: "system", content: system },
+        { role: "user", content: "keep talking" }], max_tokens: 20000, ignore_eos: true,
+      stream: true }),
+    });
+    await res.body.getReader().read();
+    const ref3 = minferRun(["--chat", "--system", system, "-p", "third", "-n", "4"]);
+    const b3 = (await metrics(s.base))["minfer_prompt_tokens_cached_total"];
+    const r3 = await ask("third");
+    const a3 = (await metrics(s.base))["minfer_prompt_tokens_cached_total"];
+    assert.ok(a3 - b3 >= 100, `only ${a3 - b3} prompt tokens forked from the running sequence`);
+    assert.equal(r3.json.choices[0].message.content, ref3.text, "a forked prefix changed the answer");
+    const m = await metrics(s.base);
+    assert.ok(m["minfer_kv_cells_used"] < m["minfer_kv_tokens_held"],
+      `no cells are shared: ${m["minfer_kv_cells_used"]} used, ${m["minfer_kv_tokens_held"]} held`);
+    ac.abort();
   } finally {
     await s.stop();
   }
@@ -413,4 +433,38 @@ test("/health is 503 while the model loads, then a load failure exits 1", async 
   closeSync(openSync(dir + "/model.gguf", "w")); // the load now fails: not a regular file
   assert.equal(await exited, 1);
   assert.match(log, /not a regular file/);
+});
+
+test("Qwen3 enable_thinking renders as minfer run --no-think (fixture model)", async (t) => {
+  const { existsSync } = await import("node:fs");
+  const model = `${process.env.MINFER_FIXTURES_DIR}/models/fixture-qwen3moe-dev-f16.gguf`;
+  if (!existsSync(model)) {
+    t.skip("no fixture-qwen3moe-dev-f16.gguf under MINFER_FIXTURES_DIR");
+    return;
+  }
+  const s = await startServer(["-c", "2048"], model);
+  try {
+    const body = (thinking) => ({ messages: [{ role: "user", content: "hi" }], max_tokens: 6,
+      temperature: 0, enable_thinking: thinking });
+    const off = minferRun(["--chat", "--no-think", "-p", "hi", "-n", "6"], model);
+    const on = minferRun(["--chat", "-p", "hi", "-n", "6"], model);
+    assert.notEqual(off.prompt_ids.length, on.prompt_ids.length, "--no-think changed nothing");
+    const a = await post(s.base, CHAT, body(false));
+    assert.equal(a.json.usage.prompt_tokens, off.prompt_ids.length);
+    assert.equal(a.json.choices[0].message.content, off.text);
+    const b = await post(s.base, CHAT, body(true));
+    assert.equal(b.json.usage.prompt_tokens, on.prompt_ids.length);
+    const c = await post(s.base, CHAT, { ...body(true), enable_thinking: undefined,
+      chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(c.json.usage.prompt_tokens, off.prompt_ids.length);
+  } finally {
+    await s.stop();
+  }
+});
+
+test("SIGINT while idle: exit 0", async () => {
+  const s = await startServer();
+  const { code } = await s.stop("SIGINT");
+  assert.equal(code, 0);
+  assert.match(s.log(), /SIGINT: ending in-flight requests/);
 });

@@ -68,7 +68,7 @@ static int parse(int argc, char **argv, struct serve_cfg *c, char **key_mem)
     c->max_queue = 64;
     c->timeout_s = 600;
     c->type_k = c->type_v = MINFER_TYPE_F16;
-    struct cli_args a = {"serve", CMD_SERVE, argc, argv, 1, ""};
+    struct cli_args a = {"serve", CMD_SERVE, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         const char *opt = a.opt;
@@ -242,7 +242,7 @@ int cmd_serve(int argc, char **argv)
     sigwait(&sigs, &sig);
     fprintf(stderr, "minfer serve: %s: ending in-flight requests and exiting\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    g_srv.draining = 1;
+    __atomic_store_n(&g_srv.draining, 1, __ATOMIC_RELEASE);
     MHD_socket lfd = MHD_quiesce_daemon(d);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);

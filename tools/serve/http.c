@@ -183,8 +183,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hconn *h, const
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
     bool ready = __atomic_load_n(&g_srv.ready, __ATOMIC_ACQUIRE);
+    bool draining = __atomic_load_n(&g_srv.draining, __ATOMIC_ACQUIRE);
     if (h->route == ROUTE_HEALTH && get) {
-        if (ready && !g_srv.draining)
+        if (ready && !draining)
             return reply_json(c, h, 200, "{\"status\":\"ok\"}", 15);
         const char *b = ready ? "{\"status\":\"shutting down\"}" : "{\"status\":\"loading model\"}";
         return reply_json(c, h, 503, b, strlen(b));
@@ -215,7 +216,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct hconn *h, const
         sbuf_free(&b);
         return ret;
     }
-    if (!ready || g_srv.draining) {
+    if (!ready || draining) {
         serve_err_set(&e, 503, "server_error", ready ? "shutting_down" : "loading", NULL,
                       ready ? "the server is shutting down" : "the model is still loading");
         return reply_err(c, h, &e);
@@ -375,9 +376,9 @@ struct MHD_Daemon *http_start(const char *host, int port, int *bound_port, char 
         return NULL;
     }
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, sa,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        NULL, MHD_OPTION_CONNECTION_LIMIT,
+        flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)1000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_END);
     if (!d) {
         snprintf(err, len, "cannot listen on %s:%d (in use, or not permitted)", host, port);

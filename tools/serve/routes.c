@@ -134,7 +134,8 @@ static cJSON *completion_logprobs(const cJSON *entries, size_t text_offset)
     for (const cJSON *e = entries ? entries->child : NULL; e; e = e->next) {
         const char *t = cJSON_GetObjectItem(e, "token")->valuestring;
         cJSON_AddItemToArray(toks, cJSON_CreateString(t));
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(cJSON_GetObjectItem(e, "logprob")->valuedouble));
+        double lp = cJSON_GetObjectItem(e, "logprob")->valuedouble;
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp));
         cJSON *m = cJSON_CreateObject();
         for (const cJSON *a = cJSON_GetObjectItem(e, "top_logprobs")->child; a; a = a->next)
             if (!cJSON_GetObjectItem(m, cJSON_GetObjectItem(a, "token")->valuestring))

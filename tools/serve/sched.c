@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -38,6 +39,26 @@ struct slot {
     int batch_idx;        /* its logits row in the current batch, or -1 */
     double last_used;
     struct cJSON *pending_lp; /* logprob entries not yet sent with text */
+    /* this step's sample, drawn in parallel (sample_slot) */
+    const float *lg;
+    int32_t sampled;
+    bool sample_ok;
+    struct cJSON *lp_new;
+};
+
+/* Sampling threads: after a pass, the slots' samplers run in parallel
+ * (each over n_vocab logits; at 32 sequences of a 152k vocabulary that is
+ * milliseconds a step if done one by one). Only sampling runs there: the
+ * context and everything after the sample stay on the engine thread. */
+struct pool {
+    pthread_t th[15];
+    int n;                   /* worker threads; the engine thread joins in too */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned gen;            /* bumped per round */
+    int next, left;          /* next work index, workers still busy */
+    int n_work;
+    bool quit;
 };
 
 struct sched {
@@ -57,7 +78,10 @@ struct sched {
     int rr; /* round-robin start among prefilling slots */
     struct eng_tok *batch;
     struct eng_tok *sub;  /* one sequence's part of a failed batch */
-    float *masked;      /* [n_vocab] logits with end-of-generation removed (ignore_eos) */
+    float *masked;      /* [16][n_vocab] per sampling thread: logits without
+                           end-of-generation ids (ignore_eos) */
+    struct slot **work; /* this round's slots to sample */
+    struct pool pool;
     int32_t *eog;       /* the vocabulary's end-of-generation ids */
     int32_t n_eog;
 };
@@ -339,18 +363,30 @@ static void add_text(struct sbuf *t, const char *b, size_t n)
     }
 }
 
-static void on_token(struct sched *s, struct slot *sl, const float *logits)
+/* Draws sl's next token from sl->lg (any thread; scratch: n_vocab floats). */
+static void sample_slot(struct sched *s, struct slot *sl, float *scratch)
+{
+    const struct serve_params *p = &sl->job->r->p;
+    const float *logits = sl->lg;
+    if (p->ignore_eos && s->n_eog) {
+        memcpy(scratch, logits, sizeof *logits * (size_t)s->n_vocab);
+        for (int32_t i = 0; i < s->n_eog; i++)
+            scratch[s->eog[i]] = -INFINITY;
+        logits = scratch;
+    }
+    sl->sample_ok = minfer_sampler_sample(sl->job->smp, logits, s->n_vocab, &sl->sampled) ==
+                    MINFER_OK;
+    sl->lp_new = sl->sample_ok && p->logprobs
+                     ? logprobs_of(s, logits, sl->sampled, p->top_logprobs)
+                     : NULL;
+}
+
+static void on_token(struct sched *s, struct slot *sl)
 {
     struct job *j = sl->job;
     const struct serve_params *p = &j->r->p;
-    int32_t id;
-    if (p->ignore_eos && s->n_eog) {
-        memcpy(s->masked, logits, sizeof *logits * (size_t)s->n_vocab);
-        for (int32_t i = 0; i < s->n_eog; i++)
-            s->masked[s->eog[i]] = -INFINITY;
-        logits = s->masked;
-    }
-    if (minfer_sampler_sample(j->smp, logits, s->n_vocab, &id) != MINFER_OK) {
+    int32_t id = sl->sampled;
+    if (!sl->sample_ok) {
         job_done(s, j, FINISH_ERROR, "sampling failed: no finite logit");
         return;
     }
@@ -375,10 +411,11 @@ static void on_token(struct sched *s, struct slot *sl, const float *logits)
     }
     j->gen[j->n_gen++] = id;
     metrics_tokens(0, 1);
-    if (p->logprobs) {
+    if (sl->lp_new) {
         if (!sl->pending_lp)
             sl->pending_lp = cJSON_CreateArray();
-        cJSON_AddItemToArray(sl->pending_lp, logprobs_of(s, logits, id, p->top_logprobs));
+        cJSON_AddItemToArray(sl->pending_lp, sl->lp_new);
+        sl->lp_new = NULL;
     }
     bool eog = minfer_tokenizer_is_eog(s->tok, id);
     char buf[512];
@@ -403,6 +440,106 @@ static void on_token(struct sched *s, struct slot *sl, const float *logits)
     }
     sl->next_tok = id;
     sl->generating = true;
+}
+
+/* ---- sampling threads ---- */
+
+static void pool_work(struct sched *s, int worker)
+{
+    float *scratch = s->masked + (size_t)worker * (size_t)s->n_vocab;
+    for (;;) {
+        pthread_mutex_lock(&s->pool.mu);
+        int k = s->pool.next < s->pool.n_work ? s->pool.next++ : -1;
+        pthread_mutex_unlock(&s->pool.mu);
+        if (k < 0)
+            return;
+        sample_slot(s, s->work[k], scratch);
+    }
+}
+
+struct worker_arg {
+    struct sched *s;
+    int id;
+};
+
+static void *pool_main(void *arg)
+{
+    struct worker_arg wa = *(struct worker_arg *)arg;
+    free(arg);
+    struct pool *pl = &wa.s->pool;
+    unsigned seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pl->mu);
+        while (!pl->quit && pl->gen == seen)
+            pthread_cond_wait(&pl->go, &pl->mu);
+        if (pl->quit) {
+            pthread_mutex_unlock(&pl->mu);
+            return NULL;
+        }
+        seen = pl->gen;
+        pthread_mutex_unlock(&pl->mu);
+        pool_work(wa.s, wa.id);
+        pthread_mutex_lock(&pl->mu);
+        if (--pl->left == 0)
+            pthread_cond_signal(&pl->done);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+/* Samples s->work[0..n) on the pool and the calling thread. */
+static void sample_all(struct sched *s, int n)
+{
+    struct pool *pl = &s->pool;
+    if (pl->n == 0 || n < 2) {
+        for (int k = 0; k < n; k++)
+            sample_slot(s, s->work[k], s->masked);
+        return;
+    }
+    pthread_mutex_lock(&pl->mu);
+    pl->n_work = n;
+    pl->next = 0;
+    pl->left = pl->n;
+    pl->gen++;
+    pthread_cond_broadcast(&pl->go);
+    pthread_mutex_unlock(&pl->mu);
+    pool_work(s, 0);
+    pthread_mutex_lock(&pl->mu);
+    while (pl->left > 0)
+        pthread_cond_wait(&pl->done, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+static void pool_start(struct sched *s, int n)
+{
+    struct pool *pl = &s->pool;
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->go, NULL);
+    pthread_cond_init(&pl->done, NULL);
+    for (int i = 0; i < n; i++) {
+        struct worker_arg *wa = malloc(sizeof *wa);
+        if (!wa)
+            break;
+        *wa = (struct worker_arg){s, i + 1};
+        if (pthread_create(&pl->th[i], NULL, pool_main, wa) != 0) {
+            free(wa);
+            break;
+        }
+        pl->n++;
+    }
+}
+
+static void pool_stop(struct sched *s)
+{
+    struct pool *pl = &s->pool;
+    if (pl->n == 0)
+        return;
+    pthread_mutex_lock(&pl->mu);
+    pl->quit = true;
+    pthread_cond_broadcast(&pl->go);
+    pthread_mutex_unlock(&pl->mu);
+    for (int i = 0; i < pl->n; i++)
+        pthread_join(pl->th[i], NULL);
+    pl->n = 0;
 }
 
 /* ---- the step ---- */
@@ -435,11 +572,23 @@ static void after_decode(struct sched *s, struct slot *sl, int32_t n_pref)
         sl->n_prefilled += n_pref;
     }
     if (sl->batch_idx >= 0) {
-        const float *lg = engine_logits(s->eng, sl->batch_idx);
-        if (!lg)
+        sl->lg = engine_logits(s->eng, sl->batch_idx);
+        if (!sl->lg)
             job_done(s, sl->job, FINISH_ERROR, "no logits for the sequence's last token");
-        else
-            on_token(s, sl, lg);
+    }
+}
+
+/* Samples every slot whose logits the pass kept, then handles each token. */
+static void sample_and_emit(struct sched *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job && s->slots[i].batch_idx >= 0 && s->slots[i].lg)
+            s->work[n++] = &s->slots[i];
+    sample_all(s, n);
+    for (int k = 0; k < n; k++) {
+        on_token(s, s->work[k]);
+        s->work[k]->lg = NULL;
     }
 }
 
@@ -471,6 +620,11 @@ static void isolate(struct sched *s, int n, const int32_t *n_pref)
         metrics_step(m, 1);
         sl->batch_idx = last;
         after_decode(s, sl, n_pref[i]);
+        if (sl->job && sl->lg) {
+            sample_slot(s, sl, s->masked);
+            on_token(s, sl);
+            sl->lg = NULL;
+        }
     }
 }
 
@@ -538,6 +692,7 @@ static void step(struct sched *s)
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i].job)
             after_decode(s, &s->slots[i], n_pref[i]);
+    sample_and_emit(s);
     update_kv(s);
 }
 
@@ -620,6 +775,11 @@ struct sched *sched_new(const struct serve_cfg *cfg, struct minfer_ctx *ctx,
         fprintf(stderr, "minfer serve: this engine runs %d sequence(s) at once; --parallel %d "
                         "requests queue behind it\n", s->n_slots, cfg->parallel);
     s->slot_ctx = s->n_ctx / s->n_slots;
+    if (s->slot_ctx < 8) {
+        snprintf(err, len, "-c %d over --parallel %d leaves %d tokens per sequence; raise -c or "
+                           "lower --parallel", s->n_ctx, s->n_slots, s->slot_ctx);
+        goto fail;
+    }
     if (s->n_batch < s->n_slots + 1)
         s->n_batch = s->n_slots + 1;
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
@@ -627,10 +787,18 @@ struct sched *sched_new(const struct serve_cfg *cfg, struct minfer_ctx *ctx,
     s->sub = calloc((size_t)s->n_batch, sizeof *s->sub);
     s->q_cap = cfg->max_queue + 64 + 1;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
-    s->masked = malloc(sizeof *s->masked * (size_t)n_vocab);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int workers = cpus > 1 ? (int)(cpus - 1) : 0;
+    if (workers > 15)
+        workers = 15;
+    if (workers > s->n_slots - 1)
+        workers = s->n_slots - 1;
+    s->masked = malloc(sizeof *s->masked * (size_t)n_vocab * (size_t)(workers + 1));
+    s->work = calloc((size_t)s->n_slots, sizeof *s->work);
     s->eog = malloc(sizeof *s->eog * (size_t)n_vocab);
-    if (!s->slots || !s->batch || !s->sub || !s->queue || !s->masked || !s->eog)
+    if (!s->slots || !s->batch || !s->sub || !s->queue || !s->masked || !s->eog || !s->work)
         goto fail;
+    pool_start(s, workers);
     for (int32_t i = 0; i < n_vocab; i++)
         if (minfer_tokenizer_is_eog(tok, i))
             s->eog[s->n_eog++] = i;
@@ -662,9 +830,10 @@ int sched_submit(struct sched *s, struct sreq *r)
         return -1;
     }
     for (int i = 0; i < r->n_jobs; i++) {
+        /* the engine's reference, dropped in job_done (lock order: s->mu, then r->mu) */
         pthread_mutex_lock(&r->mu);
         r->refs++;
-        pthread_mutex_unlock(&r->mu); /* the engine's, dropped in job_done (mu order: s->mu, then r->mu) */
+        pthread_mutex_unlock(&r->mu);
         s->queue[s->q_len++] = &r->jobs[i];
         metrics_queued(1);
     }
@@ -703,8 +872,10 @@ void sched_free(struct sched *s)
     free(s->batch);
     free(s->sub);
     free(s->queue);
+    pool_stop(s);
     free(s->masked);
     free(s->eog);
+    free(s->work);
     engine_free(s->eng);
     free(s);
 }

@@ -243,8 +243,8 @@ struct server {
     const struct minfer_tokenizer *tok;
     struct minfer_model *model;
     int32_t n_vocab;
-    volatile int ready;                   /* model loaded */
-    volatile int draining;                /* SIGTERM: refuse new work */
+    int ready;                            /* model loaded (atomic) */
+    int draining;                         /* SIGTERM: refuse new work (atomic) */
 };
 extern struct server g_srv;
 
