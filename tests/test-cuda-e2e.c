@@ -7,7 +7,7 @@
  * 64-token generation, a capture aborted by an injected fault leaving a
  * usable context, two contexts on two threads bitwise equal to their
  * serial runs, and `minfer chat --backend cuda`'s second turn equal to a
- * fresh run.
+ * fresh run; and CUDA against the CPU after a 16,384-token prompt.
  *
  * The whole suite is skipped (exit 77) without a CUDA device. CUDA does not
  * survive Check's fork, so the probe runs in a child process.
@@ -319,6 +319,78 @@ START_TEST(batched_greedy_cuda_matches_cpu)
 }
 END_TEST
 
+/* ---- a 16k-token prompt ---- */
+
+#define LONG_PROMPT 16384
+#define SHAPE_LONG \
+    "custom:n_embd=512,n_layer=2,n_head=8,n_head_kv=2,head_dim=128,n_ff=768,n_vocab=384," \
+    "n_ctx=16448,tied=0"
+
+START_TEST(long_prompt_greedy_cuda_matches_cpu)
+{
+    /* Catches the tensor-core prefill (many query tiles, causal tile
+     * skipping over 16k cells, chunks of 2,048 continuing a deep cache) and
+     * the split-K decode at depth 16k drifting from the CPU enough to change
+     * greedy choices: a 16,384-token prompt on both, then 16 teacher-forced
+     * greedy steps, per KV type (f16, q8_0), head_dim 128, 4 heads per KV
+     * head. */
+    uint32_t kvs[] = {MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    struct minfer_runtime *rt = ts_runtime("cuda");
+    size_t size;
+    void *mem = ts_synth("qwen2", SHAPE_LONG, MINFER_FTYPE_MOSTLY_Q8_0, 13, 2, &size);
+    struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
+    struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(mc);
+    int32_t *ids = malloc(sizeof *ids * LONG_PROMPT);
+    ck_assert_ptr_nonnull(ids);
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < LONG_PROMPT; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)nv);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct minfer_ctx *cc = ts_ctx(mc, LONG_PROMPT + 64, 2048, kvs[k], 0);
+        struct minfer_ctx *cg = ts_ctx(mg, LONG_PROMPT + 64, 2048, kvs[k], 0);
+        ts_decode_ok(cc, ids, LONG_PROMPT, 0);
+        ts_decode_ok(cg, ids, LONG_PROMPT, 0);
+        int agree = 0, steps = 16;
+        double worst = 0;
+        for (int s = 0; s < steps; s++) {
+            const float *a = minfer_ctx_logits(cc, -1), *b = minfer_ctx_logits(cg, -1);
+            double num = 0, den = 0;
+            for (int32_t i = 0; i < nv; i++) {
+                ck_assert_msg(isfinite(b[i]), "kv %d step %d: cuda logit %d is %f", k, s, i, b[i]);
+                num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+                den += (double)a[i] * a[i];
+            }
+            worst = num / den > worst ? num / den : worst;
+            ck_assert_msg(num <= TOL_LOGIT_NMSE * den, "kv %d step %d: logits NMSE %.3g > %.1g",
+                          k, s, num / den, TOL_LOGIT_NMSE);
+            int32_t ta = ts_argmax(a, nv), tb = ts_argmax(b, nv);
+            double rms = sqrt(num / nv);
+            if (ta == tb)
+                agree++;
+            else
+                ck_assert_msg(a[ta] - a[tb] <= TIE_RMS * rms + 1e-6,
+                              "kv %d step %d: cpu picks %d, cuda %d; gap %.5f is no near tie "
+                              "(rms diff %.5f)", k, s, ta, tb, a[ta] - a[tb], rms);
+            ts_decode_ok(cc, &ta, 1, 0);
+            ts_decode_ok(cg, &ta, 1, 0);
+        }
+        printf("16k prompt, kv %s: cuda arg max equals cpu's at %d of %d steps, worst logits "
+               "NMSE %.3g\n", k ? "q8_0" : "f16", agree, steps, worst);
+        ck_assert_int_ge(agree, steps * 3 / 4);
+        minfer_ctx_free(cc);
+        minfer_ctx_free(cg);
+    }
+    free(ids);
+    minfer_model_free(mc);
+    minfer_model_free(mg);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
 /* ---- graph replay ---- */
 
 #define GEN 64
@@ -606,5 +678,10 @@ Suite *cuda_e2e_suite(void)
     tcase_add_test(t, copy_cells_like_memmove);
     tcase_add_test(t, chat_turn2_equals_fresh_run_on_cuda);
     suite_add_tcase(s, t);
+    /* its own case, so CK_RUN_CASE=long runs it alone */
+    TCase *l = tcase_create("long");
+    tcase_set_timeout(l, 300);
+    tcase_add_test(l, long_prompt_greedy_cuda_matches_cpu);
+    suite_add_tcase(s, l);
     return s;
 }

@@ -41,6 +41,8 @@ struct cli_opts {
     int32_t reps;               /* bench -r */
     int32_t pps[CLI_MAX_TESTS], tgs[CLI_MAX_TESTS]; /* bench -p / -n lists */
     int n_pps, n_tgs;
+    int32_t depths[CLI_MAX_TESTS]; /* bench -d list (default {0}) */
+    int n_depths;
     const char *bench_fmt;      /* bench -o: md json jsonl csv */
     const char *arch, *shape, *type; /* bench's synthetic model */
     uint32_t type_k, type_v;    /* -ctk / -ctv / --cache-type */

@@ -79,7 +79,8 @@ const struct cli_opt cli_opt_table[] = {
      "sampler seed (default: random; --json and -v report the one used)"},
     /* ---- context and backend ---- */
     {OPT_CTX, "-c|--ctx-size", "N", CMD_MODEL | CMD_SERVE,
-     "context length (default min(4096, the model's), at most the model's)"},
+     "context length (default: the model's, or the largest whose KV cache fits in 70% of "
+     "the backend's free memory; capped by the model's)"},
     {OPT_BATCH, "-b|--batch-size", "N", CMD_MODEL | CMD_SERVE,
      "most tokens per forward pass (default 512)"},
     {OPT_THREADS, "-t|--threads", "N", CMD_MODEL | CMD_SERVE | CMD_QUANTIZE | CMD_SYNTH,
@@ -106,6 +107,9 @@ const struct cli_opt cli_opt_table[] = {
      "prompt tokens per pp test (default 512; 0 = skip)"},
     {OPT_BENCH_TG, "-n|--n-gen", "N[,N]", CMD_BENCH,
      "generated tokens per tg test (default 128; 0 = skip)"},
+    {OPT_BENCH_DEPTH, "-d|--n-depth", "D[,D]", CMD_BENCH,
+     "KV depth: each test runs after D tokens are in the cache (filled first, not timed; "
+     "rows read 'pp512 @ d4096'; default 0)"},
     {OPT_REPS, "-r|--repetitions", "N", CMD_BENCH, "repetitions (default 5)"},
     {OPT_BENCH_PARALLEL, "--parallel", "B[,B]", CMD_BENCH,
      "llama batched-bench rows: B sequences at once, each -p prompt tokens then -n generated"},

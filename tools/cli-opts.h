@@ -70,6 +70,7 @@ enum cli_opt_id {
     OPT_ALL,
     OPT_BENCH_PP,    /* bench -p N[,N] */
     OPT_BENCH_TG,    /* bench -n N[,N] */
+    OPT_BENCH_DEPTH, /* bench -d D[,D] */
     OPT_REPS,
     OPT_BENCH_FMT,   /* bench -o md|json|csv|jsonl */
     OPT_ARCH,

@@ -82,6 +82,20 @@ struct gtensor *graph_cols(struct graph *g, struct gtensor *src, int64_t first, 
 
 /* ---- ops (each appends one node) ---- */
 
+/* A ROPE node's parameters (MINFER_OP_ROPE's iparams/fparams): layout 0
+ * NeoX, 1 normal. YaRN: ext_factor > 0 mixes each pair's interpolated and
+ * original angle by a ramp over pair indices [corr_lo, corr_hi]; mscale
+ * scales cos and sin (0 = 1). All YaRN fields 0: plain (linear) scaling. */
+struct graph_rope_params {
+    int n_rot, layout;
+    float freq_base, freq_scale;
+    float ext_factor, mscale, corr_lo, corr_hi;
+};
+/* ROPE, or ROPE_DIV when factors (F32 [n_rot / 2]) is given. */
+struct gtensor *graph_rope_p(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                             struct gtensor *factors, const struct graph_rope_params *p,
+                             const char *label);
+
 struct gtensor *graph_get_rows(struct graph *g, struct gtensor *table, struct gtensor *ids,
                                const char *label);
 struct gtensor *graph_rms_norm(struct graph *g, struct gtensor *x, float eps, const char *label);

@@ -453,7 +453,7 @@ minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int
         return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
                     "%d tokens after %d in the context exceed its length %u (%u cells free; "
                     "use a larger -c, at most the model's %lld)",
-                    n, n_past, c->kv.n_cells, n_free, (long long)c->m->hp.n_ctx_train);
+                    n, n_past, c->kv.n_cells, n_free, (long long)c->m->hp.n_ctx_max);
     }
     int32_t *pos = malloc(sizeof *pos * (size_t)n * 2);
     const int32_t **ids = malloc(sizeof *ids * (size_t)n);

@@ -237,8 +237,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         memcpy(&c->p, p, p->struct_size < sizeof c->p ? p->struct_size : sizeof c->p);
     c->p.struct_size = sizeof c->p;
     int64_t n_ctx = c->p.n_ctx > 0 ? c->p.n_ctx : 4096;
-    if (n_ctx > m->hp.n_ctx_train)
-        n_ctx = m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_max) /* the trained context, or more with RoPE scaling */
+        n_ctx = m->hp.n_ctx_max;
     c->p.n_ctx = (int32_t)n_ctx;
     if (c->p.n_batch <= 0)
         c->p.n_batch = 512;

@@ -438,6 +438,13 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         if (!(n->fparams[0] > 0.0f) || !(n->fparams[1] > 0.0f))
             return minfer_irc_bad_(why, why_len, op, "freq_base %g and freq_scale %g must be > 0",
                                    (double)n->fparams[0], (double)n->fparams[1]);
+        if (!(n->fparams[2] >= 0.0f && n->fparams[2] <= 1.0f) || !(n->fparams[3] >= 0.0f) ||
+            !(n->fparams[4] >= 0.0f) || !(n->fparams[5] >= n->fparams[4]))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "YaRN ext_factor %g (0..1), mscale %g (>= 0) and ramp "
+                                   "%g..%g (0 <= lo <= hi) out of range",
+                                   (double)n->fparams[2], (double)n->fparams[3],
+                                   (double)n->fparams[4], (double)n->fparams[5]);
         if (n->iparams[1] != 0 && n->iparams[1] != 1)
             return minfer_irc_bad_(why, why_len, op, "layout %d must be 0 (NeoX) or 1 (normal)",
                                    n->iparams[1]);

@@ -94,7 +94,13 @@ enum minfer_op {
      * iparams[1] = layout (ABI 1.1): 0 NeoX, pairs (i, i + n_rot/2); 1 normal
      *   (GPT-J / GGUF llama), pairs (2i, 2i + 1); other values are refused;
      * fparams[0] = freq_base (> 0); fparams[1] = freq_scale (> 0, 1.0 = none).
-     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot). */
+     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot).
+     * YaRN (all zero = none): fparams[2] = ext_factor in [0, 1],
+     * fparams[3] = mscale (>= 0; 0 reads as 1), fparams[4..5] = lo <= hi.
+     * Pair i's angle: t_e = pos * freq_base^(-2i/n_rot), t_i = freq_scale *
+     * t_e; r = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) *
+     * ext_factor; angle = t_i * (1 - r) + t_e * r; cos and sin times mscale
+     * (llama.cpp's rope_yarn). */
     MINFER_OP_ROPE = 7,
     /* dst = silu(src0) * src1, same shapes. */
     MINFER_OP_SWIGLU = 8,

@@ -5,7 +5,8 @@
  * activation rows) as GFLOP/s; with -a, attention instead: decode of one
  * token over 4096 cached cells (reported as KV bytes read per second) and
  * a 512-token prefill from an empty cache (GFLOP/s of its QK and PV
- * products), per head shape and KV cache type. Loads the plugin with
+ * products), per head shape and KV cache type; then long contexts: a
+ * decode step and a 64-token prefill chunk after 4k / 16k / 32k cells. Loads the plugin with
  * dlopen exactly as the core does and drives it through its table.
  *
  * Before the matrix table it measures the machine's streaming read rate
@@ -364,7 +365,27 @@ static void bench_attention(double seconds)
                    minfer_type_traits_of(kvts[ki])->name, a->name, td * 1e6,
                    kv_bytes / td * 1e-9, tp * 1e3, flops / tp * 1e-9, tl * 1e6, ts * 1e6);
             fflush(stdout);
-        }
+        }    /* long contexts: a decode step and a 64-token prefill chunk at the end
+     * of 4k / 16k / 32k cached cells (the chunk's causal half-triangle
+     * included in its flops) */
+    const int depths[] = {4096, 16384, 32768}, chunk = 64;
+    printf("\n%-5s %-22s %7s %12s %9s %18s\n", "kv", "heads", "depth", "decode us", "KV GB/s",
+           "prefill64 GFLOP/s");
+    for (size_t si = 0; si < sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]; si += 2)
+        for (size_t ki = 0; ki < 2; ki++)
+            for (size_t di = 0; di < sizeof depths / sizeof depths[0]; di++) {
+                const struct attn_shape *a = &ATTN_SHAPES[si];
+                int d = depths[di];
+                double td = run_attn(a, kvts[ki], 1, d, seconds, 0);
+                double tp = run_attn(a, kvts[ki], chunk, d, seconds, 0);
+                double kv_bytes = 2.0 * d * minfer_row_size(kvts[ki], a->hd * a->nkv);
+                double flops = 4.0 * a->hd * a->nh * ((double)chunk * (d - chunk) +
+                                                      chunk * (chunk + 1) / 2.0);
+                printf("%-5s %-22s %7d %12.1f %9.2f %18.1f\n",
+                       minfer_type_traits_of(kvts[ki])->name, a->name, d, td * 1e6,
+                       kv_bytes / td * 1e-9, flops / tp * 1e-9);
+                fflush(stdout);
+            }
 }
 
 static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,

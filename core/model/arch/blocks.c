@@ -123,14 +123,20 @@ struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, doubl
         k = build_norm(b, k, il, W_ATTN_K_NORM, lab);
     }
 
-    /* Llama 3.1's frequency factors, when the model has them */
+    /* Llama 3.1's frequency factors, when the model has them; YaRN only on
+     * layers with the model's own RoPE (not Gemma 3's local layers) */
     struct gtensor *factors = build_weight(b, -1, W_ROPE_FREQS);
+    struct graph_rope_params rp;
+    model_rope_params(hp, &rp);
+    if (rope_base != hp->rope_base || rope_scale != hp->rope_scale) {
+        rp.freq_base = (float)rope_base;
+        rp.freq_scale = (float)rope_scale;
+        rp.ext_factor = rp.mscale = rp.corr_lo = rp.corr_hi = 0.0f;
+    }
     snprintf(lab, sizeof lab, "blk.%d.rope_q", il);
-    q = graph_rope_ext(g, q, b->inp_pos, factors, (int)hp->n_rot, hp->rope_layout,
-                       (float)rope_base, (float)rope_scale, lab);
+    q = graph_rope_p(g, q, b->inp_pos, factors, &rp, lab);
     snprintf(lab, sizeof lab, "blk.%d.rope_k", il);
-    k = graph_rope_ext(g, k, b->inp_pos, factors, (int)hp->n_rot, hp->rope_layout,
-                       (float)rope_base, (float)rope_scale, lab);
+    k = graph_rope_p(g, k, b->inp_pos, factors, &rp, lab);
 
     struct gtensor *kview = NULL, *vview = NULL;
     snprintf(lab, sizeof lab, "cache_k.%d", il);
