@@ -4,8 +4,9 @@
 #
 # usage: scripts/fuzz.sh TARGET [SECONDS] [BUILD_DIR]
 #   TARGET     gguf (the GGUF reader), tokenizer (text pipeline, streaming
-#              detokenizer, chat-template recognition, GGUF tokenizer metadata)
-#              or session (the session file parser)
+#              detokenizer, chat-template recognition, GGUF tokenizer metadata),
+#              session (the session file parser) or serve-request (minfer
+#              serve's JSON request parser)
 #   SECONDS    total fuzzing time (default 60)
 #   BUILD_DIR  a separate clang build (default build-fuzz), never the main one
 #
@@ -18,7 +19,7 @@
 # else a synthetic one. Needs clang and libclang-rt-14-dev (libFuzzer).
 set -eu
 
-target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|session [SECONDS] [BUILD_DIR]}
+target=${1:?usage: scripts/fuzz.sh gguf|tokenizer|session|serve-request [SECONDS] [BUILD_DIR]}
 secs=${2:-60}
 build=${3:-build-fuzz}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,12 +34,16 @@ gguf)
 session)
     # -max_len: the seeds (up to ~10 KiB) with room to grow.
     extra="-max_len=32768 -rss_limit_mb=1024" ;;
+serve-request)
+    # -max_len: request bodies of a few KiB exercise every field.
+    extra="-max_len=8192 -rss_limit_mb=1024" ;;
 tokenizer)
     # -max_len: text up to 8 KiB and the seed GGUFs (4 KiB) with room to
     # grow; the fixture tokenizer itself takes ~400 MB under ASan.
     extra="-max_len=8192 -rss_limit_mb=2048" ;;
 *)
     echo "fuzz.sh: unknown target '$target' (expected gguf, tokenizer or session)" >&2
+    echo "fuzz.sh: unknown target '$target' (expected gguf, tokenizer or serve-request)" >&2
     exit 2 ;;
 esac
 

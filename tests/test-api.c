@@ -61,7 +61,8 @@ START_TEST(log_callback)
     const char *paths[] = {"/nonexistent-minfer-plugin-dir"};
     struct minfer_runtime_opts ro = {.struct_size = sizeof ro, .plugin_paths = paths,
                                      .n_plugin_paths = 1,
-                                     .flags = MINFER_RUNTIME_NO_ENV | MINFER_RUNTIME_NO_DEFAULT_DIRS};
+                                     .flags = MINFER_RUNTIME_NO_ENV |
+                                              MINFER_RUNTIME_NO_DEFAULT_DIRS};
     minfer_status st;
     struct minfer_runtime *rt = minfer_runtime_new(&ro, &st, NULL, 0);
     ck_assert_ptr_nonnull(rt);

@@ -50,6 +50,11 @@
 /* Attention: f32 softmax in a different order, f16/q8_0 caches read by
  * both sides from the same bytes. */
 #define TOL_ATTN 1e-6
+/* CUDA's tensor-core prefill attention (more than 8 query tokens, head_dim
+ * 64/128) rounds the scaled queries and the probabilities to f16 (11-bit
+ * significand) for mma.sync, as llama.cpp's flash attention does: the
+ * scores move by ~3e-4 relative, expected NMSE ~1e-6. */
+#define TOL_ATTN_MMA 3e-5
 
 /* ---- plugins ---- */
 
@@ -543,12 +548,16 @@ START_TEST(elementwise_ops)
 END_TEST
 
 /* Catches: wrong pair layout (neox is (i, i+n_rot/2)), dims past n_rot not
- * passed through, positions not read per token, freq_scale ignored. */
+ * passed through, positions not read per token, freq_scale ignored, YaRN
+ * parameters ignored or applied by another formula than the CPU's. */
 START_TEST(rope_neox)
 {
     UNDER_TEST(_i);
-    int cfg[][3] = {{128, 128, 0}, {128, 64, 1}, {64, 64, 0}};
-    for (int c = 0; c < 3; c++) {
+    /* hd, n_rot, base 10000 + linear scale 0.5, YaRN (Qwen2.5's 128k: factor 4,
+     * ramp over pairs 23..40 of 64, magnitude 1 + 0.1 ln 4; a partial n_rot) */
+    int cfg[][4] = {{128, 128, 0, 0}, {128, 64, 1, 0}, {64, 64, 0, 0}, {128, 128, 0, 1},
+                    {64, 32, 1, 1}};
+    for (int c = 0; c < 5; c++) {
         for (int nt = 1; nt <= 9; nt += 4) {
             int hd = cfg[c][0], nrot = cfg[c][1];
             struct tt *x = tt_new(MINFER_TYPE_F32, hd, 7, nt, 1, 0);
@@ -562,9 +571,17 @@ START_TEST(rope_neox)
             n.iparams[0] = nrot;
             n.fparams[0] = cfg[c][2] ? 10000.0f : 1000000.0f;
             n.fparams[1] = cfg[c][2] ? 0.5f : 1.0f;
+            if (cfg[c][3]) {
+                n.fparams[1] = 0.25f;
+                n.fparams[2] = 1.0f;
+                n.fparams[3] = 1.1386294f;
+                n.fparams[4] = nrot == 128 ? 23.0f : 2.0f;
+                n.fparams[5] = nrot == 128 ? 40.0f : 10.0f;
+            }
             struct tt *src[2] = {x, pos};
             char what[96];
-            snprintf(what, sizeof what, "rope hd=%d n_rot=%d nt=%d", hd, nrot, nt);
+            snprintf(what, sizeof what, "rope hd=%d n_rot=%d nt=%d%s", hd, nrot, nt,
+                     cfg[c][3] ? " yarn" : "");
             run_both(&n, src, 2, dst, what);
             compare(dst, "rope", what, TOL_ROPE);
         }
@@ -809,7 +826,8 @@ END_TEST
 /* Catches: causal masking off by one, kv_len not read at run time, GQA
  * head mapping, split-K combine errors (long KV spreads over many
  * splits), each cache layout, prefill with many query tokens (the tiled
- * kernel: a dropped partial tile of queries or cells). */
+ * kernel: a dropped partial tile of queries or cells), a sliding window
+ * ignored or cut one cell off. */
 START_TEST(attention_layouts)
 {
     UNDER_TEST(_i);
@@ -818,16 +836,34 @@ START_TEST(attention_layouts)
      * from an empty cache (517 tokens, a partial last query tile), a
      * continuation after 100 cached cells, and rows of one KV head (136-byte
      * q8_0 rows) */
+    /* then the tensor-core tiles (64 queries x 64 cells): a query tile and
+     * a cell tile one past a multiple (65 / 129), kv_len one short of a
+     * tile, hd 64 with a group of 7; head sizes without a tensor-core
+     * kernel (32, 96, 256: the per-head split kernel for many tokens, the
+     * decode kernel's partial and double 128-wide chunks for few); a group
+     * of 10 (two chunks of query heads in the decode kernel) and of 1 */
     int cfg[][6] = {{128, 8, 2, 64, 1, 1},      {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
                     {128, 8, 2, 1000, 999, 2},  {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
                     {128, 28, 4, 512, 300, 9},  {128, 8, 2, 4100, 2500, 3},
                     {64, 14, 2, 600, 517, 517}, {128, 8, 2, 300, 200, 100},
-                    {128, 4, 4, 64, 40, 40}};
+                    {128, 4, 4, 64, 40, 40},    {128, 4, 2, 200, 129, 65},
+                    {64, 7, 1, 300, 191, 127},  {128, 2, 1, 130, 129, 129},
+                    {32, 4, 2, 300, 250, 40},   {96, 6, 2, 300, 280, 37},
+                    {256, 4, 2, 700, 650, 20},  {256, 4, 2, 700, 650, 2},
+                    {96, 6, 3, 300, 280, 1},    {64, 40, 4, 500, 400, 2},
+                    {128, 5, 5, 300, 299, 3},   {64, 40, 4, 500, 400, 70}};
+    /* sliding windows (iparams[1]): a prefill whose rows start in different
+     * cell tiles, a window longer than the prefix, decodes */
+    int win[][7] = {{128, 8, 2, 600, 517, 517, 128}, {64, 14, 2, 600, 517, 9, 100},
+                    {128, 28, 4, 4100, 4097, 1, 1000}, {64, 4, 2, 300, 90, 90, 200},
+                    {128, 4, 2, 300, 299, 70, 33}};
+    int ncfg = (int)(sizeof cfg / sizeof cfg[0]), nwin = (int)(sizeof win / sizeof win[0]);
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
-        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], ncell = cfg[c][3];
-            int kvlen = cfg[c][4], nt = cfg[c][5];
+        for (int c = 0; c < ncfg + nwin; c++) {
+            const int *cf = c < ncfg ? cfg[c] : win[c - ncfg];
+            int hd = cf[0], nh = cf[1], nkv = cf[2], ncell = cf[3];
+            int kvlen = cf[4], nt = cf[5], window = c < ncfg ? 0 : cf[6];
             struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
             struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
@@ -844,13 +880,66 @@ START_TEST(attention_layouts)
             struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct minfer_node n = {.op = MINFER_OP_ATTENTION};
             n.iparams[0] = nkv;
+            n.iparams[1] = window;
             n.fparams[0] = 1.0f / sqrtf((float)hd);
             struct tt *src[5] = {q, kc, vc, len, pos};
             char what[128];
-            snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d",
-                     tn(kv[k]), hd, nh, nkv, ncell, kvlen, nt);
+            snprintf(what, sizeof what,
+                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
+                     hd, nh, nkv, ncell, kvlen, nt, window);
             run_both(&n, src, 5, dst, what);
-            compare(dst, "attention", what, TOL_ATTN);
+            compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
+        }
+    }
+    print_stats("attention");
+}
+END_TEST
+
+/* Catches: index arithmetic that overflows or drifts at long contexts
+ * (32k cells), a split share or tile count wrong when the visible length
+ * is not a multiple of it, the causal limit of a long prefill's last
+ * rows. Per cache type: decodes at 32,768 and 32,700 visible cells, a
+ * 3-token decode step, and the last 130 tokens of a 32,768-token prompt
+ * (two whole query tiles and a partial one, against 512 cell tiles). */
+START_TEST(attention_long)
+{
+    UNDER_TEST(_i);
+    /* hd, n_head, n_kv (hd * n_kv = 256: one cache per type), kv_len, nt */
+    enum { CELLS = 32768, ROW = 256 };
+    /* hd, n_head, n_kv, kv_len, nt, sliding window */
+    int cfg[][6] = {{128, 14, 2, 32768, 1, 0}, {128, 14, 2, 32700, 1, 0}, {64, 8, 4, 32767, 3, 0},
+                    {128, 4, 2, 32768, 130, 0}, {128, 14, 2, 32768, 1, 4096},
+                    {128, 4, 2, 32768, 130, 1024}};
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        struct tt *kc = tt_new(kv[k], ROW, CELLS, 1, 1, 0);
+        struct tt *vc = tt_new(kv[k], ROW, CELLS, 1, 1, 0);
+        tt_place(kc, NULL);
+        tt_place(vc, NULL);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], kvlen = cfg[c][3];
+            int nt = cfg[c][4], window = cfg[c][5];
+            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
+            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            tt_i32(len)[0] = kvlen;
+            for (int t = 0; t < nt; t++)
+                tt_i32(pos)[t] = kvlen - nt + t;
+            tt_place(q, NULL);
+            tt_place(len, NULL);
+            tt_place(pos, NULL);
+            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_ATTENTION};
+            n.iparams[0] = nkv;
+            n.iparams[1] = window;
+            n.fparams[0] = 1.0f / sqrtf((float)hd);
+            struct tt *src[5] = {q, kc, vc, len, pos};
+            char what[128];
+            snprintf(what, sizeof what,
+                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
+                     hd, nh, nkv, (int)CELLS, kvlen, nt, window);
+            run_both(&n, src, 5, dst, what);
+            compare(dst, "attention", what, _i == UT_CUDA && nt > 8 ? TOL_ATTN_MMA : TOL_ATTN);
         }
     }
     print_stats("attention");
@@ -858,8 +947,9 @@ START_TEST(attention_layouts)
 END_TEST
 
 /* Catches: ATTENTION_LISTS reading a wrong cell (the list indirection),
- * another list's cells, entries past a query's visible count, or a split
- * over long lists combined wrongly; lists hold scattered cells in random
+ * another list's cells, entries outside a query's range (past its end or,
+ * with a window, before its first), or a split over long lists combined
+ * wrongly; lists hold scattered cells in random
  * order, so a kernel that assumes cell == position fails. */
 START_TEST(attention_lists_layouts)
 {
@@ -876,7 +966,7 @@ START_TEST(attention_lists_layouts)
             struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
             struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
-            struct tt *vis = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+            struct tt *vis = tt_new(MINFER_TYPE_I32, 2, nt, 1, 1, 0);
             struct tt *ql = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
             struct tt *ls = tt_new(MINFER_TYPE_I32, len, nl, 1, 1, 0);
             /* each list: distinct cells in a random order */
@@ -893,9 +983,11 @@ START_TEST(attention_lists_layouts)
                 memcpy(tt_i32(ls) + (size_t)l * len, perm, sizeof *perm * (size_t)len);
             }
             free(perm);
-            for (int t = 0; t < nt; t++) {
+            for (int t = 0; t < nt; t++) { /* odd queries: a window (a later first entry) */
+                int end = t == 0 ? len : 1 + (int)(rnd() % (uint32_t)len);
                 tt_i32(ql)[t] = t % nl;
-                tt_i32(vis)[t] = t == 0 ? len : 1 + (int)(rnd() % (uint32_t)len);
+                tt_i32(vis)[2 * t] = t % 2 ? (int)(rnd() % (uint32_t)end) : 0;
+                tt_i32(vis)[2 * t + 1] = end;
             }
             tt_place(q, NULL);
             tt_place(kc, NULL);
@@ -1038,6 +1130,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, gemm_every_variant);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
+    tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_lists_layouts, 0, UT_COUNT);
     tcase_add_test(tc, oom_then_next_op_runs);
     tcase_add_test(tc, bad_id_reported_at_sync);

@@ -217,6 +217,59 @@ START_TEST(batch_equals_alone_with_entering_and_leaving)
 }
 END_TEST
 
+/* ---- a sliding window ---- */
+
+START_TEST(sliding_window_batch_equals_alone)
+{
+    /* Catches ATTENTION_LISTS ranges that ignore a sliding window (gemma3's
+     * local layers see the last 16 positions here) or cut it at the wrong
+     * entry, and global layers reading the windowed ranges. Prompts of 3,
+     * 40 and 25 tokens, then 6 steps, as one batch vs each alone. */
+    size_t size = 0;
+    void *mem = ts_synth("gemma3",
+                         "custom:n_embd=128,n_layer=6,n_head=4,n_head_kv=2,head_dim=32,n_ff=256,"
+                         "n_vocab=320,n_ctx=1024,sliding_window=16",
+                         MINFER_FTYPE_MOSTLY_Q8_0, 5, 2, &size);
+    char err[512] = "";
+    struct minfer_model *saved = model;
+    model = ts_load_mem(rt, mem, size, "cpu", err, sizeof err);
+    ck_assert_msg(model, "gemma3: %s", err);
+    enum { NS = 3, STEPS = 6 };
+    static const int32_t len[NS] = {3, 40, 25};
+    int32_t prompt[NS][40], toks[NS][STEPS];
+    float *want[NS];
+    for (int q = 0; q < NS; q++) {
+        prompt_of(prompt[q], len[q], 300u + (uint32_t)q);
+        want[q] = malloc(sizeof(float) * (size_t)n_vocab * (STEPS + 1));
+        run_alone(prompt[q], len[q], STEPS, want[q], toks[q]);
+    }
+    struct minfer_ctx *c = ctx_of(N_CTX, NS);
+    static struct tb b;
+    b.n = 0;
+    for (int q = 0; q < NS; q++)
+        for (int32_t i = 0; i < len[q]; i++)
+            tb_add(&b, prompt[q][i], i, &q, 1, i == len[q] - 1);
+    tb_decode_ok(c, &b);
+    for (int q = 0, at = 0; q < NS; at += len[q], q++)
+        same_logits(minfer_ctx_batch_logits(c, at + len[q] - 1), want[q], "window", q, 0);
+    for (int s = 0; s < STEPS; s++) {
+        b.n = 0;
+        for (int q = 0; q < NS; q++)
+            tb_add(&b, toks[q][s], len[q] + s, &q, 1, true);
+        tb_decode_ok(c, &b);
+        for (int q = 0; q < NS; q++)
+            same_logits(minfer_ctx_batch_logits(c, q), want[q] + (size_t)(s + 1) * n_vocab,
+                        "window", q, s + 1);
+    }
+    minfer_ctx_free(c);
+    for (int q = 0; q < NS; q++)
+        free(want[q]);
+    minfer_model_free(model);
+    model = saved;
+    free(mem);
+}
+END_TEST
+
 /* ---- forks ---- */
 
 START_TEST(fork_shares_cells_and_matches_alone)
@@ -418,6 +471,7 @@ Suite *batch_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, batch_equals_alone_with_entering_and_leaving, 0, 2);
     tcase_add_test(tc, fork_shares_cells_and_matches_alone);
+    tcase_add_test(tc, sliding_window_batch_equals_alone);
     tcase_add_test(tc, remove_reuse_and_compaction_keep_results);
     tcase_add_test(tc, full_and_bad_batches_change_nothing);
     suite_add_tcase(s, tc);

@@ -83,18 +83,27 @@ START_TEST(chat_ctrl_c)
 {
     /* Catches Ctrl-C during a reply ending the chat (it must stop the
      * reply and read the next message), and a second Ctrl-C not leaving. */
-    int rc = cli_sh("{ echo hello; sleep 2.5; echo /bye; } | %s chat -m %s -n 30000 -c 32768 "
-                    "--temp 0 & pid=$!\nsleep 1.2; kill -INT $pid; wait $pid", CLI_BIN, cli_chat);
+    /* stdin is a FIFO this script holds open; each step waits for the
+     * chat's own note on stderr, so a slow machine only makes it slower */
+    static const char wait_for[] =
+        "w() { i=0; until grep -q \"$1\" err; do sleep 0.1; i=$((i+1)); "
+        "[ $i -gt 900 ] && break; done; }\n";
+    int rc = cli_sh("cd %s && rm -f in && mkfifo in && exec 3<>in\n%s"
+                    "%s chat -m %s -n 30000 -c 32768 --temp 0 < in & pid=$!\n"
+                    "echo hello >&3; w prefilled; sleep 0.3; kill -INT $pid\n"
+                    "w 'reply interrupted'; echo /bye >&3; wait $pid", cli_dir, wait_for, CLI_BIN,
+                    cli_chat);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, cli_err);
     ck_assert_msg(strstr(cli_err, "reply interrupted"), "%s", cli_err);
-    /* stdin stays open: only the second Ctrl-C can end it ("wait" would
-     * wait for the whole pipeline, so stdin is a FIFO fed separately) */
-    rc = cli_sh("cd %s && rm -f in && mkfifo in && { (echo hello; exec sleep 30) > in & }\n"
-                "feeder=$!\n"
+    /* with input still open, Ctrl-C at the prompt (the second one) leaves */
+    rc = cli_sh("cd %s && rm -f in && mkfifo in && exec 3<>in\n%s"
                 "%s chat -m %s -n 30000 -c 32768 --temp 0 < in & pid=$!\n"
-                "sleep 1.2; kill -INT $pid; sleep 0.5; kill -INT $pid; sleep 1\n"
-                "if kill -0 $pid 2>/dev/null; then echo still running; kill $pid; fi\n"
-                "kill $feeder", cli_dir, CLI_BIN, cli_chat);
+                "echo hello >&3; w prefilled; sleep 0.3; kill -INT $pid\n"
+                "w 'reply interrupted'; sleep 0.2; kill -INT $pid\n"
+                "i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; "
+                "i=$((i+1)); done\n"
+                "if kill -0 $pid 2>/dev/null; then echo still running; kill $pid; fi",
+                cli_dir, wait_for, CLI_BIN, cli_chat);
     ck_assert_msg(!strstr(cli_out, "still running"), "a second Ctrl-C did not leave: %s",
                   cli_err);
     ck_assert_msg(strstr(cli_err, "reply interrupted"), "%s", cli_err);

@@ -49,7 +49,7 @@ START_TEST(help_lists_every_accepted_option)
      * --help that fails. */
     static const char *const cmds[] = {"run", "chat", "eval", "bench", "tokenize",
                                        "detokenize", "info", "quantize", "synth", "backends",
-                                       "completion"};
+                                       "serve", "completion"};
     ck_assert_int_eq(cli_sh("%s completion bash", CLI_BIN), 0);
     char *script = strdup(cli_out);
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
@@ -153,13 +153,17 @@ START_TEST(llama_cpp_spellings)
                      0);
     cJSON *ja = cJSON_Parse(a), *jb = cli_json();
     int32_t ia[8], ib[8];
-    int na = cli_json_ids(ja, "generated_ids", ia, 8), nb = cli_json_ids(jb, "generated_ids", ib, 8);
+    int na = cli_json_ids(ja, "generated_ids", ia, 8);
+    int nb = cli_json_ids(jb, "generated_ids", ib, 8);
     ck_assert_int_eq(na, 3);
     ck_assert_int_eq(nb, 3);
     ck_assert_mem_eq(ia, ib, sizeof ia[0] * 3);
     cJSON_Delete(ja);
     cJSON_Delete(jb);
     free(a);
+    /* "--" ends the options: what follows is text even when it starts with - */
+    ck_assert_int_eq(cli_sh("%s tokenize -m %s -- --help", CLI_BIN, cli_small), 0);
+    ck_assert_str_eq(cli_out, "[45, 45, 104, 101, 108, 112]\n"); /* byte ids */
 }
 END_TEST
 
@@ -257,17 +261,20 @@ START_TEST(seed_random_and_reported)
 {
     /* Catches a fixed default seed, a seed missing from --json/-v, and a
      * reported seed that does not reproduce the run. */
-    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --json", CLI_BIN,
+    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --ignore-eos --json",
+                            CLI_BIN,
                             cli_small), 0);
     unsigned long long s1 = json_seed();
     cJSON *j = cli_json();
     int32_t g1[8], g2[8];
     ck_assert_int_eq(cli_json_ids(j, "generated_ids", g1, 8), 8);
     cJSON_Delete(j);
-    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --json", CLI_BIN,
+    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --ignore-eos --json",
+                            CLI_BIN,
                             cli_small), 0);
     ck_assert_msg(json_seed() != s1, "two runs drew the same seed %llu", s1);
-    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --json --seed %llu",
+    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 8 --temp 1.5 --ignore-eos --json "
+                            "--seed %llu",
                             CLI_BIN, cli_small, s1), 0);
     ck_assert_int_eq(json_seed(), s1);
     j = cli_json();
@@ -284,7 +291,8 @@ START_TEST(stop_strings)
 {
     /* Catches a stop string that is printed, text after it, a partial
      * match printed and never retracted, and stop_reason not "stop". */
-    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 24 --temp 0 --json", CLI_BIN, cli_small),
+    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p hello -n 24 --temp 0 --json", CLI_BIN,
+                            cli_small),
                      0);
     cJSON *j = cli_json();
     const char *t = cJSON_GetObjectItemCaseSensitive(j, "text")->valuestring;
@@ -372,7 +380,8 @@ START_TEST(context_cut_and_stop_reason)
     /* Catches -n beyond the context silently shortened (no message with the
      * numbers), a stop_reason that does not say why generation ended, and
      * --ignore-eos not generating past the end token. */
-    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p 0123456789 -c 32 -n 100 --json", CLI_BIN,
+    ck_assert_int_eq(cli_sh("%s run -m %s --raw -p 0123456789 -c 32 -n 100 --json --ignore-eos",
+                            CLI_BIN,
                             cli_small), 0);
     ck_assert_msg(strstr(cli_err, "-n 100") && strstr(cli_err, "32") &&
                   strstr(cli_err, "at most 22"), "%s", cli_err);
@@ -416,8 +425,12 @@ START_TEST(run_ctrl_c)
     /* Catches Ctrl-C losing the generated text, the newline or the
      * timings, and --json printing nothing or invalid JSON. */
     for (int json = 0; json < 2; json++) {
-        int rc = cli_sh("%s run -m %s -c 32768 -n -1 --ignore-eos --raw -p hello %s & pid=$!\n"
-                        "sleep 1.5; kill -INT $pid; wait $pid", CLI_BIN, cli_small,
+        /* -v's settings line comes after loading: interrupt mid-generation */
+        int rc = cli_sh("cd %s\n%s run -m %s -c 32768 -n -1 --ignore-eos --raw -p hello -v %s "
+                        "& pid=$!\n"
+                        "i=0; until grep -q seed err; do sleep 0.1; i=$((i+1)); "
+                        "[ $i -gt 900 ] && break; done\n"
+                        "sleep 0.5; kill -INT $pid; wait $pid", cli_dir, CLI_BIN, cli_small,
                         json ? "--json" : "");
         ck_assert_msg(rc == 130, "exit %d: %s", rc, cli_err);
         if (json) {

@@ -7,7 +7,7 @@
  * 64-token generation, a capture aborted by an injected fault leaving a
  * usable context, two contexts on two threads bitwise equal to their
  * serial runs, and `minfer chat --backend cuda`'s second turn equal to a
- * fresh run.
+ * fresh run; and CUDA against the CPU after a 16,384-token prompt.
  *
  * The whole suite is skipped (exit 77) without a CUDA device. CUDA does not
  * survive Check's fork, so the probe runs in a child process.
@@ -187,6 +187,203 @@ START_TEST(greedy_cuda_matches_cpu)
     ck_assert_int_ge(agree, steps * 3 / 4);
     minfer_ctx_free(cc);
     minfer_ctx_free(cg);
+    minfer_model_free(mc);
+    minfer_model_free(mg);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- many sequences ---- */
+
+/* A batch of one token per listed sequence (or a whole prompt each). */
+static void batch_step(struct minfer_ctx *c, int ns, const int32_t *const *toks,
+                       const int32_t *lens, const int32_t *pos0)
+{
+    static int32_t tok[512], pos[512], nseq[512], seq[512];
+    static const int32_t *ids[512];
+    static uint8_t lg[512];
+    int n = 0;
+    for (int q = 0; q < ns; q++) {
+        seq[q] = q;
+        for (int32_t i = 0; i < lens[q]; i++, n++) {
+            ck_assert_int_lt(n, 512);
+            tok[n] = toks[q][i];
+            pos[n] = pos0[q] + i;
+            nseq[n] = 1;
+            ids[n] = &seq[q];
+            lg[n] = i == lens[q] - 1;
+        }
+    }
+    struct minfer_batch b = {.struct_size = sizeof b, .n_tokens = n, .tokens = tok, .pos = pos,
+                             .n_seq_id = nseq, .seq_ids = ids, .logits = lg};
+    minfer_status st = minfer_ctx_decode_batch(c, &b);
+    ck_assert_msg(st == MINFER_OK, "decode_batch: %s", minfer_ctx_last_error(c));
+}
+
+START_TEST(batched_greedy_cuda_matches_cpu)
+{
+    /* Catches ATTENTION_LISTS on CUDA reading the wrong cells or lists, a
+     * batched decode step (matvec for 2..8 tokens, GEMM beyond, padded to a
+     * power of two for replay) that drifts from the CPU, and batched steps
+     * that never replay a captured graph. Six sequences of 1..100 prompt
+     * tokens, then 12 steps, teacher-forced with the CPU's tokens. */
+    enum { NS = 6, STEPS = 12 };
+    static const int32_t plen[NS] = {1, 3, 9, 16, 33, 100};
+    struct minfer_runtime *rt = ts_runtime("cuda");
+    size_t size;
+    void *mem = ts_synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
+    struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
+    struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(mc);
+    struct minfer_ctx *cx[2];
+    struct minfer_model *ms[2] = {mc, mg};
+    for (int k = 0; k < 2; k++) {
+        struct minfer_ctx_params cp;
+        minfer_ctx_params_default(&cp);
+        cp.n_ctx = 1024;
+        cp.n_threads = 2;
+        cp.n_seq_max = NS;
+        minfer_status st;
+        char err[512] = "";
+        cx[k] = minfer_ctx_new(ms[k], &cp, &st, err, sizeof err);
+        ck_assert_msg(cx[k], "ctx: %s", err);
+    }
+    int32_t prompts[NS][100], next[NS], one[NS], pos0[NS];
+    const int32_t *tp[NS];
+    uint32_t x = 12345;
+    for (int q = 0; q < NS; q++) {
+        for (int32_t i = 0; i < plen[q]; i++) {
+            x = x * 1103515245u + 12345u;
+            prompts[q][i] = (int32_t)((x >> 8) % (uint32_t)nv);
+        }
+        tp[q] = prompts[q];
+        pos0[q] = 0;
+    }
+    for (int k = 0; k < 2; k++)
+        batch_step(cx[k], NS, tp, plen, pos0);
+    struct graph_stats g0 = stats(rt);
+    int agree = 0;
+    for (int s = 0; s <= STEPS; s++) {
+        for (int q = 0; q < NS; q++) {
+            int32_t bi = s == 0 ? 0 : q; /* the batch index of q's logits */
+            if (s == 0) {
+                for (int r = 0; r < q; r++)
+                    bi += plen[r];
+                bi += plen[q] - 1;
+            }
+            const float *a = minfer_ctx_batch_logits(cx[0], bi);
+            const float *b = minfer_ctx_batch_logits(cx[1], bi);
+            ck_assert_ptr_nonnull(a);
+            ck_assert_ptr_nonnull(b);
+            double num = 0, den = 0;
+            for (int32_t i = 0; i < nv; i++) {
+                ck_assert_msg(isfinite(b[i]), "sequence %d step %d: cuda logit %d is %f", q, s,
+                              i, b[i]);
+                num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+                den += (double)a[i] * a[i];
+            }
+            ck_assert_msg(num <= TOL_LOGIT_NMSE * den, "sequence %d step %d: NMSE %.3g", q, s,
+                          num / den);
+            int32_t ta = ts_argmax(a, nv), tb = ts_argmax(b, nv);
+            double rms = sqrt(num / nv);
+            if (ta == tb)
+                agree++;
+            else
+                ck_assert_msg(a[ta] - a[tb] <= TIE_RMS * rms + 1e-6,
+                              "sequence %d step %d: cpu %d, cuda %d: no near tie", q, s, ta,
+                              tb);
+            next[q] = ta;
+        }
+        if (s == STEPS)
+            break;
+        for (int q = 0; q < NS; q++) {
+            tp[q] = &next[q];
+            one[q] = 1;
+            pos0[q] = plen[q] + s;
+        }
+        for (int k = 0; k < 2; k++)
+            batch_step(cx[k], NS, tp, one, pos0);
+    }
+    struct graph_stats g1 = stats(rt);
+    printf("batched: cuda arg max equals cpu's at %d of %d; %llu replays\n", agree,
+           NS * (STEPS + 1), (unsigned long long)(g1.replays - g0.replays));
+    ck_assert_int_ge(agree, NS * (STEPS + 1) * 3 / 4);
+    ck_assert_uint_gt(g1.replays, g0.replays);
+    for (int k = 0; k < 2; k++)
+        minfer_ctx_free(cx[k]);
+    minfer_model_free(mc);
+    minfer_model_free(mg);
+    minfer_synth_mem_free(mem);
+    minfer_runtime_free(rt);
+}
+END_TEST
+
+/* ---- a 16k-token prompt ---- */
+
+#define LONG_PROMPT 16384
+#define SHAPE_LONG \
+    "custom:n_embd=512,n_layer=2,n_head=8,n_head_kv=2,head_dim=128,n_ff=768,n_vocab=384," \
+    "n_ctx=16448,tied=0"
+
+START_TEST(long_prompt_greedy_cuda_matches_cpu)
+{
+    /* Catches the tensor-core prefill (many query tiles, causal tile
+     * skipping over 16k cells, chunks of 2,048 continuing a deep cache) and
+     * the split-K decode at depth 16k drifting from the CPU enough to change
+     * greedy choices: a 16,384-token prompt on both, then 16 teacher-forced
+     * greedy steps, per KV type (f16, q8_0), head_dim 128, 4 heads per KV
+     * head. */
+    uint32_t kvs[] = {MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    struct minfer_runtime *rt = ts_runtime("cuda");
+    size_t size;
+    void *mem = ts_synth("qwen2", SHAPE_LONG, MINFER_FTYPE_MOSTLY_Q8_0, 13, 2, &size);
+    struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
+    struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
+    int32_t nv = n_vocab_of(mc);
+    int32_t *ids = malloc(sizeof *ids * LONG_PROMPT);
+    ck_assert_ptr_nonnull(ids);
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < LONG_PROMPT; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)nv);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct minfer_ctx *cc = ts_ctx(mc, LONG_PROMPT + 64, 2048, kvs[k], 0);
+        struct minfer_ctx *cg = ts_ctx(mg, LONG_PROMPT + 64, 2048, kvs[k], 0);
+        ts_decode_ok(cc, ids, LONG_PROMPT, 0);
+        ts_decode_ok(cg, ids, LONG_PROMPT, 0);
+        int agree = 0, steps = 16;
+        double worst = 0;
+        for (int s = 0; s < steps; s++) {
+            const float *a = minfer_ctx_logits(cc, -1), *b = minfer_ctx_logits(cg, -1);
+            double num = 0, den = 0;
+            for (int32_t i = 0; i < nv; i++) {
+                ck_assert_msg(isfinite(b[i]), "kv %d step %d: cuda logit %d is %f", k, s, i, b[i]);
+                num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+                den += (double)a[i] * a[i];
+            }
+            worst = num / den > worst ? num / den : worst;
+            ck_assert_msg(num <= TOL_LOGIT_NMSE * den, "kv %d step %d: logits NMSE %.3g > %.1g",
+                          k, s, num / den, TOL_LOGIT_NMSE);
+            int32_t ta = ts_argmax(a, nv), tb = ts_argmax(b, nv);
+            double rms = sqrt(num / nv);
+            if (ta == tb)
+                agree++;
+            else
+                ck_assert_msg(a[ta] - a[tb] <= TIE_RMS * rms + 1e-6,
+                              "kv %d step %d: cpu picks %d, cuda %d; gap %.5f is no near tie "
+                              "(rms diff %.5f)", k, s, ta, tb, a[ta] - a[tb], rms);
+            ts_decode_ok(cc, &ta, 1, 0);
+            ts_decode_ok(cg, &ta, 1, 0);
+        }
+        printf("16k prompt, kv %s: cuda arg max equals cpu's at %d of %d steps, worst logits "
+               "NMSE %.3g\n", k ? "q8_0" : "f16", agree, steps, worst);
+        ck_assert_int_ge(agree, steps * 3 / 4);
+        minfer_ctx_free(cc);
+        minfer_ctx_free(cg);
+    }
+    free(ids);
     minfer_model_free(mc);
     minfer_model_free(mg);
     minfer_synth_mem_free(mem);
@@ -475,10 +672,16 @@ Suite *cuda_e2e_suite(void)
     tcase_add_test(t, fixture_suite_on_cuda);
     tcase_add_loop_test(t, greedy_cuda_matches_cpu, 0, (int)(sizeof TYPES / sizeof TYPES[0]));
     tcase_add_loop_test(t, replay_bitwise_equals_direct, 0, 2);
+    tcase_add_test(t, batched_greedy_cuda_matches_cpu);
     tcase_add_test(t, aborted_capture_leaves_usable_context);
     tcase_add_test(t, two_threads_equal_serial);
     tcase_add_test(t, copy_cells_like_memmove);
     tcase_add_test(t, chat_turn2_equals_fresh_run_on_cuda);
     suite_add_tcase(s, t);
+    /* its own case, so CK_RUN_CASE=long runs it alone */
+    TCase *l = tcase_create("long");
+    tcase_set_timeout(l, 300);
+    tcase_add_test(l, long_prompt_greedy_cuda_matches_cpu);
+    suite_add_tcase(s, l);
     return s;
 }

@@ -130,15 +130,19 @@ START_TEST(checker_follows_ir_h)
     n.iparams[0] = 2;
     n.src[3] = &ids;
     refused(&n, "ATTENTION with kv_len of 5 elements");
-    /* ATTENTION_LISTS: counts and lists per query token, lists 2-D dense */
+    /* ATTENTION_LISTS: a range and a list per query token, lists 2-D dense */
     struct minfer_tensor lists = mk(MINFER_TYPE_I32, 8, 3, 1);
-    n = node(MINFER_OP_ATTENTION_LISTS, &qo, &q, &kc, &kc, &ids, &ids);
+    struct minfer_tensor ranges = mk(MINFER_TYPE_I32, 2, 5, 1);
+    n = node(MINFER_OP_ATTENTION_LISTS, &qo, &q, &kc, &kc, &ranges, &ids);
     n.src[5] = &lists;
     n.iparams[0] = 2;
     accepted(&n, "ATTENTION_LISTS");
-    n.src[3] = &len;
-    refused(&n, "ATTENTION_LISTS with one visible count for 5 queries");
     n.src[3] = &ids;
+    refused(&n, "ATTENTION_LISTS with one count per query instead of a range");
+    n.src[3] = &ranges;
+    n.iparams[1] = 4;
+    refused(&n, "ATTENTION_LISTS with a window parameter");
+    n.iparams[1] = 0;
     lists.nb[1] = 64;
     refused(&n, "ATTENTION_LISTS with lists not dense");
     lists.nb[1] = 32;

@@ -33,11 +33,13 @@
 /* ---- load refusals ---- */
 
 enum edit { E_ARCH, E_DROP_TENSOR, E_SHAPE, E_TYPE, E_DROP_KEY, E_KEY_TYPE, E_DROP_PREFIX, E_SET_U32,
-            E_ROPE_YARN, E_ROPE_FREQS };
+            E_ROPE_SCALING, E_ROPE_LONGROPE, E_ROPE_FREQS };
 
 static float edit_freq; /* E_ROPE_FREQS: every factor of the added rope_freqs.weight */
 
 static uint32_t edit_value; /* for E_SET_U32 */
+/* for E_ROPE_SCALING: <arch>.rope.scaling.{type, factor 4, original_context_length 256} */
+static const char *scaling_type = "yarn";
 
 /* Copies a synthetic GGUF with one edit into path (mkstemp template). */
 static void write_edited(const char *arch, const char *spec, enum edit e, const char *target,
@@ -50,9 +52,9 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
     ck_assert_ptr_nonnull(g);
     struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     bool set = false;
-    if (e == E_ROPE_YARN) { /* a scaling type real files use that this build does not run */
+    if (e == E_ROPE_LONGROPE) { /* a scaling type real files use that this build does not run */
         float factor = 4.0f;
-        ck_assert_int_eq(minfer_gguf_writer_set_str(w, target, "yarn", 4), MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_writer_set_str(w, target, "longrope", 8), MINFER_OK);
         ck_assert_int_eq(minfer_gguf_writer_set(w, "llama.rope.scaling.factor",
                                                 MINFER_GGUF_FLOAT32, &factor), MINFER_OK);
     }
@@ -77,6 +79,18 @@ static void write_edited(const char *arch, const char *spec, enum edit e, const 
             continue;
         }
         ck_assert_int_eq(minfer_gguf_writer_copy_kv(w, g, i), MINFER_OK);
+    }
+    if (e == E_ROPE_SCALING) {
+        char key[96];
+        float factor = 4.0f;
+        uint32_t orig = 256;
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        ck_assert_int_eq(minfer_gguf_writer_set_str(w, key, scaling_type, strlen(scaling_type)),
+                         MINFER_OK);
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_FLOAT32, &factor), MINFER_OK);
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+        ck_assert_int_eq(minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &orig), MINFER_OK);
     }
     if (e == E_SET_U32 && !set) /* a key the file lacked */
         ck_assert_int_eq(minfer_gguf_writer_set(w, target, MINFER_GGUF_UINT32, &edit_value),
@@ -232,8 +246,8 @@ START_TEST(refuses_bad_family_files)
     edit_value = 8;
     EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_SET_U32, "llama.expert_count",
                       "llama.expert_count", "Mixtral");
-    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_ROPE_YARN, "llama.rope.scaling.type",
-                      "llama.rope.scaling.type", "yarn");
+    EXPECT_LOAD_ERROR("llama", TINY_LLAMA, E_ROPE_LONGROPE, "llama.rope.scaling.type",
+                      "llama.rope.scaling.type", "longrope");
     /* and the unedited files load */
     char err[512];
     load_edited("llama", TINY_LLAMA, E_DROP_KEY, "general.no-such-key", err, sizeof err);
@@ -394,6 +408,7 @@ struct ref {
     const struct minfer_gguf *g;
     int64_t n_embd, n_layer, n_head, n_kv, hd, n_ff, n_vocab;
     double base, eps;
+    double yarn_factor, yarn_orig; /* 0: no RoPE scaling */
 };
 
 static const float *W(const struct ref *r, const char *fmt, int il)
@@ -427,13 +442,32 @@ static void rmsnorm(float *x, int64_t n, const float *w, double eps)
         x[i] = (float)(x[i] * k) * w[i];
 }
 
-static void rope(float *x, int64_t hd, int pos, double base)
+/* YaRN as llama.cpp's ggml_rope_yarn_corr_dims and rope_yarn write it
+ * (beta_fast 32, beta_slow 1, attn_factor 1), independently of the core. */
+static double yarn_corr(const struct ref *r, double beta)
 {
+    return (double)r->hd * log(r->yarn_orig / (beta * 2.0 * M_PI)) / (2.0 * log(r->base));
+}
+
+static void rope(const struct ref *r, float *x, int pos)
+{
+    int64_t hd = r->hd;
+    double base = r->base, ms = 1.0;
+    if (r->yarn_factor > 0)
+        ms = 1.0 + 0.1 * log(r->yarn_factor);
     for (int64_t i = 0; i < hd / 2; i++) {
         double th = pos * pow(base, -2.0 * (double)i / (double)hd);
+        if (r->yarn_factor > 0) {
+            double lo = fmax(0.0, floor(yarn_corr(r, 32.0)));
+            double hi = fmin((double)hd - 1, ceil(yarn_corr(r, 1.0)));
+            double y = ((double)i - lo) / fmax(0.001, hi - lo);
+            double mix = 1.0 - fmin(1.0, fmax(0.0, y));
+            th = th / r->yarn_factor * (1.0 - mix) + th * mix;
+        }
         double a = x[i], b = x[i + hd / 2];
-        x[i] = (float)(a * cos(th) - b * sin(th));
-        x[i + hd / 2] = (float)(a * sin(th) + b * cos(th));
+        double c = cos(th) * ms, sn = sin(th) * ms;
+        x[i] = (float)(a * c - b * sn);
+        x[i + hd / 2] = (float)(a * sn + b * c);
     }
 }
 
@@ -467,12 +501,12 @@ static void ref_forward(const struct ref *r, const int32_t *ids, int n, float *o
             for (int64_t hh = 0; hh < r->n_head; hh++) {
                 if (qn)
                     rmsnorm(q + t * Q + hh * r->hd, r->hd, qn, r->eps);
-                rope(q + t * Q + hh * r->hd, r->hd, t, r->base);
+                rope(r, q + t * Q + hh * r->hd, t);
             }
             for (int64_t hh = 0; hh < r->n_kv; hh++) {
                 if (kn)
                     rmsnorm(k + t * K + hh * r->hd, r->hd, kn, r->eps);
-                rope(k + t * K + hh * r->hd, r->hd, t, r->base);
+                rope(r, k + t * K + hh * r->hd, t);
             }
         }
         for (int t = 0; t < n; t++) {
@@ -520,19 +554,16 @@ static void ref_forward(const struct ref *r, const int32_t *ids, int n, float *o
     free(x), free(h), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(sc);
 }
 
-static void check_against_reference(const char *arch, const char *spec)
+/* The model's logits against ref_forward; yarn: the GGUF carries
+ * E_ROPE_SCALING's YaRN keys (factor 4, original context 256). */
+static void check_model(struct minfer_model *m, const char *arch, bool yarn)
 {
-    struct minfer_runtime *rt = ts_runtime(NULL);
-    size_t size;
-    void *mem = ts_synth(arch, spec, MINFER_FTYPE_ALL_F32, 7, 1, &size);
-    char err[512];
-    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
-    ck_assert_msg(m, "%s", err);
     struct minfer_model_info info = {.struct_size = sizeof info};
     minfer_model_info(m, &info);
     struct ref r = {.g = minfer_model_gguf(m), .n_embd = info.n_embd, .n_layer = info.n_layer,
                     .n_head = info.n_head, .n_kv = info.n_head_kv, .hd = info.head_dim,
-                    .n_ff = info.n_ff, .n_vocab = info.n_vocab};
+                    .n_ff = info.n_ff, .n_vocab = info.n_vocab,
+                    .yarn_factor = yarn ? 4.0 : 0.0, .yarn_orig = 256.0};
     char key[96];
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     ck_assert_int_eq(minfer_gguf_get_f64(r.g, key, &r.base), MINFER_OK);
@@ -558,6 +589,17 @@ static void check_against_reference(const char *arch, const char *spec)
     ck_assert_msg(worst <= 1e-4 * (scale > 1 ? scale : 1), "%s: %g", arch, worst);
     free(want);
     minfer_ctx_free(c);
+}
+
+static void check_against_reference(const char *arch, const char *spec)
+{
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    size_t size;
+    void *mem = ts_synth(arch, spec, MINFER_FTYPE_ALL_F32, 7, 1, &size);
+    char err[512];
+    struct minfer_model *m = ts_load_mem(rt, mem, size, NULL, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    check_model(m, arch, false);
     minfer_model_free(m);
     minfer_synth_mem_free(mem);
     minfer_runtime_free(rt);
@@ -575,6 +617,39 @@ START_TEST(qwen2_untied_matches_reference)
 {
     /* Catches QKV biases not applied and output.weight ignored when present. */
     check_against_reference("qwen2", TINY_QWEN2);
+}
+END_TEST
+
+START_TEST(yarn_matches_reference)
+{
+    /* Catches rope.scaling.* of type yarn read but not applied (or applied
+     * as linear scaling), a wrong ramp, a missing cos/sin magnitude, and a
+     * context still capped at the trained length: a scaled model runs to
+     * original_context_length * factor (1,024 here, past the 512 trained). */
+    char path[] = "/tmp/minfer-test-yarn-XXXXXX", err[512];
+    scaling_type = "yarn";
+    write_edited("qwen2", TINY_QWEN2, E_ROPE_SCALING, "", path, err, sizeof err);
+    minfer_status st;
+    struct minfer_runtime *rt = ts_runtime(NULL);
+    struct minfer_model *m = minfer_model_load(rt, path, NULL, &st, err, sizeof err);
+    ck_assert_msg(m, "%s", err);
+    check_model(m, "qwen2", true);
+    struct minfer_ctx *c = ts_ctx(m, 1024, 64, MINFER_TYPE_F16, 0);
+    ck_assert_int_eq(minfer_ctx_n_ctx(c), 1024);
+    minfer_ctx_free(c);
+    minfer_model_free(m);
+    minfer_runtime_free(rt);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(refuses_unknown_rope_scaling)
+{
+    /* Catches a scaling type silently run as something else. */
+    scaling_type = "longrope";
+    EXPECT_LOAD_ERROR("qwen2", TINY_QWEN2, E_ROPE_SCALING, "", "qwen2.rope.scaling.type",
+                      "longrope", "linear and yarn");
+    scaling_type = "yarn";
 }
 END_TEST
 
@@ -960,11 +1035,13 @@ Suite *model_suite(void)
     tcase_add_test(tc, refuses_prompt_longer_than_context);
     tcase_add_test(tc, run_refuses_model_without_tokenizer);
     tcase_add_test(tc, hostile_hparams_never_crash);
+    tcase_add_test(tc, refuses_unknown_rope_scaling);
     suite_add_tcase(s, tc);
     TCase *fw = tcase_create("forward");
     tcase_set_timeout(fw, 300);
     tcase_add_test(fw, qwen3_matches_reference);
     tcase_add_test(fw, qwen2_untied_matches_reference);
+    tcase_add_test(fw, yarn_matches_reference);
     tcase_add_test(fw, chunks_truncate_and_redecode_agree);
     tcase_add_test(fw, decode_steps_reuse_one_graph);
     tcase_add_test(fw, chat_turn2_equals_fresh_run);

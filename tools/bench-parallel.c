@@ -174,7 +174,8 @@ int bench_parallel(struct cli_session *s, const struct cli_opts *o, const int32_
     s->ctx = NULL;
     printf("| model | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | "
            "S_TG/seq t/s | T s | S t/s |\n");
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |\n");
     fflush(stdout);
     for (int i = 0; i < n; i++)
         if (one_row(s, o, list[i], pp, tg, info.n_vocab, label))

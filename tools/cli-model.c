@@ -211,6 +211,19 @@ bool cli_progress_bar(uint64_t done, uint64_t total, void *label)
     return true;
 }
 
+/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
+const char *cli_arch_of_shape(const char *shape)
+{
+    static const char *const archs[] = {"qwen2", "qwen3", "llama", "gemma3", "qwen3moe"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        struct minfer_synth_shape sh;
+        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
+            strncmp(shape, "custom:", 7) != 0)
+            return archs[i];
+    }
+    return NULL;
+}
+
 /* ---- options ---- */
 
 static bool parse_kv_type(const char *cmd, const char *opt, const char *s, uint32_t *t)
@@ -258,7 +271,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
     o->reps = 5;
     o->pps[0] = 512;
     o->tgs[0] = 128;
-    o->n_pps = o->n_tgs = 1;
+    o->n_pps = o->n_tgs = o->n_depths = 1; /* depths[0] = 0 */
     o->bench_fmt = "md";
     o->arch = NULL;
     o->shape = "qwen2.5-0.5b";
@@ -266,7 +279,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
     o->type_k = o->type_v = MINFER_TYPE_F16;
     o->sp = minfer_sampler_default_params();
     const char *cmd = argv[0];
-    struct cli_args a = {cmd, bit, argc, argv, 1, ""};
+    struct cli_args a = {cmd, bit, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         const char *opt = a.opt;
@@ -331,6 +344,7 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
         case OPT_ALL: o->all = true; break;
         case OPT_BENCH_PP: ok = (o->n_pps = parse_list(cmd, opt, v, o->pps)) > 0; break;
         case OPT_BENCH_TG: ok = (o->n_tgs = parse_list(cmd, opt, v, o->tgs)) > 0; break;
+        case OPT_BENCH_DEPTH: ok = (o->n_depths = parse_list(cmd, opt, v, o->depths)) > 0; break;
         case OPT_REPS: ok = cli_num_i32(cmd, opt, v, 1, 1000, &o->reps); break;
         case OPT_BENCH_FMT:
             if (strcmp(v, "md") && strcmp(v, "json") && strcmp(v, "jsonl") && strcmp(v, "csv"))
@@ -369,6 +383,47 @@ int cli_parse(int argc, char **argv, unsigned bit, struct cli_opts *o)
 }
 
 /* ---- session ---- */
+
+/* Bytes of one KV cell of every layer for cache element type t. */
+static double cell_bytes(const struct minfer_model_info *mi, uint32_t t)
+{
+    double per = t == MINFER_TYPE_F32 ? 4.0 : t == MINFER_TYPE_Q8_0 ? 34.0 / 32.0 : 2.0;
+    return per * (double)mi->n_layer * (double)mi->n_head_kv * (double)mi->head_dim;
+}
+
+/* -c not given: the model's context when its KV cache fits in 70% of the
+ * memory the backend reports free (the rest is left for activations and
+ * other processes), else the largest multiple of 256 cells that does, with
+ * a line on stderr saying so and why (with -v also when it fits). Unknown
+ * free memory: the model's context. */
+static int32_t default_ctx(const char *cmd, struct cli_session *s, const struct cli_opts *o)
+{
+    struct minfer_model_info mi = {.struct_size = sizeof mi};
+    minfer_model_info(s->model, &mi);
+    int32_t want = mi.n_ctx_max > 0 ? mi.n_ctx_max : mi.n_ctx_train;
+    if (want <= 0)
+        return 0;
+    struct minfer_device_info di = {.struct_size = sizeof di};
+    double per = cell_bytes(&mi, o->type_k) + cell_bytes(&mi, o->type_v);
+    double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+    if (minfer_runtime_device_info(s->rt, mi.backend, 0, &di) != MINFER_OK || !di.memory_free)
+        return want;
+    double budget = 0.7 * (double)di.memory_free;
+    if (per * want <= budget) {
+        if (o->verbose)
+            fprintf(stderr, "minfer %s: context %d tokens, the model's (KV cache %.0f MiB, "
+                            "%.1f GiB free on %s)\n", cmd, want, per * want / mib,
+                    (double)di.memory_free / gib, mi.backend);
+        return want;
+    }
+    int32_t fit = (int32_t)(budget / per) / 256 * 256;
+    if (fit < 256)
+        fit = 256;
+    fprintf(stderr, "minfer %s: context %d tokens, the largest whose KV cache (%.0f MiB) fits in "
+                    "70%% of the %.1f GiB free on %s; the model's is %d (use -c to choose)\n",
+            cmd, fit, per * fit / mib, (double)di.memory_free / gib, mi.backend, want);
+    return fit;
+}
 
 int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf,
              bool need_tok, struct cli_session *s)
@@ -413,7 +468,7 @@ int cli_open(const char *cmd, const struct cli_opts *o, struct minfer_gguf *gguf
     }
     struct minfer_ctx_params cp;
     minfer_ctx_params_default(&cp);
-    cp.n_ctx = o->n_ctx;
+    cp.n_ctx = o->n_ctx ? o->n_ctx : default_ctx(cmd, s, o);
     cp.n_batch = o->n_batch;
     cp.n_threads = o->n_threads;
     cp.type_k = o->type_k;

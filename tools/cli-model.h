@@ -41,6 +41,8 @@ struct cli_opts {
     int32_t reps;               /* bench -r */
     int32_t pps[CLI_MAX_TESTS], tgs[CLI_MAX_TESTS]; /* bench -p / -n lists */
     int n_pps, n_tgs;
+    int32_t depths[CLI_MAX_TESTS]; /* bench -d list (default {0}) */
+    int n_depths;
     const char *bench_fmt;      /* bench -o: md json jsonl csv */
     const char *arch, *shape, *type; /* bench's synthetic model */
     uint32_t type_k, type_v;    /* -ctk / -ctv / --cache-type */
@@ -124,6 +126,10 @@ void cli_out_abort(struct cli_out *out);
 long cli_stop_find(const struct cli_opts *o, const char *t, size_t n, size_t from);
 size_t cli_stop_hold(const struct cli_opts *o, const char *t, size_t n);
 size_t cli_stop_max_len(const struct cli_opts *o);
+
+/* The architecture a named synth shape belongs to ("qwen2.5-7b" -> qwen2),
+ * or NULL (custom: shapes need --arch). */
+const char *cli_arch_of_shape(const char *shape);
 
 double cli_now_ms(void);
 int32_t cli_argmax(const float *x, int32_t n);

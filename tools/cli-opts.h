@@ -26,6 +26,7 @@
 #define CMD_BACKENDS (1u << 9)
 #define CMD_COMPLETION (1u << 10)
 #define CMD_VERSION (1u << 11)
+#define CMD_SERVE (1u << 12)    /* tools/serve/ */
 #define CMD_MODEL (CMD_RUN | CMD_CHAT | CMD_EVAL | CMD_BENCH) /* load a model, make a context */
 #define CMD_GEN (CMD_RUN | CMD_CHAT)                          /* generate with a sampler */
 
@@ -69,6 +70,7 @@ enum cli_opt_id {
     OPT_ALL,
     OPT_BENCH_PP,    /* bench -p N[,N] */
     OPT_BENCH_TG,    /* bench -n N[,N] */
+    OPT_BENCH_DEPTH, /* bench -d D[,D] */
     OPT_REPS,
     OPT_BENCH_FMT,   /* bench -o md|json|csv|jsonl */
     OPT_ARCH,
@@ -87,6 +89,16 @@ enum cli_opt_id {
     OPT_PROMPTS,     /* run --prompts FILE (tools/run-prompts.c) */
     OPT_PARALLEL,    /* run --parallel N */
     OPT_BENCH_PARALLEL, /* bench --parallel B[,B] (tools/bench-parallel.c) */
+    OPT_SERVE_HOST,  /* serve (tools/serve/cmd-serve.c) */
+    OPT_SERVE_PORT,
+    OPT_SERVE_PARALLEL,
+    OPT_SERVE_API_KEY,
+    OPT_SERVE_API_KEY_FILE,
+    OPT_SERVE_MAX_BODY,
+    OPT_SERVE_MAX_QUEUE,
+    OPT_SERVE_TIMEOUT,
+    OPT_SERVE_ALIAS,
+    OPT_SERVE_NO_PREFIX_CACHE,
     /* options other branches add append here */
     OPT_COUNT_,
     CLI_POSITIONAL = 1000, /* *val is the argument */
@@ -113,6 +125,7 @@ struct cli_args {
     char **argv;
     int i;             /* next index; start at 1 */
     char opt[48];      /* the option as spelled by the user, for messages */
+    bool rest;         /* after "--": every argument is positional */
 };
 /* Next option: its id with *val its value (NULL for a flag), CLI_POSITIONAL
  * with *val the argument, CLI_END, or CLI_BAD after printing one line. Long

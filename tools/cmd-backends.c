@@ -78,7 +78,7 @@ int cmd_backends(int argc, char **argv)
     }
     size_t n_paths = 0;
     uint32_t flags = 0;
-    struct cli_args a = {"backends", CMD_BACKENDS, argc, argv, 1, ""};
+    struct cli_args a = {"backends", CMD_BACKENDS, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {

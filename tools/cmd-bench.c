@@ -57,9 +57,10 @@ static struct stats stats_of(const double *v, int n)
 
 /* Tokens per second of one pp (n_tok in one pass) or tg (n_tok passes of
  * one token) run from an empty cache; < 0 on error. */
-static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok, bool gen)
+static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok, bool gen,
+                       int32_t depth)
 {
-    if (minfer_ctx_truncate(s->ctx, 0) != MINFER_OK)
+    if (minfer_ctx_truncate(s->ctx, depth) != MINFER_OK) /* keeps the depth fill */
         return -1;
     double t0 = cli_now_ms();
     if (!gen) {
@@ -72,6 +73,20 @@ static double run_once(struct cli_session *s, const int32_t *ids, int32_t n_tok,
     }
     double ms = cli_now_ms() - t0;
     return ms > 0 ? 1e3 * n_tok / ms : 0;
+}
+
+/* Fills the cache with depth tokens (ids[0..depth)) from empty, in passes
+ * of at most batch tokens, untimed; 0 or -1 on error. */
+static int fill_depth(struct cli_session *s, const int32_t *ids, int32_t depth, int32_t batch)
+{
+    if (minfer_ctx_truncate(s->ctx, 0) != MINFER_OK)
+        return -1;
+    for (int32_t i = 0; i < depth; i += batch) {
+        int32_t n = depth - i < batch ? depth - i : batch;
+        if (minfer_ctx_decode(s->ctx, ids + i, n, 0) != MINFER_OK)
+            return -1;
+    }
+    return 0;
 }
 
 static struct minfer_gguf *synth_model(const char *arch, const char *shape, const char *type,
@@ -116,7 +131,7 @@ static struct minfer_gguf *synth_model(const char *arch, const char *shape, cons
 struct row {
     const char *model, *size, *params, *backend, *threads;
     uint64_t size_bytes, n_params;
-    char test[24];
+    char test[40];
     int32_t n_prompt, n_gen;
     struct stats st;
     const double *samples;
@@ -188,19 +203,24 @@ int cmd_bench(int argc, char **argv)
         return cli_usage_error("bench", "--arch, --shape and --type describe a synthetic "
                                         "model; they cannot apply with -m");
     const char *arch = o.arch, *shape = o.shape, *type = o.type;
-    if (!arch)
-        arch = !strncmp(shape, "qwen3", 5) ? "qwen3" : "qwen2";
+    if (!arch && !(arch = cli_arch_of_shape(shape)))
+        return cli_usage_error("bench", "--shape '%s' names no known model; give --arch", shape);
     const int32_t *pps = o.pps, *tgs = o.tgs;
     int n_pps = o.n_pps, n_tgs = o.n_tgs;
-    int32_t n_pp = 0, n_tg = 0;
+    int32_t n_pp = 0, n_tg = 0, n_depth = 0;
     for (int i = 0; i < n_pps; i++)
         n_pp = pps[i] > n_pp ? pps[i] : n_pp;
     for (int i = 0; i < n_tgs; i++)
         n_tg = tgs[i] > n_tg ? tgs[i] : n_tg;
+    for (int i = 0; i < o.n_depths; i++)
+        n_depth = o.depths[i] > n_depth ? o.depths[i] : n_depth;
+    int32_t n_test = n_pp > n_tg ? n_pp : n_tg;
     if (!o.n_ctx)
-        o.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;
+        o.n_ctx = n_test + n_depth + 1;
+    /* a pp test is one pass; the depth fill goes in passes of this size
+     * too (at least 512, so a tg-only bench does not fill token by token) */
     if (!o.n_batch)
-        o.n_batch = n_pp > 0 ? n_pp : 1;
+        o.n_batch = n_pp > 512 ? n_pp : n_depth > 0 || n_pp > 0 ? 512 : 1;
 
     struct cli_session s;
     memset(&s, 0, sizeof s);
@@ -227,7 +247,7 @@ int cmd_bench(int argc, char **argv)
         cli_close(&s);
         return rc;
     }
-    int32_t n_ids = n_pp > n_tg ? n_pp : n_tg;
+    int32_t n_ids = n_test + n_depth;
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_ids + 1));
     double *v = malloc(sizeof *v * (size_t)o.reps);
     rc = 1;
@@ -265,22 +285,37 @@ int cmd_bench(int argc, char **argv)
     }
     fflush(stdout);
     int n_rows = 0;
-    for (int test = 0; test < n_pps + n_tgs; test++) {
-        bool gen = test >= n_pps;
-        int32_t n = gen ? tgs[test - n_pps] : pps[test];
-        if (n <= 0)
-            continue;
-        /* warm-up */
-        if (run_once(&s, ids, gen ? (n < 4 ? n : 4) : n, gen) < 0)
-            goto fail;
-        for (int r = 0; r < o.reps; r++)
-            if ((v[r] = run_once(&s, ids, n, gen)) < 0)
+    if (n_depth + n_test > minfer_ctx_n_ctx(s.ctx)) {
+        fprintf(stderr, "minfer bench: depth %d plus a %d-token test needs %d cells; the context "
+                        "has %d\n", n_depth, n_test, n_depth + n_test, minfer_ctx_n_ctx(s.ctx));
+        goto out;
+    }
+    for (int di = 0; di < o.n_depths; di++) {
+        int32_t depth = o.depths[di];
+        bool filled = false;
+        for (int test = 0; test < n_pps + n_tgs; test++) {
+            bool gen = test >= n_pps;
+            int32_t n = gen ? tgs[test - n_pps] : pps[test];
+            if (n <= 0)
+                continue;
+            if (!filled && fill_depth(&s, ids + n_test, depth, o.n_batch) < 0)
                 goto fail;
-        struct row r = {label, size_s, params_s, info.backend, threads, info.size_bytes,
-                        info.n_params, "", gen ? 0 : n, gen ? n : 0, stats_of(v, o.reps), v,
-                        o.reps};
-        snprintf(r.test, sizeof r.test, "%s%d", gen ? "tg" : "pp", n);
-        print_row(fmt, &r, n_rows++);
+            filled = true;
+            /* warm-up */
+            if (run_once(&s, ids, gen ? (n < 4 ? n : 4) : n, gen, depth) < 0)
+                goto fail;
+            for (int r = 0; r < o.reps; r++)
+                if ((v[r] = run_once(&s, ids, n, gen, depth)) < 0)
+                    goto fail;
+            struct row r = {label, size_s, params_s, info.backend, threads, info.size_bytes,
+                            info.n_params, "", gen ? 0 : n, gen ? n : 0, stats_of(v, o.reps), v,
+                            o.reps};
+            if (depth > 0) /* llama-bench's -d row name */
+                snprintf(r.test, sizeof r.test, "%s%d @ d%d", gen ? "tg" : "pp", n, depth);
+            else
+                snprintf(r.test, sizeof r.test, "%s%d", gen ? "tg" : "pp", n);
+            print_row(fmt, &r, n_rows++);
+        }
     }
     if (!strcmp(fmt, "json"))
         printf("%s]\n", n_rows ? "\n" : "");

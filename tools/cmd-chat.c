@@ -125,7 +125,8 @@ static int render_fitting(struct chat *ch, int32_t **ids, size_t *n_ids)
     }
     if (dropped)
         fprintf(stderr, "[chat: the context is full: dropped the %zu oldest message%s%s]\n",
-                dropped, dropped == 1 ? "" : "s", ch->c.has_system ? ", kept the system prompt" : "");
+                dropped, dropped == 1 ? "" : "s",
+                ch->c.has_system ? ", kept the system prompt" : "");
     return 0;
 }
 

@@ -122,7 +122,7 @@ static void zsh(FILE *f)
 
 int cmd_completion(int argc, char **argv)
 {
-    struct cli_args a = {"completion", CMD_COMPLETION, argc, argv, 1, ""};
+    struct cli_args a = {"completion", CMD_COMPLETION, argc, argv, 1, "", false};
     const char *v, *shell = NULL;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         if (id == OPT_HELP) {

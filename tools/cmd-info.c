@@ -190,7 +190,7 @@ int cmd_info(int argc, char **argv)
 {
     struct info_opts o = {8, 160, false, false};
     const char *path = NULL;
-    struct cli_args a = {"info", CMD_INFO, argc, argv, 1, ""};
+    struct cli_args a = {"info", CMD_INFO, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         uint64_t n;

@@ -82,7 +82,7 @@ int cmd_quantize(int argc, char **argv)
     const char *pos[3];
     int npos = 0;
     struct minfer_quantize_opts o = {.struct_size = sizeof o};
-    struct cli_args a = {"quantize", CMD_QUANTIZE, argc, argv, 1, ""};
+    struct cli_args a = {"quantize", CMD_QUANTIZE, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {

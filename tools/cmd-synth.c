@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli-model.h"
 #include "cli-opts.h"
 #include "commands.h"
 #include "minfer/minfer.h"
@@ -267,19 +268,6 @@ static void usage(FILE *f)
     cli_print_options(f, CMD_SYNTH);
 }
 
-/* The architecture a named shape belongs to ("qwen2.5-7b" -> qwen2), or NULL. */
-static const char *arch_of_shape(const char *shape)
-{
-    static const char *const archs[] = {"qwen2", "qwen3", "llama", "gemma3", "qwen3moe"};
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
-        struct minfer_synth_shape sh;
-        if (minfer_synth_shape_parse(archs[i], shape, &sh, NULL, 0) == MINFER_OK &&
-            strncmp(shape, "custom:", 7) != 0)
-            return archs[i];
-    }
-    return NULL;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -297,7 +285,7 @@ int cmd_synth(int argc, char **argv)
 {
     const char *arch = NULL, *shape = NULL, *type = NULL, *out = NULL, *tok = NULL;
     struct minfer_synth_opts o = {.struct_size = sizeof o, .seed = 1};
-    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, ""};
+    struct cli_args a = {"synth", CMD_SYNTH, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {
@@ -323,7 +311,7 @@ int cmd_synth(int argc, char **argv)
     }
     if (!shape || !type || !out)
         return cli_usage_error("synth", "--shape, --type and -o are required");
-    if (!arch && !(arch = arch_of_shape(shape)))
+    if (!arch && !(arch = cli_arch_of_shape(shape)))
         return cli_usage_error("synth", "--shape '%s' names no known model; give --arch", shape);
     char err[1024];
     if (minfer_synth_shape_parse(arch, shape, &o.shape, err, sizeof err) != MINFER_OK)

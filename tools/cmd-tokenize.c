@@ -89,7 +89,7 @@ int cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *file = NULL;
     bool special = true;
-    struct cli_args a = {"tokenize", CMD_TOKENIZE, argc, argv, 1, ""};
+    struct cli_args a = {"tokenize", CMD_TOKENIZE, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {
@@ -206,7 +206,7 @@ int cmd_detokenize(int argc, char **argv)
 {
     const char *model = NULL, *list = NULL;
     bool skip = false;
-    struct cli_args a = {"detokenize", CMD_DETOKENIZE, argc, argv, 1, ""};
+    struct cli_args a = {"detokenize", CMD_DETOKENIZE, argc, argv, 1, "", false};
     const char *v;
     for (int id; (id = cli_next(&a, &v)) != CLI_END;) {
         switch (id) {

@@ -37,6 +37,7 @@ const struct cli_command cli_commands[] = {
     {"chat", "interactive multi-turn chat that keeps the KV cache", cmd_chat, CMD_CHAT},
     {"eval", "write a prompt's logits (f32 rows x n_vocab) to a file", cmd_eval, CMD_EVAL},
     {"bench", "prompt and generation throughput, like llama-bench", cmd_bench, CMD_BENCH},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching", cmd_serve, CMD_SERVE},
     /* ---- shell ---- */
     {"completion", "print a bash or zsh completion script (minfer completion bash)",
      cmd_completion, CMD_COMPLETION},

@@ -13,6 +13,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,8 @@ struct job {
     int32_t reused;
     double t_start, t_first, t_end;
     int printed;
+    const char *stop_reason;    /* eos, length, stop or context, as run's */
+    size_t shown;               /* bytes of text streamed so far */
 };
 
 static int job_ids_from_line(const struct cli_opts *o, const struct cli_session *s,
@@ -222,6 +225,10 @@ static void print_job(const struct cli_opts *o, const struct run_batch_opts *bo,
     cJSON_AddItemToObject(j, "prompt_ids", ids_json(jb->ids, jb->n));
     cJSON_AddItemToObject(j, "generated_ids", ids_json(jb->gen, jb->n_gen));
     cJSON_AddStringToObject(j, "text", jb->text ? jb->text : "");
+    cJSON_AddStringToObject(j, "stop_reason", jb->stop_reason ? jb->stop_reason : "length");
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->sp.seed);
+    cJSON_AddRawToObject(j, "seed", seed); /* raw: all 64 bits exactly */
     cJSON *tm = cJSON_AddObjectToObject(j, "timings");
     cJSON_AddNumberToObject(tm, "load_ms", s->load_ms);
     cJSON_AddNumberToObject(tm, "prompt_ms", prompt_ms);
@@ -520,22 +527,40 @@ int run_batch(const struct cli_opts *o, const struct run_batch_opts *bo)
             minfer_sampler_accept(sl->smp, id);
             jb->gen[jb->n_gen++] = id;
             total_gen++;
-            eog = minfer_tokenizer_is_eog(s.tok, id);
-            if (!eog && minfer_detok_push(sl->dt, id, piece, sizeof piece, &np) == MINFER_OK) {
+            eog = !o->ignore_eos && minfer_tokenizer_is_eog(s.tok, id);
+            if (eog)
+                jb->stop_reason = "eos";
+            if (!eog && minfer_detok_push(sl->dt, id, piece, sizeof piece, &np) == MINFER_OK)
                 text_add(jb, piece, np);
-                if (stream) {
-                    fwrite(piece, 1, np, stdout);
-                    fflush(stdout);
+            size_t upto = jb->text_len; /* what may be shown: not a possible stop string */
+            if (o->n_stop && jb->text) {
+                long at = cli_stop_find(o, jb->text, jb->text_len, 0);
+                if (at >= 0) { /* the stop string and what follows go */
+                    jb->text_len = (size_t)at;
+                    jb->text[at] = 0;
+                    jb->stop_reason = "stop";
+                    eog = true;
                 }
+                upto = jb->text_len - (eog ? 0 : cli_stop_hold(o, jb->text, jb->text_len));
+            }
+            if (stream && upto > jb->shown) {
+                fwrite(jb->text + jb->shown, 1, upto - jb->shown, stdout);
+                fflush(stdout);
+                jb->shown = upto;
             }
             sl->last = id;
             if (!eog && (int32_t)jb->n_gen < jb->n_pred)
                 continue;
         finished:
-            if (minfer_detok_flush(sl->dt, piece, sizeof piece, &np) == MINFER_OK) {
+            if (!jb->stop_reason)
+                jb->stop_reason = jb->n_pred < o->n_predict || o->n_predict < 0 ? "context"
+                                                                                  : "length";
+            if (strcmp(jb->stop_reason, "stop") &&
+                minfer_detok_flush(sl->dt, piece, sizeof piece, &np) == MINFER_OK)
                 text_add(jb, piece, np);
-                if (stream)
-                    fwrite(piece, 1, np, stdout);
+            if (stream && jb->text_len > jb->shown) {
+                fwrite(jb->text + jb->shown, 1, jb->text_len - jb->shown, stdout);
+                jb->shown = jb->text_len;
             }
             jb->t_end = cli_now_ms();
             if (bo->session && session_save(&s, bo->session, sl, jb))

@@ -55,7 +55,7 @@ struct attn_task {
     const struct minfer_tensor *q, *kc, *vc, *dst;
     const int32_t *pos;
     /* ATTENTION_LISTS (else NULL / 0) */
-    const int32_t *n_vis;   /* [nt] */
+    const int32_t *range;   /* [nt][2]: first and end entry of each query */
     const int32_t *order;   /* [nt] queries grouped by list */
     struct list_block *blocks;
     int n_blocks;
@@ -124,13 +124,16 @@ static void attn_block(const struct attn_task *t, float *scratch, const int *tok
     int n_vis[TOKENS_PER_TASK], lo[TOKENS_PER_TASK], max_vis = 0, min_lo = ce;
     for (int a = 0; a < ntok; a++) {
         int tok = toks[a];
-        if (t->n_vis)
-            n_vis[a] = t->n_vis[tok];
+        if (t->range)
+            n_vis[a] = t->range[2 * tok + 1];
         else
             n_vis[a] = t->pos[tok] + 1 < t->kv_len ? t->pos[tok] + 1 : t->kv_len;
         n_vis[a] = n_vis[a] < ce ? n_vis[a] : ce;
         max_vis = n_vis[a] > max_vis ? n_vis[a] : max_vis;
-        lo[a] = t->window && t->pos[tok] - t->window + 1 > cb ? t->pos[tok] - t->window + 1 : cb;
+        /* a window's first entry (lists: from the host; cells: from the
+         * position), as the lists mirror ATTENTION's arithmetic */
+        int first = t->range ? t->range[2 * tok] : t->window ? t->pos[tok] - t->window + 1 : 0;
+        lo[a] = first > cb ? first : cb;
         min_lo = lo[a] < min_lo ? lo[a] : min_lo;
         for (int i = 0; i < nh; i++) {
             int qi = a * nh + i;
@@ -449,19 +452,20 @@ static int list_cmp_order(const int32_t *qlist, int a, int b)
 minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct minfer_node *node)
 {
     const struct minfer_tensor *q = node->src[0], *kc = node->src[1], *ls = node->src[5];
-    const int32_t *n_vis = node->src[3]->data, *qlist = node->src[4]->data, *lists = ls->data;
+    const int32_t *range = node->src[3]->data, *qlist = node->src[4]->data, *lists = ls->data;
     int64_t n_cells = kc->ne[1], nt = q->ne[2], n_kv = ls->ne[0], n_lists = ls->ne[1];
     if (nt * q->ne[1] > INT32_MAX || n_kv * n_lists > INT32_MAX)
         return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "too many queries or list entries");
     for (int64_t i = 0; i < nt; i++) {
-        if (qlist[i] < 0 || qlist[i] >= n_lists || n_vis[i] < 1 || n_vis[i] > n_kv)
+        int32_t first = range[2 * i], end = range[2 * i + 1];
+        if (qlist[i] < 0 || qlist[i] >= n_lists || first < 0 || end <= first || end > n_kv)
             return cpu_fail(be, node, MINFER_ERR_RANGE,
-                            "ATTENTION_LISTS query %lld reads %d entries of list %d; lists are "
-                            "0..%lld of 1..%lld entries",
-                            (long long)i, n_vis[i], qlist[i], (long long)n_lists - 1,
+                            "ATTENTION_LISTS query %lld reads entries [%d, %d) of list %d; lists "
+                            "are 0..%lld of %lld entries (a range is never empty)",
+                            (long long)i, first, end, qlist[i], (long long)n_lists - 1,
                             (long long)n_kv);
         const int32_t *l = lists + (size_t)qlist[i] * (size_t)n_kv;
-        for (int32_t j = 0; j < n_vis[i]; j++)
+        for (int32_t j = first; j < end; j++)
             if (l[j] < 0 || l[j] >= n_cells)
                 return cpu_fail(be, node, MINFER_ERR_RANGE,
                                 "ATTENTION_LISTS list %d entry %d is cell %d, outside the "
@@ -476,7 +480,7 @@ minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct min
     t.kc = kc;
     t.vc = node->src[2];
     t.dst = node->dst;
-    t.n_vis = n_vis;
+    t.range = range;
     t.nt = (int)nt;
     t.hd = (int)q->ne[0];
     t.group = (int)(q->ne[1] / node->iparams[0]);
@@ -522,7 +526,8 @@ minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct min
             b->cells = lists + (size_t)qlist[order[b0]] * (size_t)n_kv;
             int max_vis = 0;
             for (int k = 0; k < b->ntok; k++)
-                max_vis = n_vis[order[b0 + k]] > max_vis ? n_vis[order[b0 + k]] : max_vis;
+                max_vis = range[2 * order[b0 + k] + 1] > max_vis ? range[2 * order[b0 + k] + 1]
+                                                                  : max_vis;
             b->splits = split ? (max_vis - 1) / SPLIT_CELLS + 1 : 1;
             b->task0 = (int)(n_tasks < INT32_MAX ? n_tasks : INT32_MAX);
             b->part0 = parts;

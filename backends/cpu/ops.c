@@ -266,14 +266,24 @@ static void rope_tokens(const struct minfer_node *node, int64_t t0, int64_t t1)
     const float *div = node->op == MINFER_OP_ROPE_DIV ? node->src[2]->data : NULL;
     int64_t hd = s0->ne[0], nh = s0->ne[1];
     double base = node->fparams[0], fscale = node->fparams[1];
+    double ext = node->fparams[2], ms = node->fparams[3] > 0 ? node->fparams[3] : 1.0;
+    double lo = node->fparams[4], hi = node->fparams[5];
     float cs[512], sn[512];
     for (int64_t t = t0; t < t1; t++) {
         for (int i = 0; i < half; i++) {
-            double theta = (double)pos[t] * fscale * pow(base, -2.0 * i / (2.0 * half));
-            if (div)
+            double f = pow(base, -2.0 * i / (2.0 * half));
+            double theta = (double)pos[t] * fscale * f, te = (double)pos[t] * f;
+            if (div) {
                 theta /= (double)div[i];
-            cs[i] = (float)cos(theta);
-            sn[i] = (float)sin(theta);
+                te /= (double)div[i];
+            }
+            if (ext > 0) { /* YaRN: toward the unscaled angle below the ramp */
+                double y = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+                double r = (1.0 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext;
+                theta = theta * (1.0 - r) + te * r;
+            }
+            cs[i] = (float)(cos(theta) * ms);
+            sn[i] = (float)(sin(theta) * ms);
         }
         for (int64_t h = 0; h < nh; h++) {
             const float *x = (const float *)((const char *)s0->data + (size_t)h * s0->nb[1] +

@@ -6,9 +6,13 @@
  * set is many times the L2, and prints achieved GB/s against the measured
  * device-to-device copy bandwidth. Also times the prefill GEMM.
  *
- * usage: minfer-cuda-bench [--quick] [--gemm]   (prints a table on stdout;
- * --gemm: the prefill GEMM rows only)
+ * Also the attention kernels: prefill TFLOP/s at 4k/16k/32k tokens and
+ * decode GB/s of KV read at depths 1k..32k.
+ *
+ * usage: minfer-cuda-bench [--quick] [--gemm] [--attn]   (prints a table on
+ * stdout; --gemm: the prefill GEMM rows only; --attn: the attention rows only)
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,16 +246,159 @@ out:
     return rc;
 }
 
+/* ---- attention (qwen2.5-7b shapes: head_dim 128, 28 query heads, 4 KV
+ * heads) ---- */
+
+#define AT_HD 128
+#define AT_NH 28
+#define AT_NKV 4
+#define AT_LAYERS 28 /* decode rotates over this many caches, as a model does */
+
+static struct kview at_view(void *data, int64_t hd, int64_t nh, int64_t nt)
+{
+    struct kview v = {data, {hd, nh, nt, 1}, {4, hd * 4, hd * nh * 4, hd * nh * nt * 4}};
+    return v;
+}
+
+/* Random f16 or q8_0 cache rows of AT_HD * AT_NKV values. */
+static uint8_t *at_cache_host(uint32_t t, int64_t cells, size_t *bytes)
+{
+    size_t rowb = minfer_row_size(t, AT_HD * AT_NKV);
+    *bytes = rowb * (size_t)cells;
+    uint8_t *h = malloc(*bytes);
+    if (h)
+        for (int64_t r = 0; r < cells; r++)
+            fill_row(t, h + (size_t)r * rowb, AT_HD * AT_NKV);
+    return h;
+}
+
+/* Prefill: one causal pass of T tokens over T cells; TFLOP/s counts the
+ * visible half of QK^T and PV (4 * hd * n_head * T^2 / 2). Decode: one
+ * token at each depth, rotating over AT_LAYERS caches of 32,768 cells (so
+ * short depths are not timed from L2 alone: a model has as many); GB/s =
+ * K and V bytes of the visible cells per call. */
+static int bench_attn(struct cu_ctx *c, uint32_t t)
+{
+    struct kctx *k = cu_ctx_kctx(c);
+    const int64_t cells = 32768;
+    const int prefill_t[] = {4096, 16384, 32768}, depths[] = {1024, 4096, 16384, 32768};
+    size_t cb = 0;
+    uint8_t *host = at_cache_host(t, cells, &cb);
+    int32_t *hpos = malloc(sizeof *hpos * (size_t)cells);
+    float *hq = malloc((size_t)AT_HD * AT_NH * cells * 4);
+    void *kc[AT_LAYERS] = {0}, *vc[AT_LAYERS] = {0}, *q = NULL, *o = NULL, *len = NULL, *pos = NULL,
+         *part = NULL;
+    int rc = -1;
+    size_t rowb = minfer_row_size(t, AT_HD * AT_NKV);
+    if (!host || !hpos || !hq)
+        goto out;
+    for (int64_t i = 0; i < cells; i++)
+        hpos[i] = (int32_t)i;
+    for (int64_t i = 0; i < (int64_t)AT_HD * AT_NH * cells; i++)
+        hq[i] = rndf();
+    for (int l = 0; l < AT_LAYERS; l++)
+        if (cu_pool_alloc(c, cb, "attn k", &kc[l]) || cu_pool_alloc(c, cb, "attn v", &vc[l]) ||
+            cu_write(c, kc[l], host, cb) || cu_write(c, vc[l], host, cb))
+            goto kerr_dev;
+    if (cu_pool_alloc(c, (size_t)AT_HD * AT_NH * cells * 4, "attn q", &q) ||
+        cu_pool_alloc(c, (size_t)AT_HD * AT_NH * cells * 4, "attn out", &o) ||
+        cu_pool_alloc(c, 4, "kv_len", &len) || cu_pool_alloc(c, (size_t)cells * 4, "pos", &pos) ||
+        cu_write(c, q, hq, (size_t)AT_HD * AT_NH * cells * 4) ||
+        cu_write(c, pos, hpos, (size_t)cells * 4))
+        goto kerr_dev;
+    for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0]; i++) {
+        int64_t T = prefill_t[i];
+        int32_t kl = (int32_t)T;
+        struct kview qv = at_view(q, AT_HD, AT_NH, T), ov = at_view(o, AT_HD, AT_NH, T);
+        size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, T,
+                                           AT_NKV, 0);
+        if (cu_write(c, len, &kl, 4) || (need && cu_pool_alloc(c, need, "attn scratch", &part)))
+            goto kerr_dev;
+        int reps = T > 16384 ? 3 : 5;
+        float ms = 0;
+        for (int r = 0; r <= reps; r++) {
+            if (r == 1)
+                cu_timer_start(c);
+            if (k_attention(k, qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, T, AT_NKV,
+                            len, pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part))
+                goto kerr;
+        }
+        if (cu_timer_stop(c, &ms))
+            goto kerr_dev;
+        double sec = ms * 1e-3 / reps;
+        double flop = 4.0 * AT_HD * AT_NH * (double)T * (double)T / 2;
+        printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld %9.2f ms  %6.1f TFLOP/s\n",
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, sec * 1e3,
+               flop / sec / 1e12);
+        cu_pool_free(c, part);
+        part = NULL;
+    }
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
+        int32_t d = depths[i];
+        int32_t hp = d - 1;
+        struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
+        size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb,
+                                           cells, AT_NKV, 0);
+        if (cu_write(c, len, &d, 4) || cu_write(c, pos, &hp, 4) ||
+            (need && cu_pool_alloc(c, need, "attn scratch", &part)))
+            goto kerr_dev;
+        int iters = 10 * AT_LAYERS;
+        float ms = 0;
+        for (int r = 0; r < AT_LAYERS + iters; r++) {
+            if (r == AT_LAYERS)
+                cu_timer_start(c);
+            int l = r % AT_LAYERS;
+            if (k_attention(k, qv, t, kc[l], vc[l], (int64_t)rowb, (int64_t)rowb, cells, AT_NKV,
+                            len, pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part))
+                goto kerr;
+        }
+        if (cu_timer_stop(c, &ms))
+            goto kerr_dev;
+        double us = ms * 1e3 / iters;
+        double gbs = 2.0 * (double)rowb * d / (us * 1e-6) / 1e9;
+        printf("attn decode  %-4s hd=%d h=%d/%d depth=%-6d %8.1f us  %7.0f GB/s  %5.1f%% "
+               "of 4230\n",
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, us, gbs,
+               100.0 * gbs / 4230.0);
+        cu_pool_free(c, part);
+        part = NULL;
+    }
+    rc = 0;
+    goto out;
+kerr:
+    fprintf(stderr, "kernel error: %s\n", k->err);
+    goto out;
+kerr_dev:
+    fprintf(stderr, "attention bench: %s\n", cu_ctx_error(c));
+out:
+    free(host);
+    free(hpos);
+    free(hq);
+    for (int l = 0; l < AT_LAYERS; l++) {
+        cu_pool_free(c, kc[l]);
+        cu_pool_free(c, vc[l]);
+    }
+    cu_pool_free(c, q);
+    cu_pool_free(c, o);
+    cu_pool_free(c, len);
+    cu_pool_free(c, pos);
+    cu_pool_free(c, part);
+    fflush(stdout);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, gemm_only = 0;
+    int quick = 0, gemm_only = 0, attn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "--gemm") == 0) {
             gemm_only = 1;
+        } else if (strcmp(argv[i], "--attn") == 0) {
+            attn_only = 1;
         } else {
-            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm]\n");
+            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm] [--attn]\n");
             return 2;
         }
     }
@@ -278,6 +425,11 @@ int main(int argc, char **argv)
                              {18944, 3584, "18944x3584 (ffn down)"},
                              {3584, 3584, "3584x3584 (attn)"}};
     int fails = 0;
+    if (attn_only) {
+        fails += bench_attn(c, MINFER_TYPE_F16) != 0;
+        fails += bench_attn(c, MINFER_TYPE_Q8_0) != 0;
+        goto done;
+    }
     if (gemm_only)
         goto gemm;
     for (int r = 2; r >= 1; r--) {
@@ -313,6 +465,11 @@ gemm:;
     k_tune_gemm(0, 0, 0);
     fails += bench_gemm(c, MINFER_TYPE_F16, 3584, 18944, 512, 1, shapes[0].what) != 0;
     fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 2048, 0, shapes[0].what) != 0;
+    if (!gemm_only) {
+        fails += bench_attn(c, MINFER_TYPE_F16) != 0;
+        fails += bench_attn(c, MINFER_TYPE_Q8_0) != 0;
+    }
+done:
     cu_ctx_free(c);
     cu_shutdown();
     printf("bench done, %d failures\n", fails);

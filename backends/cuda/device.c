@@ -717,7 +717,7 @@ minfer_status cu_sync(struct cu_ctx *c)
                                "[0, n_expert) (those slots were not written)");
         if (f & KFLAG_ATTN_LIST)
             return cu_ctx_fail(c, MINFER_ERR_RANGE,
-                               "cuda: ATTENTION_LISTS got a visible count, list or cell out "
+                               "cuda: ATTENTION_LISTS got a visible range, list or cell out "
                                "of range (those entries were not read)");
         return cu_ctx_fail(c, MINFER_ERR_RANGE,
                            "cuda: KV_STORE got a cell outside [0, n_cells) (that row was "

@@ -160,18 +160,14 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
 {
     const struct minfer_tensor *s0 = n->src[0], *d = n->dst;
     const struct minfer_tensor *kc = n->src[1], *vc = n->src[2];
-    size_t need = k_attn_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], kc->ne[1]);
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
+    size_t need = k_attn_scratch_bytes(view_of(s0), kc->type, kc->data, vc->data,
+                                       (int64_t)kc->nb[1], (int64_t)vc->nb[1], kc->ne[1],
+                                       n->iparams[0], x != NULL);
     void *part = NULL, *xq = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
+    minfer_status st = need ? cu_scratch(be->c, SLOT_ATTN, need, &part) : MINFER_OK;
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    if (n->iparams[1]) { /* sliding window (fuse.c never pairs it with a product) */
-        LAUNCH(k_attention_swa(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
-                               (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
-                               n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d)));
-        return MINFER_OK;
-    }
-    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
     if (x) {
         be->xq.valid = false;
         st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
@@ -180,7 +176,8 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     }
     LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                          (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
-                         n->src[4]->data, n->fparams[0], view_of(d), part, xq));
+                         n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
+                         xq));
     if (x)
         be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
     return MINFER_OK;
@@ -274,17 +271,17 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return MINFER_OK;
     }
     case MINFER_OP_ROPE:
-        if (n->iparams[1]) {
+    case MINFER_OP_ROPE_DIV:
+        if (n->op == MINFER_OP_ROPE_DIV || n->iparams[1] != 0 || n->fparams[2] != 0.0f ||
+            n->fparams[3] != 0.0f || n->fparams[4] != 0.0f || n->fparams[5] != 0.0f) {
             LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0],
-                              n->iparams[1], NULL, n->fparams[0], n->fparams[1]));
+                              n->iparams[1],
+                              n->op == MINFER_OP_ROPE_DIV ? n->src[2]->data : NULL,
+                              n->fparams));
             return MINFER_OK;
         }
         LAUNCH(k_rope(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->fparams[0],
                       n->fparams[1]));
-        return MINFER_OK;
-    case MINFER_OP_ROPE_DIV:
-        LAUNCH(k_rope_ext(k, view_of(s0), s1->data, view_of(d), n->iparams[0], n->iparams[1],
-                          n->src[2]->data, n->fparams[0], n->fparams[1]));
         return MINFER_OK;
     case MINFER_OP_TOPK:
         LAUNCH(k_topk(k, view_of(s0), n->iparams[0], view_of(d)));

@@ -69,10 +69,19 @@ static int independent(const struct minfer_node *n, const struct minfer_node *a)
            !overlaps(a->dst, n->src[1]);
 }
 
-/* ROPE, ROPE with the same positions and parameters. */
+/* A ROPE beyond NeoX with linear scaling (YaRN, the normal layout): it
+ * runs alone (k_rope_ext), never fused. */
+static int rope_yarn(const struct minfer_node *n)
+{
+    return n->iparams[1] != 0 || n->fparams[2] != 0.0f || n->fparams[3] != 0.0f ||
+           n->fparams[4] != 0.0f || n->fparams[5] != 0.0f;
+}
+
+/* ROPE, ROPE with the same positions and parameters, without YaRN. */
 static int rope_same(const struct minfer_node *n, const struct minfer_node *a)
 {
-    if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2)
+    if (n->op != MINFER_OP_ROPE || a->op != MINFER_OP_ROPE || n->n_src < 2 || a->n_src < 2 ||
+        rope_yarn(n) || rope_yarn(a))
         return 0;
     if (n->iparams[1] || a->iparams[1]) /* the fused kernels rotate NeoX pairs only */
         return 0;
@@ -166,7 +175,7 @@ static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *
  * [hd * n_head, T], as the activations of a quantized matvec. */
 static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
 {
-    if (n->op != MINFER_OP_ATTENTION || n->iparams[1] /* a window: attn-swa.cu's kernel */ ||
+    if (n->op != MINFER_OP_ATTENTION ||
         (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2)
         return 0;
     const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];

@@ -342,18 +342,13 @@ struct gtensor *graph_mul_mat(struct graph *g, struct gtensor *w, struct gtensor
     return add_node(g, MINFER_OP_MUL_MAT, src, 2, ne, NULL, label, NULL);
 }
 
-struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
-                           float freq_base, float freq_scale, const char *label)
-{
-    return graph_rope_ext(g, x, pos, NULL, n_rot, 0, freq_base, freq_scale, label);
-}
-
-struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
-                               struct gtensor *factors, int n_rot, int layout, float freq_base,
-                               float freq_scale, const char *label)
+struct gtensor *graph_rope_p(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                             struct gtensor *factors, const struct graph_rope_params *p,
+                             const char *label)
 {
     if (!x || !pos)
         return NULL;
+    int n_rot = p->n_rot;
     if (!check(g, pos->t.ne[0] == x->t.ne[2] && n_rot <= x->t.ne[0] && n_rot % 2 == 0,
                "positions or n_rot do not fit", label))
         return NULL;
@@ -366,11 +361,30 @@ struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtenso
                                  factors ? 3 : 2, x->t.ne, NULL, label, &n);
     if (d) {
         n->iparams[0] = n_rot;
-        n->iparams[1] = layout;
-        n->fparams[0] = freq_base;
-        n->fparams[1] = freq_scale;
+        n->iparams[1] = p->layout;
+        n->fparams[0] = p->freq_base;
+        n->fparams[1] = p->freq_scale;
+        n->fparams[2] = p->ext_factor;
+        n->fparams[3] = p->mscale;
+        n->fparams[4] = p->corr_lo;
+        n->fparams[5] = p->corr_hi;
     }
     return d;
+}
+
+struct gtensor *graph_rope_ext(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                               struct gtensor *factors, int n_rot, int layout, float freq_base,
+                               float freq_scale, const char *label)
+{
+    struct graph_rope_params p = {.n_rot = n_rot, .layout = layout, .freq_base = freq_base,
+                                  .freq_scale = freq_scale};
+    return graph_rope_p(g, x, pos, factors, &p, label);
+}
+
+struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *pos, int n_rot,
+                           float freq_base, float freq_scale, const char *label)
+{
+    return graph_rope_ext(g, x, pos, NULL, n_rot, 0, freq_base, freq_scale, label);
 }
 
 struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
@@ -511,8 +525,8 @@ struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct
     if (!q || !k || !v || !n_vis || !qlist || !lists)
         return NULL;
     if (!check(g, n_kv_head > 0 && q->t.ne[1] % n_kv_head == 0 &&
-                      k->t.ne[0] == q->t.ne[0] * n_kv_head && n_vis->t.ne[0] == q->t.ne[2] &&
-                      qlist->t.ne[0] == q->t.ne[2],
+                      k->t.ne[0] == q->t.ne[0] * n_kv_head && n_vis->t.ne[0] == 2 &&
+                      n_vis->t.ne[1] == q->t.ne[2] && qlist->t.ne[0] == q->t.ne[2],
                "head counts or shapes do not fit", label))
         return NULL;
     struct minfer_node *n = NULL;

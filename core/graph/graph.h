@@ -82,6 +82,20 @@ struct gtensor *graph_cols(struct graph *g, struct gtensor *src, int64_t first, 
 
 /* ---- ops (each appends one node) ---- */
 
+/* A ROPE node's parameters (MINFER_OP_ROPE's iparams/fparams): layout 0
+ * NeoX, 1 normal. YaRN: ext_factor > 0 mixes each pair's interpolated and
+ * original angle by a ramp over pair indices [corr_lo, corr_hi]; mscale
+ * scales cos and sin (0 = 1). All YaRN fields 0: plain (linear) scaling. */
+struct graph_rope_params {
+    int n_rot, layout;
+    float freq_base, freq_scale;
+    float ext_factor, mscale, corr_lo, corr_hi;
+};
+/* ROPE, or ROPE_DIV when factors (F32 [n_rot / 2]) is given. */
+struct gtensor *graph_rope_p(struct graph *g, struct gtensor *x, struct gtensor *pos,
+                             struct gtensor *factors, const struct graph_rope_params *p,
+                             const char *label);
+
 struct gtensor *graph_get_rows(struct graph *g, struct gtensor *table, struct gtensor *ids,
                                const char *label);
 struct gtensor *graph_rms_norm(struct graph *g, struct gtensor *x, float eps, const char *label);
@@ -118,8 +132,8 @@ struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gt
 struct gtensor *graph_attention(struct graph *g, struct gtensor *q, struct gtensor *k,
                                 struct gtensor *v, struct gtensor *kv_len, struct gtensor *pos,
                                 int n_kv_head, float scale, const char *label);
-/* ATTENTION_LISTS (minfer/ir.h): q's token t reads the first n_vis[t]
- * cells of list qlist[t] of lists [n_kv, n_lists]. */
+/* ATTENTION_LISTS (minfer/ir.h): q's token t reads entries
+ * [n_vis[0, t], n_vis[1, t]) of list qlist[t] of lists [n_kv, n_lists]. */
 struct gtensor *graph_attention_lists(struct graph *g, struct gtensor *q, struct gtensor *k,
                                       struct gtensor *v, struct gtensor *n_vis,
                                       struct gtensor *qlist, struct gtensor *lists,

@@ -23,8 +23,8 @@ static bool reads_weight(const struct minfer_node *n)
     return (n->dst->flags & MINFER_TENSOR_KV) != 0;
 }
 
-/* Whether n needs what ABI 1.1 added: its ops (ATTENTION_LISTS .. ROPE_DIV) or a
- * meaning given to a parameter slot that 1.0 left zero (ROPE's layout,
+/* Whether n needs what ABI 1.1 added: its ops (ATTENTION_LISTS .. ROPE_DIV)
+ * or a meaning given to a parameter slot that 1.0 left zero (ROPE's layout,
  * ATTENTION's window). A 1.0 plugin would ignore such a slot silently. */
 static bool needs_minor_1(const struct minfer_node *n)
 {

@@ -330,14 +330,22 @@ static minfer_status batch_pass(struct minfer_ctx *c, const struct minfer_batch 
     if (fast) {
         *(int32_t *)in[3] = n0 + T;
     } else {
-        int32_t *n_vis = (int32_t *)in[3], *qlist = (int32_t *)in[4], *lists = (int32_t *)in[5];
+        int32_t *range = (int32_t *)in[3], *qlist = (int32_t *)in[4], *lists = (int32_t *)in[5];
+        int32_t *range_w = e->n_in > 6 ? (int32_t *)in[6] : NULL;
+        int64_t w = c->m->hp.n_swa;
         for (int32_t r = 0; r < Tg; r++) {
             int32_t i = r < pad ? r % T : r - pad;
             int32_t s = b->seq_ids[idx[i]][0], l = 0;
             while (lists_of[l] != s)
                 l++;
             qlist[r] = l;
-            n_vis[r] = kv_seq_count_upto(kv, s, pos[r]);
+            range[2 * r] = 0;
+            range[2 * r + 1] = kv_seq_count_upto(kv, s, pos[r]);
+            if (range_w) { /* entries at positions <= pos - w are outside the window */
+                int64_t edge = pos[r] - w;
+                range_w[2 * r] = edge < 0 ? 0 : kv_seq_count_upto(kv, s, (int32_t)edge);
+                range_w[2 * r + 1] = range[2 * r + 1];
+            }
         }
         for (int32_t l = 0; l < n_lists; l++) {
             const struct kv_seq *q = &kv->seqs[lists_of[l]];
@@ -445,7 +453,7 @@ minfer_status minfer_ctx_decode(struct minfer_ctx *c, const int32_t *tokens, int
         return errf(c->err, sizeof c->err, MINFER_ERR_RANGE,
                     "%d tokens after %d in the context exceed its length %u (%u cells free; "
                     "use a larger -c, at most the model's %lld)",
-                    n, n_past, c->kv.n_cells, n_free, (long long)c->m->hp.n_ctx_train);
+                    n, n_past, c->kv.n_cells, n_free, (long long)c->m->hp.n_ctx_max);
     }
     int32_t *pos = malloc(sizeof *pos * (size_t)n * 2);
     const int32_t **ids = malloc(sizeof *ids * (size_t)n);

@@ -106,13 +106,15 @@ static minfer_status build_graph(struct minfer_ctx *c, struct graph_entry *e)
         return st;
     e->g = g;
     struct gtensor *in[CTX_MAX_INPUTS] = {cb.b.inp_tokens, cb.b.inp_pos, cb.b.inp_cells,
-                                          cb.b.inp_kv_len, cb.b.inp_n_vis, cb.b.inp_qlist};
+                                          cb.b.inp_kv_len};
+    e->n_in = 4;
     if (e->n_lists) {
-        in[3] = cb.b.inp_n_vis;
+        in[3] = cb.b.inp_range;
         in[4] = cb.b.inp_qlist;
         in[5] = cb.b.inp_lists;
+        in[6] = cb.b.inp_range_w;
+        e->n_in = cb.b.inp_range_w ? 7 : 6;
     }
-    e->n_in = e->n_lists ? 6 : 4;
     for (int k = 0; k < e->n_in; k++) {
         if (!in[k]) {
             graph_free(g);
@@ -235,8 +237,8 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
         memcpy(&c->p, p, p->struct_size < sizeof c->p ? p->struct_size : sizeof c->p);
     c->p.struct_size = sizeof c->p;
     int64_t n_ctx = c->p.n_ctx > 0 ? c->p.n_ctx : 4096;
-    if (n_ctx > m->hp.n_ctx_train)
-        n_ctx = m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_max) /* the trained context, or more with RoPE scaling */
+        n_ctx = m->hp.n_ctx_max;
     c->p.n_ctx = (int32_t)n_ctx;
     if (c->p.n_batch <= 0)
         c->p.n_batch = 512;

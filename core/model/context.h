@@ -15,7 +15,7 @@
 #include "model.h"
 
 #define CTX_MAX_GRAPHS 16
-#define CTX_MAX_INPUTS 6
+#define CTX_MAX_INPUTS 7
 
 /* A built graph and its key: tokens per pass, cells attention may read
  * (the KV-length bucket), logits rows, and cell lists (0: the
@@ -23,8 +23,8 @@
 struct graph_entry {
     int32_t n_tokens, n_kv, n_out, n_lists;
     struct graph *g;
-    /* tokens, positions, cells, then kv_len (single sequence) or n_vis,
-     * qlist, lists */
+    /* tokens, positions, cells, then kv_len (single sequence) or ranges,
+     * qlist, lists and (windowed models) the windowed ranges */
     struct gtensor *in[CTX_MAX_INPUTS];
     int n_in;
     struct gtensor *out;

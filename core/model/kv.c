@@ -258,6 +258,8 @@ minfer_status kv_seq_add(struct kv_cache *kv, int32_t seq, int32_t pos, uint32_t
     if (!seq_reserve(q, q->n + 1))
         return MINFER_ERR_NO_MEMORY;
     int32_t i = lower_bound(q, pos);
+    if (i < q->ident)
+        q->ident = i;
     memmove(q->pos + i + 1, q->pos + i, sizeof *q->pos * (size_t)(q->n - i));
     memmove(q->cell + i + 1, q->cell + i, sizeof *q->cell * (size_t)(q->n - i));
     q->pos[i] = pos;
@@ -288,6 +290,8 @@ void kv_seq_rm(struct kv_cache *kv, int32_t seq, int32_t p0, int32_t p1)
     int32_t a = lower_bound(q, p0), b = p1 < 0 ? q->n : lower_bound(q, p1);
     if (b <= a)
         return;
+    if (a < q->ident)
+        q->ident = a;
     for (int32_t i = a; i < b; i++)
         cell_unref(kv, q->cell[i]);
     memmove(q->pos + a, q->pos + b, sizeof *q->pos * (size_t)(q->n - b));
@@ -319,11 +323,13 @@ int32_t kv_seq_pos_max(const struct kv_cache *kv, int32_t seq)
     return q->n ? q->pos[q->n - 1] : -1;
 }
 
-bool kv_seq_is_identity(const struct kv_cache *kv, int32_t seq)
+bool kv_seq_is_identity(struct kv_cache *kv, int32_t seq)
 {
-    const struct kv_seq *q = &kv->seqs[seq];
-    for (int32_t i = 0; i < q->n; i++)
-        if (q->pos[i] != i || q->cell[i] != (uint32_t)i)
+    /* decode asks every step: only entries past the known prefix are
+     * checked (every change below it lowers ident) */
+    struct kv_seq *q = &kv->seqs[seq];
+    for (; q->ident < q->n; q->ident++)
+        if (q->pos[q->ident] != q->ident || q->cell[q->ident] != (uint32_t)q->ident)
             return false;
     return true;
 }
@@ -374,9 +380,11 @@ minfer_status kv_compact(struct kv_cache *kv, uint32_t *moved, char *err, size_t
         }
         i = j;
     }
-    for (int32_t s = 0; s < kv->n_seq; s++)
+    for (int32_t s = 0; s < kv->n_seq; s++) {
+        kv->seqs[s].ident = 0; /* cells were renamed */
         for (int32_t k = 0; k < kv->seqs[s].n; k++)
             kv->seqs[s].cell[k] = to[kv->seqs[s].cell[k]];
+    }
     for (uint32_t i = 0; i < kv->n_cells; i++) {
         if (kv->cells[i].refs && to[i] != i) {
             kv->cells[to[i]] = kv->cells[i];

@@ -28,6 +28,7 @@ struct kv_cell {
 /* One sequence: its cells sorted by position (positions unique). */
 struct kv_seq {
     int32_t n, cap;
+    int32_t ident;   /* entries [0, ident) are known to be pos == cell == index */
     int32_t *pos;    /* [n] ascending */
     uint32_t *cell;  /* [n] cell of pos[i] */
 };
@@ -101,7 +102,7 @@ minfer_status kv_seq_cp(struct kv_cache *kv, int32_t src, int32_t dst, int32_t p
 int32_t kv_seq_pos_max(const struct kv_cache *kv, int32_t seq);
 /* True when seq holds exactly positions 0 .. n-1 in cells 0 .. n-1 (the
  * single-sequence layout ATTENTION reads: cell index == position). */
-bool kv_seq_is_identity(const struct kv_cache *kv, int32_t seq);
+bool kv_seq_is_identity(struct kv_cache *kv, int32_t seq);
 /* Moves every held cell down to [0, n_used), keeping their order, with the
  * plugin's copy_cells (runs move downwards, so overlapping ones are safe),
  * and renames the cells in every list. Rows move, values do not change, so

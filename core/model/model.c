@@ -86,22 +86,6 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
                         key, s->kind == HP_INT ? "an integer" : "a number",
                         minfer_status_str(st));
     }
-    /* Optional linear RoPE scaling. */
-    char key[160];
-    double factor = 0;
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", a->name);
-    hp->rope_scale = 1.0;
-    if (minfer_gguf_get_f64(g, key, &factor) == MINFER_OK && factor > 0) {
-        const char *type = NULL;
-        size_t tlen = 0;
-        snprintf(key, sizeof key, "%s.rope.scaling.type", a->name);
-        if (minfer_gguf_get_str(g, key, &type, &tlen) == MINFER_OK &&
-            !(tlen == 6 && !memcmp(type, "linear", 6)) && !(tlen == 4 && !memcmp(type, "none", 4)))
-            return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
-                        "%s is '%.*s'; this build supports linear RoPE scaling only", key,
-                        (int)tlen, type);
-        hp->rope_scale = 1.0 / factor;
-    }
     if (a->hparams_check) {
         minfer_status st = a->hparams_check(g, hp, err, err_len);
         if (st != MINFER_OK)
@@ -145,7 +129,7 @@ static minfer_status read_hparams(const struct minfer_gguf *g, const struct mode
         return errf(err, err_len, MINFER_ERR_FORMAT,
                     "%s.rope.dimension_count %" PRId64 " must be even and at most head_dim %"
                     PRId64, a->name, hp->n_rot, hp->head_dim);
-    return MINFER_OK;
+    return model_rope_scaling(g, a->name, hp, err, err_len);
 }
 
 /* ---- tensor table ---- */
@@ -515,6 +499,7 @@ void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *i
     i.type_desc = m->type_desc;
     i.n_vocab = (int32_t)m->hp.n_vocab;
     i.n_ctx_train = (int32_t)m->hp.n_ctx_train;
+    i.n_ctx_max = (int32_t)m->hp.n_ctx_max;
     i.n_embd = (int32_t)m->hp.n_embd;
     i.n_layer = (int32_t)m->hp.n_layer;
     i.n_head = (int32_t)m->hp.n_head;

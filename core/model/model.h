@@ -33,8 +33,13 @@ struct model_hparams {
     int64_t n_rot;         /* rope.dimension_count; default head_dim */
     int64_t n_vocab;       /* rows of token_embd.weight */
     double rope_base;      /* rope.freq_base */
-    double rope_scale;     /* 1 / rope.scaling.factor for linear scaling; 1 = none */
+    double rope_scale;     /* 1 / rope.scaling.factor; 1 = none (the RoPE freq_scale) */
     double norm_eps;       /* attention.layer_norm_rms_epsilon */
+    /* RoPE scaling beyond linear (model_rope_scaling); all 0 = none. YaRN:
+     * mix weight of the extrapolated angle (ext_factor), magnitude scale of
+     * cos/sin, and the pair indices where the mix ramps from 1 to 0. */
+    double rope_ext, rope_mscale, rope_corr_lo, rope_corr_hi;
+    int64_t n_ctx_max;     /* longest context: n_ctx_train, or more with scaling */
     /* mixture of experts (qwen3moe) */
     int64_t n_expert;      /* expert_count */
     int64_t n_expert_used; /* expert_used_count */
@@ -47,6 +52,17 @@ struct model_hparams {
     double attn_scale;     /* attention.scale; 0 = the architecture's rule */
     int rope_layout;       /* ROPE iparams[1]: 0 NeoX, 1 normal (llama) */
 };
+
+/* Reads <arch>.rope.scaling.* into hp (rope_scale, rope_ext, rope_mscale,
+ * rope_corr_lo/hi, n_ctx_max); needs n_ctx_train, n_rot and rope_base set.
+ * A scaling type it does not implement is an error naming it
+ * (rope-scaling.c). */
+struct minfer_gguf;
+minfer_status model_rope_scaling(const struct minfer_gguf *g, const char *arch,
+                                 struct model_hparams *hp, char *err, size_t err_len);
+/* The RoPE parameters of a ROPE node from the hyperparameters. */
+struct graph_rope_params;
+void model_rope_params(const struct model_hparams *hp, struct graph_rope_params *p);
 
 enum hparam_kind { HP_INT, HP_FLOAT };
 
@@ -197,7 +213,9 @@ struct build {
     struct gtensor *inp_pos;    /* i32 [n_tokens] */
     struct gtensor *inp_cells;  /* i32 [n_tokens] KV cell of each token */
     struct gtensor *inp_kv_len; /* i32 [1] (n_lists == 0) */
-    struct gtensor *inp_n_vis;  /* i32 [n_tokens] visible list entries (n_lists > 0) */
+    struct gtensor *inp_range;  /* i32 [2, n_tokens] visible list entries (n_lists > 0) */
+    struct gtensor *inp_range_w;/* the same within the sliding window (n_lists > 0 and
+                                   windowed layers; made by the first such layer) */
     struct gtensor *inp_qlist;  /* i32 [n_tokens] list of each token (n_lists > 0) */
     struct gtensor *inp_lists;  /* i32 [n_kv, n_lists] cell lists (n_lists > 0) */
     struct gtensor *out_logits; /* f32 [n_vocab, n_out] or NULL when n_out == 0 */

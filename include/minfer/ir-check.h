@@ -231,7 +231,12 @@ static inline minfer_status minfer_irc_attention_(const struct minfer_node *n, c
         if (n->iparams[1])
             return minfer_irc_bad_(why, why_len, op, "sliding window %d: lists take none (0)",
                                    n->iparams[1]);
-        MINFER_IRC_IDS_(n->src[3], q->ne[2], "visible counts");
+        const struct minfer_tensor *r = n->src[3];
+        MINFER_IRC_TYPE_(r, MINFER_TYPE_I32, "visible ranges");
+        if (r->ne[0] != 2 || r->ne[1] != q->ne[2] || !minfer_irc_2d_(r))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "visible ranges " MINFER_IRC_SHAPE_ " must be [2, %lld]",
+                                   MINFER_IRC_NE_(r), (long long)q->ne[2]);
         MINFER_IRC_IDS_(n->src[4], q->ne[2], "query lists");
         MINFER_IRC_TYPE_(l, MINFER_TYPE_I32, "cell lists");
         bool dense = l->ne[1] == 1 || l->nb[1] == (size_t)l->ne[0] * sizeof(int32_t);
@@ -433,6 +438,13 @@ static inline minfer_status minfer_ir_check_node(const struct minfer_node *n, ui
         if (!(n->fparams[0] > 0.0f) || !(n->fparams[1] > 0.0f))
             return minfer_irc_bad_(why, why_len, op, "freq_base %g and freq_scale %g must be > 0",
                                    (double)n->fparams[0], (double)n->fparams[1]);
+        if (!(n->fparams[2] >= 0.0f && n->fparams[2] <= 1.0f) || !(n->fparams[3] >= 0.0f) ||
+            !(n->fparams[4] >= 0.0f) || !(n->fparams[5] >= n->fparams[4]))
+            return minfer_irc_bad_(why, why_len, op,
+                                   "YaRN ext_factor %g (0..1), mscale %g (>= 0) and ramp "
+                                   "%g..%g (0 <= lo <= hi) out of range",
+                                   (double)n->fparams[2], (double)n->fparams[3],
+                                   (double)n->fparams[4], (double)n->fparams[5]);
         if (n->iparams[1] != 0 && n->iparams[1] != 1)
             return minfer_irc_bad_(why, why_len, op, "layout %d must be 0 (NeoX) or 1 (normal)",
                                    n->iparams[1]);

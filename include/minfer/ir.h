@@ -94,7 +94,13 @@ enum minfer_op {
      * iparams[1] = layout (ABI 1.1): 0 NeoX, pairs (i, i + n_rot/2); 1 normal
      *   (GPT-J / GGUF llama), pairs (2i, 2i + 1); other values are refused;
      * fparams[0] = freq_base (> 0); fparams[1] = freq_scale (> 0, 1.0 = none).
-     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot). */
+     * Pair i turns by pos * freq_scale * freq_base^(-2i / n_rot).
+     * YaRN (all zero = none): fparams[2] = ext_factor in [0, 1],
+     * fparams[3] = mscale (>= 0; 0 reads as 1), fparams[4..5] = lo <= hi.
+     * Pair i's angle: t_e = pos * freq_base^(-2i/n_rot), t_i = freq_scale *
+     * t_e; r = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) *
+     * ext_factor; angle = t_i * (1 - r) + t_e * r; cos and sin times mscale
+     * (llama.cpp's rope_yarn). */
     MINFER_OP_ROPE = 7,
     /* dst = silu(src0) * src1, same shapes. */
     MINFER_OP_SWIGLU = 8,
@@ -137,17 +143,18 @@ enum minfer_op {
     /* Causal multi-head attention over cells named by lists: many sequences
      * in one pass (ABI minor 1). Each query token reads the cells of one
      * list (its sequence's cells in position order); the host resolves the
-     * causal mask to how many leading entries of that list the token sees.
+     * causal mask (and a sliding window) to the range of that list's
+     * entries the token sees.
      * src0: Q F32 [head_dim, n_head, n_tokens];
      * src1, src2: K and V caches as for ATTENTION;
-     * src3: I32 [n_tokens], n_vis — query t sees entries [0, src3[t]) of its
-     *       list (1..n_kv);
+     * src3: I32 [2, n_tokens], the range — query t sees entries
+     *       [src3[0, t], src3[1, t]) of its list, 0 <= first < end <= n_kv;
      * src4: I32 [n_tokens], the list of each query token (0..n_lists-1);
      * src5: I32 [n_kv, n_lists], cell index lists: entry j of list l is a
-     *       cell in [0, n_cells); entries past a query's n_vis are not read;
+     *       cell in [0, n_cells); entries outside a query's range are not read;
      * dst: F32 [head_dim, n_head, n_tokens].
      * iparams[0] = n_kv_head (divides n_head); fparams[0] = scale;
-     * iparams[1] = 0 (no sliding window).
+     * iparams[1] = 0 (a window is in the ranges).
      * The softmax runs over a query's visible entries in list order, so a
      * list laid out as cells 0..n-1 gives ATTENTION's result. Counts, lists
      * and cells are read at run time, never baked into a launch; an entry

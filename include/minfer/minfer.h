@@ -452,6 +452,8 @@ struct minfer_model_info {
     int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     uint64_t n_params;             /* elements of all weights */
     uint64_t size_bytes;           /* bytes of all weights */
+    int32_t n_ctx_max;             /* longest context: n_ctx_train, or more where the
+                                      GGUF carries RoPE scaling (YaRN, linear) */
 };
 /* Copies up to info->struct_size bytes. */
 MINFER_API void minfer_model_info(const struct minfer_model *m, struct minfer_model_info *info);

@@ -66,7 +66,8 @@ static char *cli_slurp(const char *path, size_t *len)
 }
 
 /* Runs a shell command line (printf-style); stdout and stderr land in
- * cli_out / cli_err (it runs as a script: any quoting works). Returns the exit status, 128 + N for a signal. */
+ * cli_out / cli_err (it runs as a script: any quoting works). Returns the
+ * exit status, 128 + N for a signal. */
 __attribute__((format(printf, 1, 2))) static int cli_sh(const char *fmt, ...)
 {
     char script[128], full[512];

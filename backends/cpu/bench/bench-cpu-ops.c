@@ -5,7 +5,8 @@
  * activation rows) as GFLOP/s; with -a, attention instead: decode of one
  * token over 4096 cached cells (reported as KV bytes read per second) and
  * a 512-token prefill from an empty cache (GFLOP/s of its QK and PV
- * products), per head shape and KV cache type. Loads the plugin with
+ * products), per head shape and KV cache type; then long contexts: a
+ * decode step and a 64-token prefill chunk after 4k / 16k / 32k cells. Loads the plugin with
  * dlopen exactly as the core does and drives it through its table.
  *
  * Before the matrix table it measures the machine's streaming read rate
@@ -260,9 +261,13 @@ static const struct attn_shape ATTN_SHAPES[] = {
 };
 
 /* Seconds per ATTENTION node of nt query tokens at positions
- * kv_len - nt .. kv_len - 1 over a cache of kv_len cells of type kvt. */
+ * kv_len - nt .. kv_len - 1 over a cache of kv_len cells of type kvt.
+ * lists 1: the same as ATTENTION_LISTS with one list of cells 0..kv_len-1
+ * (the cost of the indirection); 2: the list's cells scattered (cell
+ * 4i mod kv_len + i / (kv_len / 4)), as four interleaved sequences lay
+ * out, for the cost of non-contiguous rows. */
 static double run_attn(const struct attn_shape *a, uint32_t kvt, int nt, int kv_len,
-                       double seconds)
+                       double seconds, int lists)
 {
     int rl = a->hd * a->nkv;
     size_t row = minfer_row_size(kvt, rl);
@@ -309,7 +314,28 @@ static double run_attn(const struct attn_shape *a, uint32_t kvt, int nt, int kv_
     nd.iparams[0] = a->nkv;
     nd.fparams[0] = 0.125f;
     nd.label = "bench";
+    int32_t *cells = malloc((size_t)kv_len * sizeof *cells);
+    int32_t *nvis = malloc((size_t)nt * sizeof *nvis), *ql = calloc((size_t)nt, sizeof *ql);
+    struct minfer_tensor vt2, qt2, ct;
+    if (lists) {
+        int quarter = kv_len / 4 > 0 ? kv_len / 4 : 1;
+        for (int c = 0; c < kv_len; c++)
+            cells[c] = lists == 1 || kv_len % 4 ? c : (c % quarter) * 4 + c / quarter;
+        for (int t = 0; t < nt; t++)
+            nvis[t] = pos[t] + 1;
+        dense(&vt2, MINFER_TYPE_I32, nt, 1, nvis);
+        dense(&qt2, MINFER_TYPE_I32, nt, 1, ql);
+        dense(&ct, MINFER_TYPE_I32, kv_len, 1, cells);
+        nd.op = MINFER_OP_ATTENTION_LISTS;
+        nd.n_src = 6;
+        nd.src[3] = &vt2;
+        nd.src[4] = &qt2;
+        nd.src[5] = &ct;
+    }
     double best = time_node(&nd, seconds, NULL, NULL);
+    free(cells);
+    free(nvis);
+    free(ql);
     free(kc);
     free(vc);
     free(q);
@@ -323,20 +349,43 @@ static void bench_attention(double seconds)
 {
     const uint32_t kvts[] = {MINFER_TYPE_F16, MINFER_TYPE_Q8_0, MINFER_TYPE_F32};
     const int dec_len = 4096, pre = 512;
-    printf("%-5s %-22s %14s %9s %16s %10s\n", "kv", "heads", "decode@4096 us", "KV GB/s",
-           "prefill512 ms", "GFLOP/s");
+    printf("%-5s %-22s %14s %9s %16s %10s %11s %11s\n", "kv", "heads", "decode@4096 us",
+           "KV GB/s", "prefill512 ms", "GFLOP/s", "lists us", "scatter us");
     for (size_t si = 0; si < sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]; si++)
         for (size_t ki = 0; ki < sizeof kvts / sizeof kvts[0]; ki++) {
             const struct attn_shape *a = &ATTN_SHAPES[si];
-            double td = run_attn(a, kvts[ki], 1, dec_len, seconds);
-            double tp = run_attn(a, kvts[ki], pre, pre, seconds);
+            double td = run_attn(a, kvts[ki], 1, dec_len, seconds, 0);
+            double tp = run_attn(a, kvts[ki], pre, pre, seconds, 0);
+            double tl = run_attn(a, kvts[ki], 1, dec_len, seconds, 1);
+            double ts = run_attn(a, kvts[ki], 1, dec_len, seconds, 2);
             double kv_bytes = 2.0 * dec_len * minfer_row_size(kvts[ki], a->hd * a->nkv);
             /* causal: token t sees t + 1 cells; QK and PV are 2 flops per MAC each */
             double flops = 4.0 * a->hd * a->nh * (pre * (pre + 1) / 2.0);
-            printf("%-5s %-22s %14.1f %9.2f %16.2f %10.1f\n", minfer_type_traits_of(kvts[ki])->name,
-                   a->name, td * 1e6, kv_bytes / td * 1e-9, tp * 1e3, flops / tp * 1e-9);
+            printf("%-5s %-22s %14.1f %9.2f %16.2f %10.1f %11.1f %11.1f\n",
+                   minfer_type_traits_of(kvts[ki])->name, a->name, td * 1e6,
+                   kv_bytes / td * 1e-9, tp * 1e3, flops / tp * 1e-9, tl * 1e6, ts * 1e6);
             fflush(stdout);
-        }
+        }    /* long contexts: a decode step and a 64-token prefill chunk at the end
+     * of 4k / 16k / 32k cached cells (the chunk's causal half-triangle
+     * included in its flops) */
+    const int depths[] = {4096, 16384, 32768}, chunk = 64;
+    printf("\n%-5s %-22s %7s %12s %9s %18s\n", "kv", "heads", "depth", "decode us", "KV GB/s",
+           "prefill64 GFLOP/s");
+    for (size_t si = 0; si < sizeof ATTN_SHAPES / sizeof ATTN_SHAPES[0]; si += 2)
+        for (size_t ki = 0; ki < 2; ki++)
+            for (size_t di = 0; di < sizeof depths / sizeof depths[0]; di++) {
+                const struct attn_shape *a = &ATTN_SHAPES[si];
+                int d = depths[di];
+                double td = run_attn(a, kvts[ki], 1, d, seconds, 0);
+                double tp = run_attn(a, kvts[ki], chunk, d, seconds, 0);
+                double kv_bytes = 2.0 * d * minfer_row_size(kvts[ki], a->hd * a->nkv);
+                double flops = 4.0 * a->hd * a->nh * ((double)chunk * (d - chunk) +
+                                                      chunk * (chunk + 1) / 2.0);
+                printf("%-5s %-22s %7d %12.1f %9.2f %18.1f\n",
+                       minfer_type_traits_of(kvts[ki])->name, a->name, d, td * 1e6,
+                       kv_bytes / td * 1e-9, flops / tp * 1e-9);
+                fflush(stdout);
+            }
 }
 
 static const uint32_t TYPES[] = {MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_1, MINFER_TYPE_Q5_0,

@@ -1,7 +1,8 @@
 /*
  * attn-lists.cu — ATTENTION_LISTS (many sequences in one pass): causal
- * grouped-query attention where query token t reads entries [0, n_vis[t])
- * of cell list qlist[t] (the cells of its sequence in position order).
+ * grouped-query attention where query token t reads entries
+ * [range[t][0], range[t][1]) of cell list qlist[t] (the cells of its
+ * sequence in position order; a sliding window moves the first entry).
  * Split-K like attn.cu: a block per (split, head, query token) walks its
  * slice of the list in tiles of 128 entries with an online softmax and
  * writes a partial (acc[hd], max, sum); a combine pass merges them. The
@@ -79,7 +80,7 @@ template <int L>
 __global__ void __launch_bounds__(L_THREADS)
     lists_partial(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                   int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-                  const int32_t *__restrict__ n_vis, const int32_t *__restrict__ qlist,
+                  const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                   const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists, float scale,
                   int chunk, int n_splits, float *__restrict__ part, unsigned *flags)
 {
@@ -93,16 +94,17 @@ __global__ void __launch_bounds__(L_THREADS)
     const float *qr = (const float *)((const char *)q.data + h * q.nb[1] + t * q.nb[2]);
     for (int d = tid; d < hd; d += L_THREADS)
         qs[d] = qr[d] * scale;
-    int64_t nv = n_vis[t], li = qlist[t];
-    if (nv < 1 || nv > n_kv || li < 0 || li >= n_lists) { /* refused: no entry is read */
-        if (tid == 0 && flags)
+    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
+    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
+        if (tid == 0 && flags) /* refused: no entry is read */
             atomicOr(flags, KFLAG_ATTN_LIST);
-        nv = 0;
+        first = nv = 0;
         li = 0;
     }
     const int32_t *list = lists + li * n_kv;
     int64_t begin = (int64_t)split * chunk;
-    int64_t end = begin + chunk < nv ? begin + chunk : nv;
+    begin = begin > first ? begin : first;
+    int64_t end = (int64_t)split * chunk + chunk < nv ? (int64_t)split * chunk + chunk : nv;
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
@@ -202,7 +204,7 @@ extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t
 
 extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type,
                                  const void *kc, const void *vc, int64_t knb1, int64_t vnb1,
-                                 int64_t n_cells, int64_t n_kv_head, const int32_t *n_vis,
+                                 int64_t n_cells, int64_t n_kv_head, const int32_t *range,
                                  const int32_t *qlist, const int32_t *lists, int64_t n_kv,
                                  int64_t n_lists, float scale, struct kview dst, void *scratch)
 {
@@ -224,14 +226,14 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     case MINFER_TYPE_F32: {
         auto kf = lists_partial<0>;
         KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, n_vis, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
                 k->flags);
         break;
     }
     case MINFER_TYPE_F16: {
         auto kf = lists_partial<1>;
         KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, n_vis, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
                 k->flags);
         break;
     }
@@ -240,7 +242,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
             return k_fail(k, "attention_lists", "a Q8_0 cache needs head_dim % 32 == 0");
         auto kf = lists_partial<2>;
         KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
-                vnb1, n_cells, group, n_vis, qlist, lists, n_kv, n_lists, scale, chunk, splits,
+                vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits,
                 part, k->flags);
         break;
     }

@@ -1,20 +1,22 @@
 /*
  * attn.cu — causal grouped-query attention over an F32, F16 or Q8_0 KV
- * cache, split-K: a block per (KV split, head, query token) walks its
- * slice of visible cells in tiles of 128 with an online softmax and writes
- * a partial (acc[hd], max, sum); a combine pass merges the partials. The
- * number of splits and the grid are functions of the shapes only (n_head,
+ * cache, and its dispatch. Many query tokens with head_dim 64/128 go to
+ * the tensor-core flash-attention kernel (attn-mma.cu). Few tokens (a
+ * decode, or a small batch) go to the GQA decode kernel below: one pass
+ * over the cells of a KV head serves all its query heads, split-K with a
+ * combine pass. Other head sizes take the per-head split kernel, correct
+ * for any head_dim the IR allows (a multiple of 4 up to 256). The number
+ * of splits and the grid are functions of the shapes only (n_head,
  * n_tokens, n_cells); kv_len and positions are read from device memory in
- * the kernel, so one captured launch replays for every KV length. Decode
- * (few tokens) spreads one query over many splits; prefill (many tokens)
- * uses one split per query and gets its parallelism from the tokens.
+ * the kernel, so one captured launch replays for every KV length.
  */
-#include "common.cuh"
+#include "attn.cuh"
 
 #define A_THREADS 128
 #define A_TILE 128
 #define A_MAX_HD 256
 #define A_TARGET_BLOCKS 1024
+#define A_MAX_SPLITS 512 /* the combine pass's bound; both paths stay below */
 
 /* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
 
@@ -90,8 +92,8 @@ template <int L>
 __global__ void __launch_bounds__(A_THREADS)
     attn_partial(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                  int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-                 const int32_t *kv_len, const int32_t *pos, float scale, int chunk,
-                 int n_splits, float *__restrict__ part)
+                 const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                 int chunk, int n_splits, float *__restrict__ part)
 {
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
@@ -109,6 +111,8 @@ __global__ void __launch_bounds__(A_THREADS)
     nvis = nvis < n_cells ? nvis : n_cells;
     int64_t begin = (int64_t)split * chunk;
     int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+    int64_t wlo = window > 0 ? (int64_t)pos[t] - window + 1 : 0; /* sliding window */
+    begin = begin > wlo ? begin : wlo;
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
@@ -149,10 +153,275 @@ __global__ void __launch_bounds__(A_THREADS)
     }
 }
 
+/* ---- decode: all query heads of a KV head in one pass over its cells ---- */
+
+/* A block is D_WARPS warps of one (KV head, token); every warp is its own
+ * split of the visible cells, so the partials and the combine pass are the
+ * split-K ones above. The up to D_G query heads that share the KV head are
+ * served together: each K and V row is read once for all of them (the
+ * per-head kernel read it group times). D_G is 4 or 8, the group size
+ * rounded up. Scores: a lane takes one cell of a tile of 32 and dots its K
+ * row with the D_G queries held in shared memory (broadcast reads),
+ * loading 64 values of the row before using them. The online softmax is
+ * per head and warp. Values: the warp reads each V row whole (lane l: 4
+ * consecutive values per 128), coalesced, D_VB rows loaded before any is
+ * used. Decode is bound by memory latency as much as bandwidth: these
+ * batches keep several KiB in flight per warp, where one dependent load
+ * per row did not. The split share is ceil(visible / splits) cells,
+ * computed in the kernel from kv_len: the grid is a function of the shapes
+ * (so a captured launch replays), yet the splits share the work evenly at
+ * every depth. DC: chunks of 128 dimensions. */
+#define D_WARPS 4
+#define D_MAX_SPLITS 512
+
+/* 32 consecutive values of a cache row from element idx (idx % 32 == 0
+ * for Q8_0: one block). */
+template <int L> __device__ __forceinline__ void d_load32(const uint8_t *row, int idx, float *o)
+{
+    if (L == 2) {
+        const bq8_0 *b = (const bq8_0 *)row + idx / 32;
+        float d = h2f(b->d);
+        int v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = ld_i32_a2(b->qs + 4 * i);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            o[4 * i] = d * (float)(int8_t)v[i];
+            o[4 * i + 1] = d * (float)(int8_t)(v[i] >> 8);
+            o[4 * i + 2] = d * (float)(int8_t)(v[i] >> 16);
+            o[4 * i + 3] = d * (float)(int8_t)(v[i] >> 24);
+        }
+    } else {
+        float4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = fa_load4<L>(row, idx + 4 * i);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            o[4 * i] = v[i].x;
+            o[4 * i + 1] = v[i].y;
+            o[4 * i + 2] = v[i].z;
+            o[4 * i + 3] = v[i].w;
+        }
+    }
+}
+
+template <int L, int DC, int D_G>
+__global__ void __launch_bounds__(D_WARPS * 32)
+    attn_decode(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
+                int64_t knb1, int64_t vnb1, int64_t n_cells, int group, const int32_t *kv_len,
+                const int32_t *pos, float scale, int window, int n_splits,
+                float *__restrict__ part)
+{
+    constexpr int D_VB = 16 / DC; /* V rows in flight per batch */
+    const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
+    const int n_gc = (group + D_G - 1) / D_G, hk = blockIdx.y / n_gc, gc = blockIdx.y % n_gc;
+    const int h0 = hk * group + gc * D_G;
+    const int ng = group - gc * D_G < D_G ? group - gc * D_G : D_G;
+    const int t = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int split = blockIdx.x * D_WARPS + warp;
+    __shared__ __align__(16) float qs[D_G][128 * DC];
+    __shared__ float ps[D_WARPS][D_G][32];
+
+    for (int e = threadIdx.x; e < D_G * 128 * DC; e += D_WARPS * 32) {
+        int g = e / (128 * DC), d = e % (128 * DC);
+        float v = 0.0f;
+        if (g < ng && d < hd)
+            v = ((const float *)((const char *)q.data + (int64_t)(h0 + g) * q.nb[1] +
+                                 (int64_t)t * q.nb[2]))[d] * scale;
+        qs[g][d] = v;
+    }
+    __syncthreads();
+
+    int64_t nvis = kv_len[0];
+    int64_t lim = (int64_t)pos[t] + 1;
+    nvis = nvis < lim ? nvis : lim;
+    nvis = nvis < n_cells ? nvis : n_cells;
+    /* a sliding window: cells below pos - window + 1 are not read */
+    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0;
+    lo = lo > 0 ? lo : 0;
+    int64_t nwin = nvis > lo ? nvis - lo : 0;
+    int64_t chunk = ((nwin + n_splits - 1) / n_splits + 31) / 32 * 32;
+    int64_t begin = lo + (int64_t)split * chunk;
+    int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+
+    float m[D_G], l[D_G], acc[D_G][DC][4];
+#pragma unroll
+    for (int g = 0; g < D_G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < DC; c++)
+            acc[g][c][0] = acc[g][c][1] = acc[g][c][2] = acc[g][c][3] = 0.0f;
+    }
+    const int koff = hk * hd; /* element offset of this KV head in a row */
+    const int hd32 = hd / 32 * 32;
+    for (int64_t c0 = begin; c0 < end; c0 += 32) {
+        const int64_t c = c0 + lane;
+        const bool ok = c < end;
+        float s[D_G];
+#pragma unroll
+        for (int g = 0; g < D_G; g++)
+            s[g] = 0.0f;
+        const uint8_t *row = kc + (ok ? c : c0) * knb1;
+#pragma unroll 2
+        for (int d0 = 0; d0 < hd32; d0 += 32) {
+            float kv[32];
+            d_load32<L>(row, koff + d0, kv);
+#pragma unroll
+            for (int g = 0; g < D_G; g++) {
+#pragma unroll
+                for (int i = 0; i < 32; i += 4) {
+                    float4 q4 = *(const float4 *)&qs[g][d0 + i];
+                    s[g] += q4.x * kv[i] + q4.y * kv[i + 1] + q4.z * kv[i + 2] +
+                            q4.w * kv[i + 3];
+                }
+            }
+        }
+        for (int d = hd32; d < hd; d += 4) { /* head sizes not a multiple of 32 */
+            float4 k4 = fa_load4<L>(row, koff + d);
+#pragma unroll
+            for (int g = 0; g < D_G; g++) {
+                float4 q4 = *(const float4 *)&qs[g][d];
+                s[g] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < D_G; g++) {
+            if (g >= ng)
+                break;
+            float sv = ok ? s[g] : -INFINITY;
+            float mn = fmaxf(m[g], warp_max(sv));
+            float base = mn == -INFINITY ? 0.0f : mn;
+            float p = ok ? expf(sv - base) : 0.0f;
+            float corr = expf(m[g] - base);
+            l[g] = l[g] * corr + p; /* lane partial; summed over the warp at the end */
+            ps[warp][g][lane] = p;
+            m[g] = mn;
+#pragma unroll
+            for (int cc = 0; cc < DC; cc++) {
+                acc[g][cc][0] *= corr;
+                acc[g][cc][1] *= corr;
+                acc[g][cc][2] *= corr;
+                acc[g][cc][3] *= corr;
+            }
+        }
+        __syncwarp();
+        const int cnt = end - c0 < 32 ? (int)(end - c0) : 32;
+        for (int j0 = 0; j0 < cnt; j0 += D_VB) {
+            float4 v[D_VB][DC];
+#pragma unroll
+            for (int jj = 0; jj < D_VB; jj++) {
+                const uint8_t *vr = vc + (c0 + j0 + jj) * vnb1;
+#pragma unroll
+                for (int cc = 0; cc < DC; cc++) {
+                    int d = cc * 128 + lane * 4;
+                    v[jj][cc] = j0 + jj < cnt && d < hd ? fa_load4<L>(vr, koff + d)
+                                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int jj = 0; jj < D_VB; jj++) {
+#pragma unroll
+                for (int g = 0; g < D_G; g++) {
+                    /* rows past cnt: p is 0 there (and v zeros) */
+                    float pj = j0 + jj < cnt ? ps[warp][g][j0 + jj] : 0.0f;
+#pragma unroll
+                    for (int cc = 0; cc < DC; cc++) {
+                        acc[g][cc][0] += pj * v[jj][cc].x;
+                        acc[g][cc][1] += pj * v[jj][cc].y;
+                        acc[g][cc][2] += pj * v[jj][cc].z;
+                        acc[g][cc][3] += pj * v[jj][cc].w;
+                    }
+                }
+            }
+        }
+        __syncwarp(); /* ps is rewritten by the next tile */
+    }
+    const bool empty = begin >= end;
+#pragma unroll
+    for (int g = 0; g < D_G; g++) {
+        if (g >= ng)
+            break;
+        float lsum = warp_sum(l[g]);
+        float *o = part + (((size_t)t * n_head + h0 + g) * n_splits + split) * (size_t)(hd + 2);
+        if (!empty) { /* an empty split's weight is 0: combine never reads its values */
+#pragma unroll
+            for (int cc = 0; cc < DC; cc++) {
+                int d = cc * 128 + lane * 4;
+                if (d < hd) { /* rows of hd + 2 floats: 4-byte aligned only */
+                    o[d] = acc[g][cc][0];
+                    o[d + 1] = acc[g][cc][1];
+                    o[d + 2] = acc[g][cc][2];
+                    o[d + 3] = acc[g][cc][3];
+                }
+            }
+        }
+        if (lane == 0) {
+            o[hd] = m[g];
+            o[hd + 1] = lsum;
+        }
+    }
+}
+
 /* xq (NULL: none): also the output as q8_1 blocks, rows of hd * n_head
  * values per token (needs hd % 32 == 0: every warp then holds whole
- * blocks), with k_quantize_q8_1's arithmetic, bit for bit. */
-__global__ void attn_combine(const float *__restrict__ part, int hd, int n_head, int n_splits,
+ * blocks), with k_quantize_q8_1's arithmetic, bit for bit. The weight of
+ * each split is computed once into shared memory; empty splits (no
+ * visible cell: max -inf) weigh 0 and their partials are not read. */
+__global__ void __launch_bounds__(128)
+    attn_combine(const float *__restrict__ part, int hd, int n_head, int n_splits, kview dst,
+                 uint8_t *xq)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    __shared__ float w[A_MAX_SPLITS];
+    __shared__ float red[4];
+    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x)
+        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
+    M = block_max128(M, red);
+    float Lsum = 0.0f;
+    int last = -1; /* the last split with weight: the cells are dealt out from split 0 */
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        const float *ps = base + s * (size_t)(hd + 2);
+        float ws = ps[hd] == -INFINITY ? 0.0f : expf(ps[hd] - M);
+        w[s] = ws;
+        Lsum += ws * ps[hd + 1];
+        last = ws != 0.0f ? s : last;
+    }
+    Lsum = block_sum128(Lsum, red); /* its barriers publish w[] */
+    const int n_used = (int)block_max128((float)last, red) + 1;
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 4
+        for (int s = 0; s < n_used; s++) {
+            float x = base[s * (size_t)(hd + 2) + d]; /* unwritten when w[s] == 0 */
+            a += w[s] != 0.0f ? w[s] * x : 0.0f;
+        }
+        float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
+        o[d] = v;
+        if (xq) {
+            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
+            float amax = warp_max(fabsf(v));
+            float qd = amax / 127.0f;
+            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+            float qs = warp_sum((float)q);
+            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+            ((int8_t *)row)[col] = (int8_t)q;
+            if (lane == 0)
+                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+        }
+    }
+}
+
+/* attn_combine for a few splits (short contexts): every thread walks the
+ * splits itself, no block reductions or barriers (measured the faster of
+ * the two at decode depths up to a few hundred cells, where each layer's
+ * attention is a few microseconds and fixed costs decide). */
+__global__ void attn_combine_few(const float *__restrict__ part, int hd, int n_head, int n_splits,
                              kview dst, uint8_t *xq)
 {
     const int h = blockIdx.x, t = blockIdx.y;
@@ -190,213 +459,18 @@ __global__ void attn_combine(const float *__restrict__ part, int hd, int n_head,
     }
 }
 
-/* ---- prefill: tiles of queries against tiles of cells ---- */
-
-/* A block takes AP_BQ consecutive query tokens of one head; each of its 4
- * warps owns 8 of those rows. Cells come in tiles of AP_BC: the K tile is
- * staged in shared memory (rows padded by 4 floats, so the lanes' float4
- * reads of 8 different rows fall in different banks), every lane scores
- * one cell against its warp's 8 rows (the query rows are broadcast reads),
- * an online softmax per row follows, then the V tile replaces the K tile
- * and every lane accumulates hd / 32 output dimensions of its 8 rows, the
- * probabilities passed by shuffle. Each K/V element read from the cache
- * serves 32 queries (the decode kernel reads it once per query); heavy
- * (late) query tiles start first. f32 arithmetic throughout. */
-#define AP_BQ 32
-#define AP_BC 32
-#define AP_THREADS 128
-
-/* Cells [c0, c0 + AP_BC) of kv head hk into smem rows ld floats apart, as
- * f32 (zeros past end). */
-template <int HD, int L>
-__device__ __forceinline__ void ap_stage(float *sm, int ld, const uint8_t *__restrict__ cache,
-                                         int64_t nb1, int hk, int64_t c0, int64_t end)
-{
-    constexpr int CH = L == 0 ? 4 : L == 1 ? 8 : 32; /* values per load chunk */
-    constexpr int PER_ROW = HD / CH;
-    for (int e = threadIdx.x; e < AP_BC * PER_ROW; e += AP_THREADS) {
-        int j = e / PER_ROW, k = e % PER_ROW;
-        float *o = sm + j * ld + k * CH;
-        int64_t c = c0 + j;
-        if (c >= end) {
-#pragma unroll
-            for (int i = 0; i < CH; i++)
-                o[i] = 0.0f;
-            continue;
-        }
-        const uint8_t *row = cache + c * nb1;
-        if (L == 0) {
-            float4 v = ((const float4 *)(row + (size_t)hk * HD * 4))[k];
-            *(float4 *)o = v;
-        } else if (L == 1) {
-            uint4 v = ((const uint4 *)(row + (size_t)hk * HD * 2))[k];
-            uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                o[2 * i] = h2f((uint16_t)w[i]);
-                o[2 * i + 1] = h2f((uint16_t)(w[i] >> 16));
-            }
-        } else {
-            const bq8_0 *b = (const bq8_0 *)row + (size_t)hk * (HD / 32) + k;
-            float d = h2f(b->d);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                int v = ld_i32_a2(b->qs + 4 * i);
-                o[4 * i] = d * (float)(int8_t)v;
-                o[4 * i + 1] = d * (float)(int8_t)(v >> 8);
-                o[4 * i + 2] = d * (float)(int8_t)(v >> 16);
-                o[4 * i + 3] = d * (float)(int8_t)(v >> 24);
-            }
-        }
-    }
-}
-
-template <int HD, int L>
-__global__ void __launch_bounds__(AP_THREADS)
-    attn_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
-                 int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
-                 const int32_t *kv_len, const int32_t *pos, float scale, kview dst)
-{
-    constexpr int DPL = HD / 32, LDK = HD + 4, RPW = AP_BQ / (AP_THREADS / 32);
-    __shared__ __align__(16) float Qs[AP_BQ * HD];
-    __shared__ __align__(16) float KV[AP_BC * LDK];
-    __shared__ int32_t Pos[AP_BQ];
-    const int T = (int)q.ne[2], n_qt = (T + AP_BQ - 1) / AP_BQ;
-    const int t0 = (n_qt - 1 - (int)blockIdx.x) * AP_BQ, h = blockIdx.y, hk = h / group;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * RPW;
-
-    for (int e = threadIdx.x; e < AP_BQ * HD; e += AP_THREADS) {
-        int r = e / HD, d = e % HD, t = t0 + r;
-        Qs[e] = t < T ? ((const float *)((const char *)q.data + h * q.nb[1] + t * q.nb[2]))[d] *
-                            scale
-                      : 0.0f;
-    }
-    if (threadIdx.x < AP_BQ)
-        Pos[threadIdx.x] = t0 + (int)threadIdx.x < T ? pos[t0 + threadIdx.x] : -1;
-    __syncthreads();
-    int64_t nvis = kv_len[0] < n_cells ? kv_len[0] : n_cells;
-    int maxpos = -1, rpos[RPW];
-    for (int r = 0; r < AP_BQ; r++)
-        maxpos = Pos[r] > maxpos ? Pos[r] : maxpos;
-#pragma unroll
-    for (int i = 0; i < RPW; i++)
-        rpos[i] = Pos[r0 + i];
-    int64_t end = (int64_t)maxpos + 1 < nvis ? (int64_t)maxpos + 1 : nvis;
-
-    float m[RPW], l[RPW], o[RPW][DPL];
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < DPL; k++)
-            o[i][k] = 0.0f;
-    }
-    for (int64_t c0 = 0; c0 < end; c0 += AP_BC) {
-        ap_stage<HD, L>(KV, LDK, kc, knb1, hk, c0, end);
-        __syncthreads();
-        float s[RPW];
-#pragma unroll
-        for (int i = 0; i < RPW; i++)
-            s[i] = 0.0f;
-        const float *kr = KV + lane * LDK;
-#pragma unroll 4
-        for (int d = 0; d < HD; d += 4) {
-            float4 k4 = *(const float4 *)(kr + d);
-#pragma unroll
-            for (int i = 0; i < RPW; i++) {
-                float4 q4 = *(const float4 *)(Qs + (r0 + i) * HD + d);
-                s[i] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
-            }
-        }
-        int64_t c = c0 + lane;
-#pragma unroll
-        for (int i = 0; i < RPW; i++) {
-            bool ok = c < end && c <= rpos[i];
-            float sv = ok ? s[i] : -INFINITY;
-            float mn = fmaxf(m[i], warp_max(sv));
-            float p = ok ? expf(sv - mn) : 0.0f;
-            float corr = m[i] == mn ? 1.0f : expf(m[i] - mn);
-            l[i] = l[i] * corr + p;
-#pragma unroll
-            for (int k = 0; k < DPL; k++)
-                o[i][k] *= corr;
-            m[i] = mn;
-            s[i] = p;
-        }
-        __syncthreads(); /* the K tile is read */
-        ap_stage<HD, L>(KV, HD, vc, vnb1, hk, c0, end);
-        __syncthreads();
-        int jn = end - c0 < AP_BC ? (int)(end - c0) : AP_BC;
-        for (int j = 0; j < jn; j++) {
-            float v[DPL];
-            const float *vr = KV + j * HD + lane * DPL;
-            if (DPL == 4) {
-                float4 v4 = *(const float4 *)vr;
-                v[0] = v4.x; v[1] = v4.y; v[2] = v4.z; v[3] = v4.w;
-            } else {
-#pragma unroll
-                for (int k = 0; k < DPL; k++)
-                    v[k] = vr[k];
-            }
-#pragma unroll
-            for (int i = 0; i < RPW; i++) {
-                float pj = __shfl_sync(0xffffffffu, s[i], j);
-#pragma unroll
-                for (int k = 0; k < DPL; k++)
-                    o[i][k] += pj * v[k];
-            }
-        }
-        __syncthreads(); /* the V tile is read before the next K tile lands */
-    }
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        float lsum = warp_sum(l[i]);
-        int t = t0 + r0 + i;
-        if (t >= T)
-            continue;
-        float *out = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]) + lane * DPL;
-#pragma unroll
-        for (int k = 0; k < DPL; k++)
-            out[k] = lsum > 0.0f ? o[i][k] / lsum : 0.0f; /* no visible cell: zeros */
-    }
-}
-
-template <int HD>
-static int launch_prefill(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K,
-                          const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells,
-                          int group, const int32_t *kv_len, const int32_t *pos, float scale,
-                          kview dst)
-{
-    int64_t nt = q.ne[2];
-    dim3 grid((unsigned)((nt + AP_BQ - 1) / AP_BQ), (unsigned)q.ne[1]);
-    switch (kv_type) {
-    case MINFER_TYPE_F32: {
-        auto kf = attn_prefill<HD, 0>;
-        KLAUNCH(k, "attention.prefill<f32>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, dst);
-        return 0;
-    }
-    case MINFER_TYPE_F16: {
-        auto kf = attn_prefill<HD, 1>;
-        KLAUNCH(k, "attention.prefill<f16>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, dst);
-        return 0;
-    }
-    case MINFER_TYPE_Q8_0: {
-        auto kf = attn_prefill<HD, 2>;
-        KLAUNCH(k, "attention.prefill<q8_0>", kf, grid, AP_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, dst);
-        return 0;
-    }
-    default:
-        return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
-    }
-}
-
 /* ---- launch ---- */
 
-extern "C" int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells)
+static int attn_chunk(int64_t n_cells, int splits)
+{
+    int64_t per = (n_cells + splits - 1) / splits;
+    per = (per + A_TILE - 1) / A_TILE * A_TILE;
+    return (int)(per > 0 ? per : A_TILE);
+}
+
+/* Splits of the per-head path (many tokens, head sizes without a
+ * tensor-core kernel). */
+static int gen_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells)
 {
     int64_t maxs = (n_cells + A_TILE - 1) / A_TILE;
     int64_t work = n_head * n_tokens;
@@ -410,89 +484,182 @@ extern "C" int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells)
     return (int)want;
 }
 
-static int attn_chunk(int64_t n_cells, int splits)
+/* Warps (= splits) per (KV head, query head chunk, token) of the decode
+ * kernel: about D_TARGET_WARPS in all (one wave of its 3 blocks of 4 warps
+ * per SM on an H200's 132 SMs at 168 registers), a multiple of D_WARPS, no
+ * more than one per 32 cells. */
+#define D_TARGET_WARPS 1536
+static int dec_splits(int64_t n_kv_head, int64_t n_gc, int64_t n_tokens, int64_t n_cells)
 {
-    int64_t per = (n_cells + splits - 1) / splits;
-    per = (per + A_TILE - 1) / A_TILE * A_TILE;
-    return (int)(per > 0 ? per : A_TILE);
+    int64_t units = n_kv_head * n_gc * n_tokens;
+    int64_t want = (D_TARGET_WARPS + units - 1) / units;
+    int64_t maxs = (n_cells + 31) / 32;
+    if (want > maxs)
+        want = maxs;
+    if (want > D_MAX_SPLITS)
+        want = D_MAX_SPLITS;
+    want = (want + D_WARPS - 1) / D_WARPS * D_WARPS;
+    return (int)(want < D_WARPS ? D_WARPS : want);
 }
 
-extern "C" size_t k_attn_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens,
-                                       int64_t n_cells)
+static int dec_group(int64_t group)
 {
-    int s = k_attn_splits(n_head, n_tokens, n_cells);
-    return (size_t)n_tokens * (size_t)n_head * (size_t)s * (size_t)(hd + 2) * sizeof(float);
+    return group <= 4 ? 4 : 8;
+}
+
+/* Up to this many cells a decode takes the per-head split kernel and the
+ * few-split combine (the attention of a short context is a few
+ * microseconds per layer; the GQA kernel's per-warp chain of D_G heads and
+ * the block-reducing combine cost more there than the K/V they save). */
+#define A_SHORT_CELLS 512
+
+/* Which kernel serves these shapes: 2 = tensor-core prefill, 1 = the GQA
+ * decode kernel, 3 = short decode (per-head split kernel, few-split
+ * combine), 0 = the per-head split kernel. */
+static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
+                     int64_t knb1, int64_t vnb1, int64_t n_cells, bool xq)
+{
+    int64_t hd = q.ne[0], nt = q.ne[2];
+    if (nt > 8 && !xq && k_attn_mma_ok(hd, q.ne[1], nt, kv_type, kc, vc, knb1, vnb1))
+        return 2;
+    if ((nt <= 8 || xq) && n_cells <= A_SHORT_CELLS)
+        return 3;
+    if (nt <= 8 || xq)
+        return 1;
+    return 0;
+}
+
+static int path_splits(int path, struct kview q, int64_t n_kv_head, int64_t n_cells)
+{
+    int64_t group = n_kv_head > 0 ? q.ne[1] / n_kv_head : 1;
+    if (path == 1)
+        return dec_splits(n_kv_head, (group + dec_group(group) - 1) / dec_group(group), q.ne[2],
+                          n_cells);
+    return gen_splits(q.ne[1], q.ne[2], n_cells);
+}
+
+extern "C" size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const void *kc,
+                                       const void *vc, int64_t knb1, int64_t vnb1,
+                                       int64_t n_cells, int64_t n_kv_head, int xq)
+{
+    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, n_cells, xq != 0);
+    if (path == 2 || n_kv_head <= 0)
+        return 0;
+    int s = path_splits(path, q, n_kv_head, n_cells);
+    return (size_t)q.ne[2] * (size_t)q.ne[1] * (size_t)s * (size_t)(q.ne[0] + 2) * sizeof(float);
 }
 
 extern "C" int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                            const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                            int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                           float scale, struct kview dst, void *scratch)
+                           float scale, int window, struct kview dst, void *scratch)
 {
     return k_attention_q(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
-                         scale, dst, scratch, NULL);
+                         scale, window, dst, scratch, NULL);
+}
+
+template <int L, int DC, int G>
+static int dec_launch(struct kctx *k, const char *site, struct kview q, const uint8_t *K,
+                      const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                      int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+                      int window, int splits, float *part)
+{
+    int64_t n_gc = (group + G - 1) / G;
+    dim3 grid((unsigned)(splits / D_WARPS), (unsigned)(n_kv_head * n_gc), (unsigned)q.ne[2]);
+    auto kf = attn_decode<L, DC, G>;
+    KLAUNCH(k, site, kf, grid, D_WARPS * 32, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
+            scale, window, splits, part);
+    return 0;
+}
+
+template <int L>
+static int dec_launch_l(struct kctx *k, const char *site, struct kview q, const uint8_t *K,
+                        const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                        int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
+                        float scale, int window, int splits, float *part)
+{
+    bool wide = q.ne[0] > 128;
+    if (dec_group(group) == 4)
+        return wide ? dec_launch<L, 2, 4>(k, site, q, K, V, knb1, vnb1, n_cells, group,
+                                          n_kv_head, kv_len, pos, scale, window, splits, part)
+                    : dec_launch<L, 1, 4>(k, site, q, K, V, knb1, vnb1, n_cells, group,
+                                          n_kv_head, kv_len, pos, scale, window, splits, part);
+    return wide ? dec_launch<L, 2, 8>(k, site, q, K, V, knb1, vnb1, n_cells, group, n_kv_head,
+                                      kv_len, pos, scale, window, splits, part)
+                : dec_launch<L, 1, 8>(k, site, q, K, V, knb1, vnb1, n_cells, group, n_kv_head,
+                                      kv_len, pos, scale, window, splits, part);
 }
 
 extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                              const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                              int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos,
-                             float scale, struct kview dst, void *scratch, void *xq)
+                             float scale, int window, struct kview dst, void *scratch, void *xq)
 {
     int64_t hd = q.ne[0], n_head = q.ne[1], nt = q.ne[2];
     if (hd <= 0 || hd > A_MAX_HD || hd % 4)
         return k_fail(k, "attention", "head_dim must be a multiple of 4 in 4..256");
     if (n_kv_head <= 0 || n_head % n_kv_head)
         return k_fail(k, "attention", "n_kv_head does not divide n_head");
+    if (window < 0)
+        return k_fail(k, "attention", "sliding window is negative");
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0)
         return k_fail(k, "attention", "n_head/n_tokens/n_cells out of range");
-    int group = (int)(n_head / n_kv_head);
-    const uint8_t *Kp = (const uint8_t *)kc, *Vp = (const uint8_t *)vc;
-    /* many tokens, no q8_1 output wanted (that is a decode's): the tiled
-     * kernel, for the head sizes it is built for (vector loads of f32/f16 rows
-     * need them 16-byte aligned) */
-    bool aligned = kv_type == MINFER_TYPE_Q8_0 || /* 2-byte loads there */
-                   ((uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 && knb1 % 16 == 0 &&
-                    vnb1 % 16 == 0);
-    if (nt > 8 && !xq && aligned && nt <= 65535LL * AP_BQ) {
-        if (hd == 128)
-            return launch_prefill<128>(k, q, kv_type, Kp, Vp, knb1, vnb1, n_cells, group, kv_len,
-                                       pos, scale, dst);
-        if (hd == 64)
-            return launch_prefill<64>(k, q, kv_type, Kp, Vp, knb1, vnb1, n_cells, group, kv_len,
-                                      pos, scale, dst);
-    }
-    int splits = k_attn_splits(n_head, nt, n_cells);
-    int chunk = attn_chunk(n_cells, splits);
-    dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
-    const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
-    float *part = (float *)scratch;
-    switch (kv_type) {
-    case MINFER_TYPE_F32: {
-        auto kf = attn_partial<0>;
-        KLAUNCH(k, "attention.partial<f32>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
-                group, kv_len, pos, scale, chunk, splits, part);
-        break;
-    }
-    case MINFER_TYPE_F16: {
-        auto kf = attn_partial<1>;
-        KLAUNCH(k, "attention.partial<f16>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
-                group, kv_len, pos, scale, chunk, splits, part);
-        break;
-    }
-    case MINFER_TYPE_Q8_0: {
-        if (hd % 32)
-            return k_fail(k, "attention", "a Q8_0 cache needs head_dim % 32 == 0");
-        auto kf = attn_partial<2>;
-        KLAUNCH(k, "attention.partial<q8_0>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, chunk, splits, part);
-        break;
-    }
-    default:
-        return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
-    }
+    if (kv_type == MINFER_TYPE_Q8_0 && hd % 32)
+        return k_fail(k, "attention", "a Q8_0 cache needs head_dim % 32 == 0");
     if (xq && hd % 32)
         return k_fail(k, "attention", "q8_1 output needs head_dim % 32 == 0");
+    if (kv_type != MINFER_TYPE_F32 && kv_type != MINFER_TYPE_F16 && kv_type != MINFER_TYPE_Q8_0)
+        return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
+    int group = (int)(n_head / n_kv_head);
+    const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
+    int path = attn_path(q, kv_type, kc, vc, knb1, vnb1, n_cells, xq != NULL);
+    if (path == 2)
+        return k_attn_mma(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
+                          scale, window, dst);
+    int splits = path_splits(path, q, n_kv_head, n_cells);
+    float *part = (float *)scratch;
+    if (path == 1) {
+        int rc = kv_type == MINFER_TYPE_F32
+                     ? dec_launch_l<0>(k, "attention.decode<f32>", q, K, V, knb1, vnb1, n_cells,
+                                       group, n_kv_head, kv_len, pos, scale, window, splits, part)
+                 : kv_type == MINFER_TYPE_F16
+                     ? dec_launch_l<1>(k, "attention.decode<f16>", q, K, V, knb1, vnb1, n_cells,
+                                       group, n_kv_head, kv_len, pos, scale, window, splits, part)
+                     : dec_launch_l<2>(k, "attention.decode<q8_0>", q, K, V, knb1, vnb1,
+                                       n_cells, group, n_kv_head, kv_len, pos, scale, window,
+                                       splits, part);
+        if (rc)
+            return rc;
+    } else {
+        int chunk = attn_chunk(n_cells, splits);
+        dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
+        switch (kv_type) {
+        case MINFER_TYPE_F32: {
+            auto kf = attn_partial<0>;
+            KLAUNCH(k, "attention.partial<f32>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
+            break;
+        }
+        case MINFER_TYPE_F16: {
+            auto kf = attn_partial<1>;
+            KLAUNCH(k, "attention.partial<f16>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
+            break;
+        }
+        default: {
+            auto kf = attn_partial<2>;
+            KLAUNCH(k, "attention.partial<q8_0>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
+                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
+            break;
+        }
+        }
+    }
     dim3 g2((unsigned)n_head, (unsigned)nt);
+    if (path == 3) {
+        KLAUNCH(k, "attention.combine", attn_combine_few, g2, 128, 0, (const float *)part,
+                (int)hd, (int)n_head, splits, dst, (uint8_t *)xq);
+        return 0;
+    }
     KLAUNCH(k, "attention.combine", attn_combine, g2, 128, 0, (const float *)part, (int)hd,
             (int)n_head, splits, dst, (uint8_t *)xq);
     return 0;

@@ -161,11 +161,12 @@ int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
            float freq_base, float freq_scale);
 
-/* RoPE of either layout (0 NeoX, 1 normal: pairs (2i, 2i + 1)), with the
- * frequency factors F32 [n_rot / 2] dividing each pair's angle when
- * factors is non-NULL (ROPE_DIV). */
+/* The general RoPE: layout 0 NeoX, 1 normal pairs; factors (F32
+ * [n_rot / 2], NULL: none) divide the angles (ROPE_DIV); fp = the node's
+ * fparams[0..5] (freq_base, freq_scale, YaRN ext_factor, mscale (0 = 1),
+ * ramp lo, hi), MINFER_OP_ROPE's formula. */
 int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
-               int layout, const float *factors, float freq_base, float freq_scale);
+               int layout, const float *factors, const float *fp);
 
 /* Two k_rope calls with the same positions and parameters in one launch
  * (x0/x1 with equal token counts; the pairs must not overlap). */
@@ -220,18 +221,31 @@ int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d0, int64_t 
                 struct kview s1, uint32_t t1, void *d1, int64_t nb1, int64_t nc1,
                 const int32_t *cells);
 
-/* Number of KV splits the attention launch uses for these shapes (a
- * function of shapes only, so a captured launch replays for any kv_len). */
-int k_attn_splits(int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Scratch bytes the attention launch needs. */
-size_t k_attn_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_cells);
-/* Causal GQA attention with split-K partials and a combine pass.
+/* Scratch bytes the attention launch with these arguments needs (0 for
+ * the tensor-core prefill; the split counts are functions of the shapes
+ * only, so a captured launch replays for any kv_len). xq: a q8_1 output is
+ * wanted (k_attention_q with xq != NULL). */
+size_t k_attn_scratch_bytes(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
+                            int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+                            int64_t n_kv_head, int xq);
+/* The tensor-core prefill kernel (attn-mma.cu) takes these shapes: head_dim
+ * 64 or 128, rows aligned for its 16-byte (F32/F16) or 2-byte (Q8_0) loads. */
+int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,
+                  const void *kc, const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v);
+/* k_attention by that kernel, no scratch (k_attn_mma_ok must hold). */
+int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
+               const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
+               int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
+               int window, struct kview dst);
+/* Causal GQA attention: many tokens on tensor cores (flash attention, one
+ * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
- * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device. */
+ * rows kv_nb1 bytes apart; kv_len: I32[1], pos: I32[n_tokens] on device;
+ * window: ATTENTION's iparams[1], a sliding window (0 = none). */
 int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                 const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                 int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                struct kview dst, void *scratch);
+                int window, struct kview dst, void *scratch);
 
 /* k_attention that also writes dst as q8_1 blocks into xq (rows of
  * hd * n_head values per token, what k_quantize_q8_1 of dst would give,
@@ -239,15 +253,7 @@ int k_attention(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc
 int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                   const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                   int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                  struct kview dst, void *scratch, void *xq);
-
-/* ATTENTION with a sliding window (kernels/attn-swa.cu): query t sees
- * cells c with pos[t] - window < c <= pos[t] and c < kv_len; one block per
- * (head, token) walks only those cells. Same arguments as k_attention. */
-int k_attention_swa(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
-                    const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
-                    int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
-                    int window, struct kview dst);
+                  int window, struct kview dst, void *scratch, void *xq);
 
 /* ---- mixture of experts (kernels/moe.cu); routing stays on the device ---- */
 
@@ -274,14 +280,14 @@ int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_
                  struct kview ids, struct kview dst, void *scratch);
 
 /* ATTENTION_LISTS (kernels/attn-lists.cu): query t reads entries
- * [0, n_vis[t]) of list qlist[t] of lists [n_kv, n_lists] (cells of the
- * K/V caches); splits and scratch depend on shapes only. A count, list or
- * cell out of range sets KFLAG_ATTN_LIST and is not read. */
+ * [range[2t], range[2t+1]) of list qlist[t] of lists [n_kv, n_lists] (cells
+ * of the K/V caches); splits and scratch depend on shapes only. A range,
+ * list or cell out of range sets KFLAG_ATTN_LIST and is not read. */
 int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
 size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_kv);
 int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                       const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
-                      int64_t n_kv_head, const int32_t *n_vis, const int32_t *qlist,
+                      int64_t n_kv_head, const int32_t *range, const int32_t *qlist,
                       const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
                       struct kview dst, void *scratch);
 

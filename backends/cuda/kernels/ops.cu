@@ -442,6 +442,59 @@ extern "C" int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct
     return 0;
 }
 
+/* The general RoPE (MINFER_OP_ROPE / ROPE_DIV): NeoX or normal pairs,
+ * Llama 3.1's frequency factors (fac, NULL: none) and YaRN (each pair's
+ * angle mixes the scaled and the unscaled one by a ramp over pair
+ * indices; cos and sin times mscale). The plain NeoX nodes keep the
+ * kernels above, bit for bit. */
+struct kyarn {
+    float base, fscale, ext, mscale, lo, hi;
+};
+
+__global__ void rope_ext_kernel(kview x, const int32_t *pos, kview dst, int n_rot, int layout,
+                                const float *fac, kyarn y)
+{
+    const int64_t h = blockIdx.x, t = blockIdx.y;
+    const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    int half = n_rot / 2;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < x.ne[0]; i += blockDim.x) {
+        if (i < half) {
+            float te = p * powf(y.base, -2.0f * (float)i / (float)n_rot);
+            if (fac)
+                te /= fac[i];
+            float th = te * y.fscale;
+            if (y.ext > 0.0f) {
+                float r = (i - y.lo) / fmaxf(0.001f, y.hi - y.lo);
+                r = (1.0f - fminf(1.0f, fmaxf(0.0f, r))) * y.ext;
+                th = th * (1.0f - r) + te * r;
+            }
+            float cs, sn;
+            sincosf(th, &sn, &cs);
+            cs *= y.mscale;
+            sn *= y.mscale;
+            int ia = layout ? 2 * i : i, ib = layout ? 2 * i + 1 : i + half;
+            float a = xr[ia], b = xr[ib];
+            o[ia] = a * cs - b * sn;
+            o[ib] = a * sn + b * cs;
+        } else if (i >= n_rot) {
+            o[i] = xr[i];
+        }
+    }
+}
+
+extern "C" int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
+                          int n_rot, int layout, const float *factors, const float *fp)
+{
+    if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
+        return k_fail(k, "rope", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
+    kyarn y = {fp[0], fp[1], fp[2], fp[3] > 0.0f ? fp[3] : 1.0f, fp[4], fp[5]};
+    dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
+    KLAUNCH(k, "rope_ext", rope_ext_kernel, grid, 64, 0, x, pos, dst, n_rot, layout, factors, y);
+    return 0;
+}
+
 extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1,
                        struct kview d1, const int32_t *pos, int n_rot, float freq_base,
                        float freq_scale)
@@ -453,46 +506,6 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
     dim3 grid((unsigned)(x0.ne[1] + x1.ne[1]), (unsigned)x0.ne[2]);
     KLAUNCH(k, "rope2", rope2_kernel, grid, 64, 0, x0, d0, x1, d1, pos, n_rot, freq_base,
             freq_scale);
-    return 0;
-}
-
-/* ROPE with the normal layout (pairs (2i, 2i + 1)) and/or frequency
- * factors (ROPE_DIV: pair i turns by its angle / factors[i]). One block per
- * (head, token); the angle is rope_angle's, divided by the factor. */
-__global__ void rope_ext_kernel(kview x, const int32_t *pos, kview dst, int n_rot, int normal,
-                                const float *factors, float base, float fscale)
-{
-    int64_t h = blockIdx.x, t = blockIdx.y;
-    const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
-    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
-    int half = n_rot / 2;
-    float p = (float)pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float cs, sn;
-        if (factors) {
-            float inv = powf(base, -2.0f * (float)i / (float)n_rot);
-            sincosf(__fdiv_rn(__fmul_rn(__fmul_rn(p, fscale), inv), factors[i]), &sn, &cs);
-        } else {
-            rope_angle(i, p, n_rot, base, fscale, &cs, &sn);
-        }
-        int i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
-        float a = xr[i0], b = xr[i1];
-        o[i0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-        o[i1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
-    }
-    for (int i = n_rot + threadIdx.x; i < x.ne[0]; i += blockDim.x)
-        o[i] = xr[i];
-}
-
-extern "C" int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst,
-                          int n_rot, int layout, const float *factors, float freq_base,
-                          float freq_scale)
-{
-    if (x.ne[1] <= 0 || x.ne[1] > 0x7fffffff || x.ne[2] <= 0 || x.ne[2] > 65535 || x.ne[3] != 1)
-        return k_fail(k, "rope_ext", "shape outside [hd, 1..2^31-1, 1..65535, 1]");
-    dim3 grid((unsigned)x.ne[1], (unsigned)x.ne[2]);
-    KLAUNCH(k, "rope_ext", rope_ext_kernel, grid, 64, 0, x, pos, dst, n_rot, layout == 1,
-            factors, freq_base, freq_scale);
     return 0;
 }
 

@@ -39,7 +39,11 @@ struct gtensor *build_inputs_embed(struct build *b)
     b->inp_pos = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_pos");
     b->inp_cells = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_kv_cells");
     if (b->n_lists) {
-        b->inp_n_vis = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_n_vis");
+        b->inp_range = graph_input(b->g, MINFER_TYPE_I32, 2, T, "inp_kv_range");
+        /* windowed layers read their own ranges: made here, next to the
+         * other inputs, whenever the model has a window */
+        if (b->hp->n_swa > 0)
+            b->inp_range_w = graph_input(b->g, MINFER_TYPE_I32, 2, T, "inp_kv_range_swa");
         b->inp_qlist = graph_input(b->g, MINFER_TYPE_I32, T, 1, "inp_qlist");
         b->inp_lists = graph_input(b->g, MINFER_TYPE_I32, b->n_kv, b->n_lists, "inp_kv_lists");
     } else {
@@ -119,14 +123,20 @@ struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, doubl
         k = build_norm(b, k, il, W_ATTN_K_NORM, lab);
     }
 
-    /* Llama 3.1's frequency factors, when the model has them */
+    /* Llama 3.1's frequency factors, when the model has them; YaRN only on
+     * layers with the model's own RoPE (not Gemma 3's local layers) */
     struct gtensor *factors = build_weight(b, -1, W_ROPE_FREQS);
+    struct graph_rope_params rp;
+    model_rope_params(hp, &rp);
+    if (rope_base != hp->rope_base || rope_scale != hp->rope_scale) {
+        rp.freq_base = (float)rope_base;
+        rp.freq_scale = (float)rope_scale;
+        rp.ext_factor = rp.mscale = rp.corr_lo = rp.corr_hi = 0.0f;
+    }
     snprintf(lab, sizeof lab, "blk.%d.rope_q", il);
-    q = graph_rope_ext(g, q, b->inp_pos, factors, (int)hp->n_rot, hp->rope_layout,
-                       (float)rope_base, (float)rope_scale, lab);
+    q = graph_rope_p(g, q, b->inp_pos, factors, &rp, lab);
     snprintf(lab, sizeof lab, "blk.%d.rope_k", il);
-    k = graph_rope_ext(g, k, b->inp_pos, factors, (int)hp->n_rot, hp->rope_layout,
-                       (float)rope_base, (float)rope_scale, lab);
+    k = graph_rope_p(g, k, b->inp_pos, factors, &rp, lab);
 
     struct gtensor *kview = NULL, *vview = NULL;
     snprintf(lab, sizeof lab, "cache_k.%d", il);
@@ -142,19 +152,18 @@ struct gtensor *build_attn_ext(struct build *b, int il, struct gtensor *x, doubl
 
     snprintf(lab, sizeof lab, "blk.%d.attn", il);
     struct gtensor *a;
-    if (b->n_lists && window > 0) {
-        /* ATTENTION_LISTS has no window: the host would need each list
-         * entry's position per layer kind */
-        graph_fail(g, "layer %d uses sliding-window attention, which runs one sequence at a "
-                      "time in this build (several sequences in one pass need ATTENTION_LISTS)",
-                   il);
+    if (b->n_lists && window > 0 && (window != hp->n_swa || !b->inp_range_w)) {
+        /* the host computes one set of windowed ranges, for n_swa */
+        graph_fail(g, "layer %d: a sliding window of %d positions, the model's is %lld", il,
+                   window, (long long)hp->n_swa);
         return NULL;
     }
     /* many sequences: lists name cells anywhere in the cache, so attention
-     * reads the whole region, not the bucket's prefix */
+     * reads the whole region, not the bucket's prefix; a windowed layer
+     * reads the ranges the host cut to the window */
     if (b->n_lists)
-        a = graph_attention_lists(g, q, kc, vc, b->inp_n_vis, b->inp_qlist, b->inp_lists,
-                                  (int)hp->n_head_kv, scale, lab);
+        a = graph_attention_lists(g, q, kc, vc, window > 0 ? b->inp_range_w : b->inp_range,
+                                  b->inp_qlist, b->inp_lists, (int)hp->n_head_kv, scale, lab);
     else
         a = graph_attention_swa(g, q, kview, vview, b->inp_kv_len, b->inp_pos,
                                 (int)hp->n_head_kv, scale, window, lab);
