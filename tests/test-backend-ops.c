@@ -154,8 +154,20 @@ static void *talloc(size_t n)
     return p;
 }
 
+/* Buffers tt_place allocated on each plugin, freed in teardown (LSan in
+ * the sanitizer suite reports what a test leaves behind). */
+static struct {
+    int plugin;
+    void *p;
+} g_bufs[8192];
+static int g_nbufs;
+
 static void teardown(void)
 {
+    for (int k = 0; k < g_nbufs; k++)
+        if (P[g_bufs[k].plugin].t && P[g_bufs[k].plugin].be)
+            P[g_bufs[k].plugin].t->buffer_free(P[g_bufs[k].plugin].be, g_bufs[k].p);
+    g_nbufs = 0;
     for (int i = 0; i < 2; i++) {
         if (P[i].t) {
             if (P[i].be)
@@ -254,8 +266,12 @@ static void tt_place(struct tt *x, const char *weight_name)
             st = P[i].t->weight_register(P[i].be, &w, &d);
         } else {
             st = P[i].t->buffer_alloc(P[i].be, x->bytes, &d);
-            if (st == MINFER_OK)
+            if (st == MINFER_OK) {
+                ck_assert_int_lt(g_nbufs, 8192);
+                g_bufs[g_nbufs].plugin = i;
+                g_bufs[g_nbufs++].p = d;
                 st = P[i].t->buffer_write(P[i].be, d, x->host, x->bytes);
+            }
         }
         ck_assert_msg(st == MINFER_OK, "%s: placing %zu bytes: %s", P[i].t->name, x->bytes,
                       P[i].t->last_error(P[i].be));

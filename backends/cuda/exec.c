@@ -189,7 +189,8 @@ static minfer_status run_attention_lists(struct minfer_backend *be, const struct
 {
     const struct minfer_tensor *s0 = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const struct minfer_tensor *ls = n->src[5];
-    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], ls->ne[0]);
+    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], n->iparams[0], s0->ne[2],
+                                             ls->ne[0]);
     void *part = NULL;
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)
