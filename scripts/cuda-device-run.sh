@@ -62,7 +62,7 @@ for i in "${!trees[@]}"; do
   v=${names[$i]}
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
-    tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-fixture test-fixture-families"
+    tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
   fi
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
@@ -94,6 +94,9 @@ if [ -n "$TESTS" ]; then
   timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1
   echo "e2e rc $?: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
   grep -E ":[EF]:|graph replay|equals cpu|fixture" $OUT/e2e.log | cut -c1-300 | head -40
+  timeout 300 $B/test-cuda-faults > $OUT/faults.log 2>&1
+  echo "faults rc $?: $(grep -E '^[0-9]+%' $OUT/faults.log)"
+  grep -E "sites|leak|:[EF]:" $OUT/faults.log | cut -c1-300 | head -20
   MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture > $OUT/fixture.log 2>&1
   echo "fixture on cuda rc $?: $(grep -E '^[0-9]+%|SKIPPED' $OUT/fixture.log | tr '\n' ' ')"
   MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture-families > $OUT/families.log 2>&1
