@@ -12,8 +12,13 @@
 minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node *n,
                              minfer_status st, const char *what)
 {
+    /* what is often the instance's own error text (cu_ctx_error), the
+     * buffer this call writes: copy it first, vsnprintf must not read the
+     * bytes it is writing */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", what ? what : "");
     return cu_ctx_fail(be->c, st, "cuda: node %u (%s, %s): %s", n->index,
-                       n->label ? n->label : "?", minfer_op_name(n->op), what);
+                       n->label ? n->label : "?", minfer_op_name(n->op), why);
 }
 
 /* ---- products ---- */
