@@ -511,14 +511,15 @@ START_TEST(rms_norm_shapes)
 END_TEST
 
 /* Catches: broadcast of one src1 row, strided views, odd lengths, the
- * swiglu formula, scale, and every conversion of COPY. */
+ * swiglu formula, scale, and every conversion of COPY; a long row of few
+ * rows (5000 x 2) is split over many blocks with a partial last one. */
 START_TEST(elementwise_ops)
 {
     UNDER_TEST(_i);
-    int64_t shapes[][3] = {{13, 5, 1}, {3584, 9, 1}, {128, 7, 3}};
+    int64_t shapes[][3] = {{13, 5, 1}, {3584, 9, 1}, {128, 7, 3}, {5000, 2, 1}};
     uint32_t ops[] = {MINFER_OP_ADD, MINFER_OP_MUL, MINFER_OP_SWIGLU, MINFER_OP_SCALE};
     const char *names[] = {"add", "mul", "swiglu", "scale"};
-    for (size_t s = 0; s < 3; s++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         for (size_t o = 0; o < 4; o++) {
             for (int bc = 0; bc < 4; bc++) { /* bit 0: broadcast src1; bit 1: all dense */
                 if ((bc & 1) && (ops[o] == MINFER_OP_SWIGLU || ops[o] == MINFER_OP_SCALE))
@@ -744,7 +745,7 @@ START_TEST(mul_mat_add)
     UNDER_TEST(_i);
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_0,
                         MINFER_TYPE_F16};
-    int nts[] = {1, 3, 8, 9, 33};
+    int nts[] = {1, 2, 3, 5, 8, 9, 33};
     int64_t K = 512, N = 72;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         struct tt *w = tt_weight(types[ti], K, N, 0, "w");
@@ -973,7 +974,8 @@ START_TEST(attention_lists_layouts)
     /* hd, n_head, n_kv_head, n_cells, n_lists, list length, nt */
     int cfg[][7] = {{128, 8, 2, 600, 3, 256, 5},   {64, 4, 4, 1100, 2, 1024, 2},
                     {128, 28, 4, 300, 8, 64, 8},   {128, 8, 2, 2100, 4, 2048, 33},
-                    {64, 14, 2, 700, 1, 512, 1},   {128, 8, 1, 200, 16, 32, 16}};
+                    {64, 14, 2, 700, 1, 512, 1},   {128, 8, 1, 200, 16, 32, 16},
+                    {128, 28, 4, 300, 4, 200, 4}}; /* a 7B batched decode, last split partial */
     uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     for (int k = 0; k < 3; k++) {
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {

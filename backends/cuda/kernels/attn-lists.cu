@@ -36,13 +36,34 @@ template <int L> __device__ __forceinline__ float lload(const uint8_t *row, int 
     return h2f(b->d) * (float)b->qs[idx % 32];
 }
 
-/* q . K row (head hk), q in shared memory, scalar loads (rows need no
- * alignment beyond the element's). */
+/* q . K row (head hk), q in shared memory. vec (the launcher checked the
+ * cache base, the row stride and head_dim): 16-byte loads of 4 f32 or 8
+ * f16, a few wide loads per row instead of head_dim scalar ones (each
+ * thread reads its own row, so the scalar loads were one memory
+ * transaction per element); otherwise scalar loads, which need no
+ * alignment beyond the element's. */
 template <int L>
-__device__ __forceinline__ float ldot(const float *q, const uint8_t *row, int hk, int hd)
+__device__ __forceinline__ float ldot(const float *q, const uint8_t *row, int hk, int hd,
+                                      bool vec)
 {
     float s = 0.0f;
-    if (L == 2) {
+    if (L == 0 && vec) {
+        const float4 *r4 = (const float4 *)(row + (size_t)hk * hd * 4);
+        for (int i = 0; i < hd / 4; i++) {
+            float4 v = r4[i];
+            s += q[4 * i] * v.x + q[4 * i + 1] * v.y + q[4 * i + 2] * v.z + q[4 * i + 3] * v.w;
+        }
+    } else if (L == 1 && vec) {
+        const uint4 *r8 = (const uint4 *)(row + (size_t)hk * hd * 2);
+        for (int i = 0; i < hd / 8; i++) {
+            uint4 v = r8[i];
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                s += q[8 * i + 2 * j] * h2f((uint16_t)w[j]) +
+                     q[8 * i + 2 * j + 1] * h2f((uint16_t)(w[j] >> 16));
+        }
+    } else if (L == 2) {
         const bq8_0 *b = (const bq8_0 *)row + (size_t)hk * (hd / 32);
         for (int j = 0; j < hd / 32; j++) {
             float d = h2f(b[j].d), bs = 0.0f;
@@ -88,7 +109,7 @@ __global__ void __launch_bounds__(L_THREADS)
                   int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                   const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                   const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists, float scale,
-                  int chunk, int n_splits, float *__restrict__ part, unsigned *flags)
+                  int chunk, int n_splits, float *__restrict__ part, unsigned *flags, int vec)
 {
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
@@ -125,7 +146,7 @@ __global__ void __launch_bounds__(L_THREADS)
                     atomicOr(flags, KFLAG_ATTN_LIST);
                 c = -1;
             } else {
-                s = ldot<L>(qs, kc + (int64_t)c * knb1, hk, hd);
+                s = ldot<L>(qs, kc + (int64_t)c * knb1, hk, hd, vec != 0);
             }
         }
         cell[tid] = c;
@@ -200,7 +221,7 @@ __global__ void __launch_bounds__(L_THREADS)
                     const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                     const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
                     float scale, int chunk, int n_splits, float *__restrict__ part,
-                    unsigned *flags)
+                    unsigned *flags, int vec)
 {
     const int split = blockIdx.x, hk = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
@@ -250,7 +271,8 @@ __global__ void __launch_bounds__(L_THREADS)
         for (int g = 0; g < L_MAX_G; g++) {
             if (g >= group) /* uniform over the block: the barriers below stay matched */
                 break;
-            float s = c >= 0 ? ldot<L>(qs + g * hd, kc + (int64_t)c * knb1, hk, hd) : -INFINITY;
+            float s = c >= 0 ? ldot<L>(qs + g * hd, kc + (int64_t)c * knb1, hk, hd, vec != 0)
+                             : -INFINITY;
             float mn = fmaxf(m[g], lblock_max(s, red));
             float e = c >= 0 && mn != -INFINITY ? expf(s - mn) : 0.0f;
             p[g][tid] = e;
@@ -298,9 +320,16 @@ __global__ void __launch_bounds__(L_THREADS)
 
 /* ---- launch ---- */
 
+/* Splits are whole multiples of L_CHUNK entries, not of the 128-entry
+ * tile: a batched decode's lists are short (a few hundred cells) and few
+ * (n_kv_head x n_tokens blocks per split), so 128-entry splits left the
+ * H200 nearly idle (2 splits x 4 KV heads x 4 tokens = 32 blocks, 168 us
+ * per layer). Still a function of the shapes only (graph replay). */
+#define L_CHUNK 32
+
 extern "C" int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv)
 {
-    int64_t maxs = (n_kv + L_TILE - 1) / L_TILE;
+    int64_t maxs = (n_kv + L_CHUNK - 1) / L_CHUNK;
     int64_t work = n_head * n_tokens;
     int64_t want = work > 0 ? (L_TARGET_BLOCKS + work - 1) / work : 1;
     want = want > maxs ? maxs : want;
@@ -342,8 +371,12 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     bool grouped = heads == n_kv_head && group > 1;
     int splits = k_attn_lists_splits(heads, nt, n_kv);
     int64_t per = (n_kv + splits - 1) / splits;
-    int chunk = (int)((per + L_TILE - 1) / L_TILE * L_TILE);
+    int chunk = (int)((per + L_CHUNK - 1) / L_CHUNK * L_CHUNK);
     dim3 grid((unsigned)splits, (unsigned)(grouped ? n_kv_head : n_head), (unsigned)nt);
+    /* the wide K loads of ldot: every row start 16-byte aligned */
+    int esz = kv_type == MINFER_TYPE_F32 ? 4 : 2, epv = 16 / esz;
+    int vec = (kv_type == MINFER_TYPE_F32 || kv_type == MINFER_TYPE_F16) &&
+              (uintptr_t)kc % 16 == 0 && knb1 % 16 == 0 && hd % epv == 0;
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     float *part = (float *)scratch;
     switch (kv_type) {
@@ -351,14 +384,14 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
         auto kf = grouped ? lists_partial_g<0> : lists_partial<0>;
         KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
                 n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
-                k->flags);
+                k->flags, vec);
         break;
     }
     case MINFER_TYPE_F16: {
         auto kf = grouped ? lists_partial_g<1> : lists_partial<1>;
         KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
                 n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
-                k->flags);
+                k->flags, vec);
         break;
     }
     case MINFER_TYPE_Q8_0: {
@@ -367,7 +400,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
         auto kf = grouped ? lists_partial_g<2> : lists_partial<2>;
         KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
                 vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits,
-                part, k->flags);
+                part, k->flags, vec);
         break;
     }
     default:

@@ -462,6 +462,96 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
+/* Sums acc[C] over the tpr threads of a row group; the sums are valid on
+ * lane 0. Every thread of the block must call it (a barrier when tpr >
+ * 32). */
+template <int C>
+__device__ __forceinline__ void group_sum(float *acc, int tpr, int lane)
+{
+    __shared__ float red[C][MV_THREADS / 32];
+    int span = tpr < 32 ? tpr : 32;
+#pragma unroll
+    for (int t = 0; t < C; t++)
+        for (int o = span / 2; o > 0; o >>= 1)
+            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+    if (tpr > 32) {
+        if (threadIdx.x % 32 == 0)
+#pragma unroll
+            for (int t = 0; t < C; t++)
+                red[t][threadIdx.x / 32] = acc[t];
+        __syncthreads();
+        if (lane == 0) {
+            int w0 = threadIdx.x / 32, nw = tpr / 32;
+#pragma unroll
+            for (int t = 0; t < C; t++) {
+                float v = 0.0f;
+                for (int w = 0; w < nw; w++)
+                    v += red[t][w0 + w];
+                acc[t] = v;
+            }
+        }
+    }
+}
+
+/* nt = 2..8 with two rows per thread group (rows ra and ra + rpb): each
+ * activation block loaded for a column serves both rows. With one row per
+ * group the kernel read NT activation blocks (80 bytes each for a
+ * K-quant unit) per 36 weight bytes, from L1, and ran ~4x slower per
+ * weight byte than nt = 1 on the H200 (36 us per 7B q4_K product at nt =
+ * 4); two rows halve that traffic. Same row split and epilogue as
+ * mmvq_kernel. */
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_THREADS, 4)
+    mmvqn2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                  int nb, int nunits, int N, int M, float *dst, int64_t dst_nb1, int tpr,
+                  kepi_d e)
+{
+    int rpb = MV_THREADS / tpr;
+    int ra = blockIdx.x * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
+    int lane = threadIdx.x % tpr;
+    bool la = ra < N, lb = rb < N;
+    const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
+    const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
+    const size_t xstride = (size_t)nb * 40;
+    float acc[2 * NT];
+#pragma unroll
+    for (int t = 0; t < 2 * NT; t++)
+        acc[t] = 0.0f;
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w0, w1;
+        w0.load(wa, u);
+        w1.load(wb, u);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < M) {
+                const uint8_t *xr = xq + t * xstride;
+                acc[t] += w0.dot(xr, nb, u);
+                acc[NT + t] += w1.dot(xr, nb, u);
+            }
+    }
+    group_sum<2 * NT>(acc, tpr, lane);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = r ? rb : ra;
+        if (!(r ? lb : la))
+            continue;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= M)
+                break;
+            float v = acc[r * NT + t];
+            if (e.dst2)
+                *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
+                    v + *(const float *)((const char *)e.add + t * e.add_nb1 +
+                                         (int64_t)row * 4);
+            else
+                *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
+        }
+    }
+}
+
 /* Two weight rows' dot products with one x (the tpr threads of a row
  * group, lane = index in it): the unit loop, then the group's reduction;
  * the sums are valid on lane 0. Every thread of the block must call it
@@ -644,7 +734,8 @@ extern "C" int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, con
 
 static int g_rows_per_thread = 2;
 
-/* Benchmark hook: rows per thread of the nt = 1 quantized kernel (1 or 2). */
+/* Benchmark hook: rows per thread group of the quantized kernels (1 or 2),
+ * nt = 1 and nt = 2..8 alike. */
 extern "C" void k_tune_matvec_rows(int r)
 {
     g_rows_per_thread = r == 1 ? 1 : 2;
@@ -672,6 +763,23 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
         auto kf = mmvq2_kernel<T>;
         KLAUNCH(k, "matvec_q<nt=1,2 rows>", kf, (unsigned)((N + rpb2 - 1) / rpb2), MV_THREADS,
                 0, w, w_nb1, x, nb, nunits, (int)N, dst, tpr2, e);
+    } else if (M >= 2 && M <= 8 && g_rows_per_thread == 2) {
+        int tpr2 = rows_tpr((N + 1) / 2, nunits);
+        int rpb2 = 2 * (MV_THREADS / tpr2);
+        unsigned grid2 = (unsigned)((N + rpb2 - 1) / rpb2);
+        if (M == 2) {
+            auto kf = mmvqn2_kernel<T, 2>;
+            KLAUNCH(k, "matvec_q<nt=2,2 rows>", kf, grid2, MV_THREADS, 0, w, w_nb1, x, nb,
+                    nunits, (int)N, (int)M, dst, dst_nb1, tpr2, e);
+        } else if (M <= 4) {
+            auto kf = mmvqn2_kernel<T, 4>;
+            KLAUNCH(k, "matvec_q<nt=4,2 rows>", kf, grid2, MV_THREADS, 0, w, w_nb1, x, nb,
+                    nunits, (int)N, (int)M, dst, dst_nb1, tpr2, e);
+        } else {
+            auto kf = mmvqn2_kernel<T, 8>;
+            KLAUNCH(k, "matvec_q<nt=8,2 rows>", kf, grid2, MV_THREADS, 0, w, w_nb1, x, nb,
+                    nunits, (int)N, (int)M, dst, dst_nb1, tpr2, e);
+        }
     } else if (M == 1) {
         auto kf = mmvq_kernel<T, 1>;
         KLAUNCH(k, "matvec_q<nt=1>", kf, grid, MV_THREADS, 0, w, w_nb1, x, nb, nunits,

@@ -511,9 +511,15 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
 
 /* ---- element-wise ---- */
 
-__global__ void binary_kernel(int op, kview a, kview b, kview dst)
+/* Block r * chunks + c covers elements c * blockDim.x + i * chunks *
+ * blockDim.x of row r: a few rows of thousands of elements (a batched
+ * decode's [3584, 4] residual ADD) spread over many blocks instead of
+ * one block per row, whose threads walked the row serially (85 us for
+ * 4 rows on the H200, latency-bound; element-wise, so the same bits). */
+__global__ void binary_kernel(int op, kview a, kview b, kview dst, int chunks)
 {
-    int64_t r = blockIdx.x;
+    int64_t r = blockIdx.x / chunks;
+    int c = (int)(blockIdx.x % chunks);
     int64_t i1 = r % a.ne[1], i23 = r / a.ne[1];
     int64_t i2 = i23 % a.ne[2], i3 = i23 / a.ne[2];
     const float *ar = (const float *)((const char *)a.data + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
@@ -521,7 +527,8 @@ __global__ void binary_kernel(int op, kview a, kview b, kview dst)
                                       (i2 % b.ne[2]) * b.nb[2] + (i3 % b.ne[3]) * b.nb[3]);
     float *o = (float *)((char *)dst.data + i1 * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]);
     int64_t n = a.ne[0], nb0 = b.ne[0];
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = (int64_t)c * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)chunks * blockDim.x) {
         float x = ar[i], y = br[nb0 == n ? i : i % nb0];
         float v;
         if (op == KBIN_ADD)
@@ -543,10 +550,17 @@ extern "C" int k_binary(struct kctx *k, int op, struct kview a, struct kview b, 
     int64_t rows = nrows(a);
     if (grid_ok(k, "binary", rows))
         return -1;
+    /* enough blocks for ~2 per SM when there are few rows, at most one
+     * per 128 elements of a row */
+    int64_t per_row = (a.ne[0] + 127) / 128, want = (264 + rows - 1) / rows;
+    int64_t chunks = per_row < want ? per_row : want;
+    chunks = chunks < 1 ? 1 : chunks;
+    while (chunks > 1 && rows * chunks > 0x7fffffff)
+        chunks /= 2;
     KLAUNCH(k, op == KBIN_ADD ? "add" : op == KBIN_MUL ? "mul" : op == KBIN_GEGLU ? "geglu"
                                                                        : "swiglu",
             binary_kernel,
-            (unsigned)rows, 128, 0, op, a, b, dst);
+            (unsigned)(rows * chunks), 128, 0, op, a, b, dst, (int)chunks);
     return 0;
 }
 
