@@ -1,6 +1,7 @@
 /*
- * arch-tables.h — the rows the architecture descriptors (core/model/arch/, one file per architecture) share.
- * Every decoder here reads the same core hyperparameters and names its
+ * arch-tables.h — the rows the architecture descriptors share (one file
+ * per architecture in core/model/arch/). Every decoder here reads the
+ * same core hyperparameters and names its
  * embedding, output, attention and FFN tensors the same way (llama.cpp's
  * converter writes them so); a descriptor lists these rows through the
  * macros below and adds only what is its own. Order matters for tensors:
