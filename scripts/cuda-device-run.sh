@@ -15,7 +15,9 @@
 #   SRC     source tars (git archive ... -o X.tar), space separated; the
 #           first is "A", then "B", ... (default: this working tree)
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
-#           suites (Qwen2 fixture A, the model families) on the first tree
+#           suites (Qwen2 fixture A, the model families) on the first tree;
+#           TESTS=ops: test-backend-ops only (a short run, kernel changes)
+#   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
@@ -63,6 +65,7 @@ for i in "${!trees[@]}"; do
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
+    [ "$TESTS" = ops ] && extra="test-backend-ops minfer-cuda-bench"
   fi
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
@@ -81,11 +84,16 @@ MODELS=${MODELS:-"qwen2,qwen2.5-1.5b,Q4_K_M,q15 qwen3,qwen3-8b,Q4_K_M,q3"}
 for s in $MODELS; do
   IFS=, read -r arch shape type name <<< "$s"
   [ -f /tmp/$name.gguf ] || /tmp/bA/bin/minfer synth --arch $arch --shape $shape --type $type \
-    --threads 4 -o /tmp/$name.gguf > $OUT/synth-$name.log 2>&1 &
+    --threads ${SYNTH_THREADS:-4} -o /tmp/$name.gguf > $OUT/synth-$name.log 2>&1 &
 done
 
 # ---- suites ----
-if [ -n "$TESTS" ]; then
+if [ "$TESTS" = ops ]; then
+  timeout 180 /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
+  echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
+  grep -E ":[EF]:|NMSE" $OUT/ops.log | cut -c1-200
+  echo "suites done at $(since) s"
+elif [ -n "$TESTS" ]; then
   B=/tmp/bA/bin
   $B/test-cuda-plugin > $OUT/plugin.log 2>&1; echo "plugin rc $?: $(grep -E '^[0-9]+%' $OUT/plugin.log)"
   timeout 180 $B/test-backend-ops > $OUT/ops.log 2>&1

@@ -9,10 +9,12 @@
  * Also the attention kernels: prefill TFLOP/s at 4k/16k/32k tokens and
  * decode GB/s of KV read at depths 1k..32k.
  *
- * usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec]   (prints a
- * table on stdout; --gemm: the prefill GEMM rows only; --attn: the attention
- * rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's types,
- * q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o, k/v)
+ * usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec] [--multi]
+ * (prints a table on stdout; --gemm: the prefill GEMM rows only; --attn: the
+ * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
+ * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
+ * k/v; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
+ * rows per thread group, the batched decode's products)
  */
 #include <math.h>
 #include <stdio.h>
@@ -391,7 +393,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0;
+    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -401,8 +403,11 @@ int main(int argc, char **argv)
             attn_only = 1;
         } else if (strcmp(argv[i], "--matvec") == 0) {
             matvec_only = 1;
+        } else if (strcmp(argv[i], "--multi") == 0) {
+            multi_only = 1;
         } else {
-            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec]\n");
+            fprintf(stderr,
+                    "usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec] [--multi]\n");
             return 2;
         }
     }
@@ -436,6 +441,18 @@ int main(int argc, char **argv)
     }
     if (gemm_only)
         goto gemm;
+    if (multi_only) {
+        static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K};
+        for (int r = 2; r >= 1; r--) {
+            k_tune_matvec_rows(r);
+            printf("-- nt = 2..8 quantized kernels with %d row(s) per thread group --\n", r);
+            for (size_t ti = 0; ti < 2; ti++)
+                for (int nt = 2; nt <= 8; nt *= 2)
+                    fails += bench_matvec(c, mt[ti], shapes[0], nt, quick) != 0;
+        }
+        k_tune_matvec_rows(2);
+        goto done;
+    }
     if (matvec_only) {
         static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
         struct shape ms[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
