@@ -513,9 +513,10 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
 
 /* Block r * chunks + c covers elements c * blockDim.x + i * chunks *
  * blockDim.x of row r: a few rows of thousands of elements (a batched
- * decode's [3584, 4] residual ADD) spread over many blocks instead of
- * one block per row, whose threads walked the row serially (85 us for
- * 4 rows on the H200, latency-bound; element-wise, so the same bits). */
+ * decode's SwiGLU of gate and up, [18944, 4] for a 7B at nt = 4: exec.c,
+ * FFN_GATE_UP past nt = 1) spread over many blocks instead of one block
+ * per row, whose threads walked the row serially (85 us for 4 rows on
+ * the H200, latency-bound; element-wise, so the same bits). */
 __global__ void binary_kernel(int op, kview a, kview b, kview dst, int chunks)
 {
     int64_t r = blockIdx.x / chunks;
