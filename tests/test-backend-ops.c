@@ -790,12 +790,12 @@ START_TEST(ffn_gate_up)
     UNDER_TEST(_i);
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_F16, MINFER_TYPE_Q4_0,
                         MINFER_TYPE_Q6_K};
-    int nts[] = {1, 4, 9, 33};
+    int nts[] = {1, 2, 4, 7, 9, 33}; /* 2..8: the batched decode's fused kernel */
     for (size_t ti = 0; ti < 5; ti++) {
-        int64_t K = 512, N = 96;
+        int64_t K = 512, N = 100; /* a partial last block of rows */
         struct tt *g = tt_weight(types[ti], K, N, 0, "gate");
         struct tt *u = tt_weight(types[ti], K, N, 0, "up");
-        for (int m = 0; m < 4; m++) {
+        for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
             struct tt *x = tt_new(MINFER_TYPE_F32, K, nts[m], 1, 1, 0);
             tt_place(x, NULL);
             struct tt *dst = tt_out(MINFER_TYPE_F32, N, nts[m], 1, 1, 0);

@@ -246,17 +246,23 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return run_matmul_add(be, n, k);
     case MINFER_OP_FFN_GATE_UP: {
         int64_t N = s0->ne[1], M = n->src[2]->ne[1];
-        if (M == 1 && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] && !be->fuse_off) {
-            /* decode: one launch for gate, up and SwiGLU */
+        if (M <= MMV_MAX_NT && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] &&
+            !be->fuse_off) {
+            /* decode, one or a batch of up to 8 tokens: one launch for
+             * gate, up and SwiGLU */
             const struct minfer_tensor *x = n->src[2];
             int64_t K = s0->ne[0];
             void *xq = NULL;
             minfer_status st =
-                cuda_quantized_x(be, n, k, x->data, K, 1, (int64_t)x->nb[1], &xq);
+                cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], &xq);
             if (st != MINFER_OK)
                 return st;
-            LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xq,
-                                  d->data));
+            if (M == 1)
+                LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N,
+                                      (int64_t)s0->nb[1], xq, d->data));
+            else
+                LAUNCH(k_matvec_q_glu_n(k, s0->type, s0->data, s1->data, K, N,
+                                        (int64_t)s0->nb[1], xq, M, d->data, (int64_t)d->nb[1]));
             return MINFER_OK;
         }
         size_t plane = (size_t)N * (size_t)M * sizeof(float);

@@ -107,9 +107,15 @@ int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t 
  * dot products may be summed in another order). */
 int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, const void *Wu, int64_t K,
                    int64_t N, int64_t w_nb1, const void *xq, float *dst);
+/* The same for M = 2..8 columns of x (q8_1 rows of K) into dst columns
+ * dst_nb1 bytes apart. */
+int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, const void *Wu, int64_t K,
+                     int64_t N, int64_t w_nb1, const void *xq, int64_t M, float *dst,
+                     int64_t dst_nb1);
 
-/* Benchmark hook: rows per thread of the nt = 1 quantized kernel (1 or 2;
- * the default is the measured winner). */
+/* Benchmark hook: rows per thread group of the quantized kernels, nt = 1
+ * and nt = 2..8 (1 or 2; the default, 2, is the measured winner at nt =
+ * 1). */
 void k_tune_matvec_rows(int r);
 
 /* Same with F32/F16/BF16 weights and f32 activations; any K, any M. */

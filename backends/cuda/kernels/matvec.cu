@@ -695,6 +695,111 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
         dst[row] = a0 / (1.0f + expf(-a0)) * a1;
 }
 
+/* nt = 2..8 gate and up of one row per thread group with SwiGLU in the
+ * epilogue: mmvqn2_kernel's loop with the second row taken from the up
+ * matrix (each activation block serves both), the expression of
+ * mmvq_glu_kernel per column. Replaces two nt-column products, their
+ * scratch planes and the element-wise SWIGLU launch of a batched decode. */
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_THREADS, 4)
+    mmvq_glun_kernel(const uint8_t *__restrict__ Wg, const uint8_t *__restrict__ Wu,
+                     int64_t w_nb1, const uint8_t *__restrict__ xq, int nb, int nunits, int N,
+                     int M, float *dst, int64_t dst_nb1, int tpr)
+{
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
+    int lane = threadIdx.x % tpr;
+    bool live = row < N;
+    const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
+    const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
+    const size_t xstride = (size_t)nb * 40;
+    float acc[2 * NT];
+#pragma unroll
+    for (int t = 0; t < 2 * NT; t++)
+        acc[t] = 0.0f;
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w0, w1;
+        w0.load(wa, u);
+        w1.load(wb, u);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < M) {
+                const uint8_t *xr = xq + t * xstride;
+                acc[t] += w0.dot(xr, nb, u);
+                acc[NT + t] += w1.dot(xr, nb, u);
+            }
+    }
+    group_sum<2 * NT>(acc, tpr, lane);
+    if (lane != 0 || !live)
+        return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= M)
+            break;
+        float a0 = acc[t], a1 = acc[NT + t];
+        *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = a0 / (1.0f + expf(-a0)) * a1;
+    }
+}
+
+template <int T>
+static int launch_mmvq_glun(struct kctx *k, const void *Wg, const void *Wu, int64_t K,
+                            int64_t N, int64_t w_nb1, const void *xq, int64_t M, float *dst,
+                            int64_t dst_nb1)
+{
+    constexpr int U = Unit<T>::U;
+    if (K % 256 && U == 64)
+        return k_fail(k, "matvec_q_glu", "K is not a multiple of 256 for a K-quant");
+    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K;
+    if (A16 && (((uintptr_t)Wg % 16) || ((uintptr_t)Wu % 16) || (w_nb1 % 16)))
+        return k_fail(k, "matvec_q_glu", "K-quant weight rows are not 16-byte aligned");
+    if (M < 2 || M > 8)
+        return k_fail(k, "matvec_q_glu", "2 to 8 columns");
+    int nb = (int)(K / 32), nunits = (int)(K / U);
+    int tpr = rows_tpr(N, nunits);
+    int rpb = MV_THREADS / tpr;
+    unsigned grid = (unsigned)((N + rpb - 1) / rpb);
+    const uint8_t *g = (const uint8_t *)Wg, *u = (const uint8_t *)Wu, *x = (const uint8_t *)xq;
+    if (M == 2) {
+        auto kf = mmvq_glun_kernel<T, 2>;
+        KLAUNCH(k, "matvec_q_glu<nt=2>", kf, grid, MV_THREADS, 0, g, u, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
+    } else if (M <= 4) {
+        auto kf = mmvq_glun_kernel<T, 4>;
+        KLAUNCH(k, "matvec_q_glu<nt=4>", kf, grid, MV_THREADS, 0, g, u, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
+    } else {
+        auto kf = mmvq_glun_kernel<T, 8>;
+        KLAUNCH(k, "matvec_q_glu<nt=8>", kf, grid, MV_THREADS, 0, g, u, w_nb1, x, nb, nunits,
+                (int)N, (int)M, dst, dst_nb1, tpr);
+    }
+    return 0;
+}
+
+extern "C" int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, const void *Wu,
+                                int64_t K, int64_t N, int64_t w_nb1, const void *xq, int64_t M,
+                                float *dst, int64_t dst_nb1)
+{
+    switch (type) {
+        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
+                    dst_nb1)
+    default:
+        return k_fail(k, "matvec_q_glu", "weight type has no dp4a kernel");
+    }
+}
+
 template <int T>
 static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64_t K, int64_t N,
                            int64_t w_nb1, const void *xq, float *dst)
