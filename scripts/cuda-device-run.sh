@@ -16,7 +16,8 @@
 #           first is "A", then "B", ... (default: this working tree)
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
 #           suites (Qwen2 fixture A, the model families) on the first tree;
-#           TESTS=ops: test-backend-ops only (a short run, kernel changes)
+#           TESTS=ops: runs test-backend-ops only (a short run for kernel
+#           changes; test-cuda-e2e and minfer-cuda-bench are built too)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
@@ -65,7 +66,7 @@ for i in "${!trees[@]}"; do
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
-    [ "$TESTS" = ops ] && extra="test-backend-ops minfer-cuda-bench"
+    [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e minfer-cuda-bench"
   fi
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
