@@ -451,6 +451,10 @@ int main(int argc, char **argv)
                     fails += bench_matvec(c, mt[ti], shapes[0], nt, quick) != 0;
         }
         k_tune_matvec_rows(2);
+        /* what 16 and 64 tokens cost on the GEMM, against 2 and 8 nt = 8
+         * matvec launches above */
+        fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 16, 0, shapes[0].what) != 0;
+        fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 64, 0, shapes[0].what) != 0;
         goto done;
     }
     if (matvec_only) {
