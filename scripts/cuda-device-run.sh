@@ -19,6 +19,7 @@
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
 #           changes; test-cuda-e2e and minfer-cuda-bench are built too)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
+#   OPS_TIMEOUT    seconds test-backend-ops may take with TESTS=ops (180)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
@@ -90,7 +91,7 @@ done
 
 # ---- suites ----
 if [ "$TESTS" = ops ]; then
-  timeout 180 /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
+  timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
   echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
   grep -E ":[EF]:|NMSE" $OUT/ops.log | cut -c1-200
   echo "suites done at $(since) s"
