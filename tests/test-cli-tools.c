@@ -292,6 +292,39 @@ START_TEST(bench_output_formats)
 }
 END_TEST
 
+START_TEST(bench_depth_rows)
+{
+    /* Catches -d ignored (rows without "@ dD"), a depth row timed from an
+     * empty cache instead of after the fill (the context would then not
+     * need depth + test cells: -c smaller than that must be refused), and
+     * a malformed list accepted. */
+    ck_assert_int_eq(cli_sh("%s bench -m %s -p 8 -n 4 -d 0,24 -r 1 -o json", CLI_BIN,
+                            cli_small), 0);
+    cJSON *a = cJSON_Parse(cli_out);
+    ck_assert_msg(cJSON_IsArray(a) && cJSON_GetArraySize(a) == 4, "%s", cli_out);
+    static const char *const want[] = {"pp8", "tg4", "pp8 @ d24", "tg4 @ d24"};
+    for (int r = 0; r < 4; r++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a, r), "test");
+        ck_assert_msg(cJSON_IsString(t) && !strcmp(t->valuestring, want[r]), "row %d: %s", r,
+                      cli_out);
+    }
+    cJSON_Delete(a);
+    ck_assert_int_eq(cli_sh("%s bench -m %s -p 8 -n 0 -d 24 -c 16 -r 1", CLI_BIN, cli_small), 1);
+    ck_assert_msg(strstr(cli_err, "depth 24"), "%s", cli_err);
+    ck_assert_int_eq(cli_sh("%s bench -m %s -d 4,x", CLI_BIN, cli_small), 2);
+}
+END_TEST
+
+START_TEST(default_context_is_the_models)
+{
+    /* Catches the default context still min(4096, the model's) or sized
+     * without the backend's free memory: with -v, run says which context
+     * it chose and why; the tiny model's KV cache fits, so its own. */
+    ck_assert_int_eq(cli_sh("%s run -m %s -p hi -n 1 -v", CLI_BIN, cli_small), 0);
+    ck_assert_msg(strstr(cli_err, "tokens, the model's (KV cache"), "%s", cli_err);
+}
+END_TEST
+
 /* ---- completion ---- */
 
 START_TEST(completion_scripts)
@@ -336,6 +369,8 @@ Suite *cli_tools_suite(void)
     tcase_add_test(tc, quantize_refusals);
     tcase_add_test(tc, output_paths_never_replace_special_files);
     tcase_add_test(tc, bench_output_formats);
+    tcase_add_test(tc, bench_depth_rows);
+    tcase_add_test(tc, default_context_is_the_models);
     tcase_add_test(tc, completion_scripts);
     suite_add_tcase(s, tc);
     return s;

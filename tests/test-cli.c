@@ -344,34 +344,37 @@ END_TEST
 
 START_TEST(penalties_see_the_prompt)
 {
-    /* Catches penalties applied only to generated tokens: with every byte
-     * id in the prompt and a huge presence penalty over the whole context,
-     * greedy decoding must pick an id outside the prompt. */
+    /* Catches penalties applied only to generated tokens: with every id
+     * but one (256) in the prompt and a huge presence penalty over the
+     * whole context, greedy decoding must pick that one id. */
     char ids[2048];
     size_t o = 0;
-    for (int i = 0; i < 256; i++)
-        o += (size_t)snprintf(ids + o, sizeof ids - o, i ? ",%d" : "%d", i);
-    int32_t g[4];
-    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json", CLI_BIN, cli_small,
-                            ids), 0);
+    for (int i = 0; i < 300; i++)
+        if (i != 256)
+            o += (size_t)snprintf(ids + o, sizeof ids - o, o ? ",%d" : "%d", i);
+    int32_t g[4], g0;
+    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json --ignore-eos", CLI_BIN,
+                            cli_small, ids), 0);
     cJSON *j = cli_json();
     ck_assert_int_eq(cli_json_ids(j, "generated_ids", g, 4), 1);
     cJSON_Delete(j);
-    ck_assert_msg(g[0] < 256, "greedy picked %d outside the prompt anyway: the test proves "
-                  "nothing", g[0]);
-    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json --presence-penalty 1000 "
-                            "--repeat-last-n -1", CLI_BIN, cli_small, ids), 0);
+    g0 = g[0];
+    ck_assert_msg(g0 != 256, "greedy picks 256 anyway: the test proves nothing");
+    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json --ignore-eos "
+                            "--presence-penalty 1000 --repeat-last-n -1", CLI_BIN, cli_small, ids),
+                     0);
     j = cli_json();
     ck_assert_int_eq(cli_json_ids(j, "generated_ids", g, 4), 1);
     cJSON_Delete(j);
-    ck_assert_msg(g[0] >= 256, "picked prompt id %d despite the penalty", g[0]);
-    /* the window is the last N: 0 turns the penalty off */
-    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json --presence-penalty 1000 "
-                            "--repeat-last-n 0", CLI_BIN, cli_small, ids), 0);
+    ck_assert_msg(g[0] == 256, "picked prompt id %d despite the penalty", g[0]);
+    /* the window is the last N ids: 0 turns the penalty off */
+    ck_assert_int_eq(cli_sh("%s run -m %s --ids %s -n 1 --temp 0 --json --ignore-eos "
+                            "--presence-penalty 1000 --repeat-last-n 0", CLI_BIN, cli_small, ids),
+                     0);
     j = cli_json();
     ck_assert_int_eq(cli_json_ids(j, "generated_ids", g, 4), 1);
     cJSON_Delete(j);
-    ck_assert_int_lt(g[0], 256);
+    ck_assert_int_eq(g[0], g0);
 }
 END_TEST
 

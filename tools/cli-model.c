@@ -151,8 +151,22 @@ int cli_out_open(const char *cmd, const char *path, struct cli_out *out)
                 : "not a regular file");
         return 1;
     }
+    char dir[4096];
+    const char *slash = strrchr(out->target, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out->target) + (slash == out->target)
+                                            : 1, slash ? out->target : ".");
+    int fd = access("/proc/self/fd", X_OK) == 0
+                 ? open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666) : -1;
+    if (fd >= 0) {
+        out->anon = true;
+        if ((out->f = fdopen(fd, "wb")))
+            return 0;
+        close(fd);
+        fprintf(stderr, "minfer %s: out of memory\n", cmd);
+        return 1;
+    }
     snprintf(out->tmp, sizeof out->tmp, "%s.tmp-XXXXXX", out->target);
-    int fd = mkostemp(out->tmp, O_CLOEXEC);
+    fd = mkostemp(out->tmp, O_CLOEXEC);
     if (fd < 0 || !(out->f = fdopen(fd, "wb"))) {
         fprintf(stderr, "minfer %s: cannot create a temporary file beside %s: %s\n", cmd,
                 out->target, strerror(errno));
@@ -173,8 +187,25 @@ int cli_out_commit(const char *cmd, struct cli_out *out)
     if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
         fprintf(stderr, "minfer %s: writing %s: %s\n", cmd, out->target, strerror(errno));
         fclose(f);
-        unlink(out->tmp);
+        if (!out->anon)
+            unlink(out->tmp);
         return 1;
+    }
+    if (out->anon) { /* give the finished file a name beside the target */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fileno(f));
+        int rc = -1;
+        for (unsigned k = 0; rc < 0 && k < 100; k++) {
+            snprintf(out->tmp, sizeof out->tmp, "%s.tmp-%ld-%u", out->target, (long)getpid(), k);
+            rc = linkat(AT_FDCWD, proc, AT_FDCWD, out->tmp, AT_SYMLINK_FOLLOW);
+            if (rc < 0 && errno != EEXIST)
+                break;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "minfer %s: writing %s: %s\n", cmd, out->target, strerror(errno));
+            fclose(f);
+            return 1;
+        }
     }
     if (fclose(f) != 0 || rename(out->tmp, out->target) != 0) {
         fprintf(stderr, "minfer %s: writing %s: %s\n", cmd, out->target, strerror(errno));
@@ -188,7 +219,8 @@ void cli_out_abort(struct cli_out *out)
 {
     if (out->f) {
         fclose(out->f);
-        unlink(out->tmp);
+        if (!out->anon)
+            unlink(out->tmp);
     }
     out->f = NULL;
 }

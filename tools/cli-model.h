@@ -109,9 +109,11 @@ void cli_random_seed(struct cli_opts *o);
 
 /* An output file under the library's rule (core/runtime/outfile.h): a
  * regular file or a new name, a symlink followed to its target; written to
- * a temporary beside the target and renamed over it only when complete. */
+ * an unnamed O_TMPFILE beside the target (a named one where that is
+ * missing) and put in place only when complete. */
 struct cli_out {
     FILE *f;
+    bool anon;          /* an unnamed O_TMPFILE, linked in at commit */
     char target[4096];
     char tmp[4160];
 };

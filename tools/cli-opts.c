@@ -80,7 +80,7 @@ const struct cli_opt cli_opt_table[] = {
     /* ---- context and backend ---- */
     {OPT_CTX, "-c|--ctx-size", "N", CMD_MODEL | CMD_SERVE,
      "context length (default: the model's, or the largest whose KV cache fits in 70% of "
-     "the backend's free memory; capped by the model's)"},
+     "the backend's free memory; serve: min(4096, the model's); capped by the model's)"},
     {OPT_BATCH, "-b|--batch-size", "N", CMD_MODEL | CMD_SERVE,
      "most tokens per forward pass (default 512)"},
     {OPT_THREADS, "-t|--threads", "N", CMD_MODEL | CMD_SERVE | CMD_QUANTIZE | CMD_SYNTH,

@@ -9,8 +9,10 @@
  * Also the attention kernels: prefill TFLOP/s at 4k/16k/32k tokens and
  * decode GB/s of KV read at depths 1k..32k.
  *
- * usage: minfer-cuda-bench [--quick] [--gemm] [--attn]   (prints a table on
- * stdout; --gemm: the prefill GEMM rows only; --attn: the attention rows only)
+ * usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec]   (prints a
+ * table on stdout; --gemm: the prefill GEMM rows only; --attn: the attention
+ * rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's types,
+ * q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o, k/v)
  */
 #include <math.h>
 #include <stdio.h>
@@ -389,7 +391,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int quick = 0, gemm_only = 0, attn_only = 0;
+    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -397,8 +399,10 @@ int main(int argc, char **argv)
             gemm_only = 1;
         } else if (strcmp(argv[i], "--attn") == 0) {
             attn_only = 1;
+        } else if (strcmp(argv[i], "--matvec") == 0) {
+            matvec_only = 1;
         } else {
-            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm] [--attn]\n");
+            fprintf(stderr, "usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec]\n");
             return 2;
         }
     }
@@ -432,6 +436,15 @@ int main(int argc, char **argv)
     }
     if (gemm_only)
         goto gemm;
+    if (matvec_only) {
+        static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+        struct shape ms[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
+        k_tune_matvec_rows(2);
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t si = 0; si < 4; si++)
+                fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
+        goto done;
+    }
     for (int r = 2; r >= 1; r--) {
         k_tune_matvec_rows(r);
         printf("-- nt=1 quantized kernels with %d row(s) per thread --\n", r);

@@ -12,8 +12,13 @@
 minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node *n,
                              minfer_status st, const char *what)
 {
+    /* what is often the instance's own error text (cu_ctx_error), the
+     * buffer this call writes: copy it first, vsnprintf must not read the
+     * bytes it is writing */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", what ? what : "");
     return cu_ctx_fail(be->c, st, "cuda: node %u (%s, %s): %s", n->index,
-                       n->label ? n->label : "?", minfer_op_name(n->op), what);
+                       n->label ? n->label : "?", minfer_op_name(n->op), why);
 }
 
 /* ---- products ---- */
@@ -189,7 +194,8 @@ static minfer_status run_attention_lists(struct minfer_backend *be, const struct
 {
     const struct minfer_tensor *s0 = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const struct minfer_tensor *ls = n->src[5];
-    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], s0->ne[2], ls->ne[0]);
+    size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], n->iparams[0], s0->ne[2],
+                                             ls->ne[0]);
     void *part = NULL;
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)

@@ -365,7 +365,8 @@ static void bench_attention(double seconds)
                    minfer_type_traits_of(kvts[ki])->name, a->name, td * 1e6,
                    kv_bytes / td * 1e-9, tp * 1e3, flops / tp * 1e-9, tl * 1e6, ts * 1e6);
             fflush(stdout);
-        }    /* long contexts: a decode step and a 64-token prefill chunk at the end
+        }
+    /* long contexts: a decode step and a 64-token prefill chunk at the end
      * of 4k / 16k / 32k cached cells (the chunk's causal half-triangle
      * included in its flops) */
     const int depths[] = {4096, 16384, 32768}, chunk = 64;

@@ -9,7 +9,12 @@
  * grid and the number of splits depend on the shapes only (n_head,
  * n_tokens, list length); counts, lists and cells are read from device
  * memory, so a captured launch replays for every step of a batched decode.
- * Kept apart from attn.cu so the single-sequence kernels stay untouched.
+ * With up to L_MAX_G query heads per KV head (every GQA model minfer runs)
+ * a block serves all the query heads of one KV head, so each K and V row
+ * of a list is read once per (token, KV head) instead of once per query
+ * head; a batched decode reads many lists, so that is most of its
+ * attention traffic. Kept apart from attn.cu so the single-sequence
+ * kernels stay untouched.
  */
 #include "common.cuh"
 
@@ -17,6 +22,7 @@
 #define L_TILE 128
 #define L_MAX_HD 256
 #define L_TARGET_BLOCKS 1024
+#define L_MAX_G 8 /* query heads per KV head the grouped kernel takes */
 
 /* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
 
@@ -183,6 +189,113 @@ __global__ void lists_combine(const float *__restrict__ part, int hd, int n_head
     }
 }
 
+/* The same for the G = group query heads of KV head blockIdx.y at once:
+ * per tile every thread scores its entry against all G heads (one K row
+ * read), the online softmax runs per head, and each V row read feeds the
+ * G accumulators. Partials go where lists_partial puts them. */
+template <int L>
+__global__ void __launch_bounds__(L_THREADS)
+    lists_partial_g(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
+                    int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                    const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
+                    const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
+                    float scale, int chunk, int n_splits, float *__restrict__ part,
+                    unsigned *flags)
+{
+    const int split = blockIdx.x, hk = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
+    const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
+    __shared__ float qs[L_MAX_G * L_MAX_HD];
+    __shared__ float p[L_MAX_G][L_TILE];
+    __shared__ int cell[L_TILE];
+    __shared__ float red[4];
+
+    for (int g = 0; g < group; g++) {
+        const float *qr = (const float *)((const char *)q.data + (hk * group + g) * q.nb[1] +
+                                          t * q.nb[2]);
+        for (int d = tid; d < hd; d += L_THREADS)
+            qs[g * hd + d] = qr[d] * scale;
+    }
+    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
+    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
+        if (tid == 0 && flags) /* refused: no entry is read */
+            atomicOr(flags, KFLAG_ATTN_LIST);
+        first = nv = 0;
+        li = 0;
+    }
+    const int32_t *list = lists + li * n_kv;
+    int64_t begin = (int64_t)split * chunk;
+    begin = begin > first ? begin : first;
+    int64_t end = (int64_t)split * chunk + chunk < nv ? (int64_t)split * chunk + chunk : nv;
+    __syncthreads();
+
+    float m[L_MAX_G], l[L_MAX_G], acc0[L_MAX_G], acc1[L_MAX_G];
+#pragma unroll
+    for (int g = 0; g < L_MAX_G; g++) {
+        m[g] = -INFINITY;
+        l[g] = acc0[g] = acc1[g] = 0.0f;
+    }
+    for (int64_t c0 = begin; c0 < end; c0 += L_TILE) {
+        int64_t j = c0 + tid;
+        int c = -1;
+        if (j < end) {
+            c = list[j];
+            if (c < 0 || c >= n_cells) { /* a cell outside the cache: flagged, skipped */
+                if (flags)
+                    atomicOr(flags, KFLAG_ATTN_LIST);
+                c = -1;
+            }
+        }
+        cell[tid] = c;
+#pragma unroll
+        for (int g = 0; g < L_MAX_G; g++) {
+            if (g >= group) /* uniform over the block: the barriers below stay matched */
+                break;
+            float s = c >= 0 ? ldot<L>(qs + g * hd, kc + (int64_t)c * knb1, hk, hd) : -INFINITY;
+            float mn = fmaxf(m[g], lblock_max(s, red));
+            float e = c >= 0 && mn != -INFINITY ? expf(s - mn) : 0.0f;
+            p[g][tid] = e;
+            float ps = lblock_sum(e, red); /* its barriers publish p[g][] and cell[] */
+            float corr = m[g] != -INFINITY ? expf(m[g] - mn) : 0.0f;
+            l[g] = l[g] * corr + ps;
+            acc0[g] *= corr;
+            acc1[g] *= corr;
+            m[g] = mn;
+        }
+        int cnt = end - c0 < L_TILE ? (int)(end - c0) : L_TILE;
+        int vi0 = hk * hd + tid, vi1 = hk * hd + tid + L_THREADS;
+        for (int k = 0; k < cnt; k++) {
+            if (cell[k] < 0)
+                continue;
+            const uint8_t *vr = vc + (int64_t)cell[k] * vnb1;
+            float v0 = tid < hd ? lload<L>(vr, vi0) : 0.0f;
+            float v1 = tid + L_THREADS < hd ? lload<L>(vr, vi1) : 0.0f;
+#pragma unroll
+            for (int g = 0; g < L_MAX_G; g++) {
+                if (g < group) {
+                    acc0[g] += p[g][k] * v0;
+                    acc1[g] += p[g][k] * v1;
+                }
+            }
+        }
+        __syncthreads(); /* p[][] and cell[] are rewritten by the next tile */
+    }
+#pragma unroll
+    for (int g = 0; g < L_MAX_G; g++) {
+        if (g >= group)
+            break;
+        int h = hk * group + g;
+        float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
+        if (tid < hd)
+            o[tid] = acc0[g];
+        if (tid + L_THREADS < hd)
+            o[tid + L_THREADS] = acc1[g];
+        if (tid == 0) {
+            o[hd] = m[g];
+            o[hd + 1] = l[g];
+        }
+    }
+}
+
 /* ---- launch ---- */
 
 extern "C" int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv)
@@ -195,10 +308,19 @@ extern "C" int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_k
     return (int)(want < 1 ? 1 : want);
 }
 
-extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens,
-                                             int64_t n_kv)
+/* Blocks per split: one per KV head with the grouped kernel, else one per
+ * query head. */
+static int64_t lists_heads(int64_t n_head, int64_t n_kv_head)
 {
-    int s = k_attn_lists_splits(n_head, n_tokens, n_kv);
+    return n_kv_head > 0 && n_head % n_kv_head == 0 && n_head / n_kv_head <= L_MAX_G
+               ? n_kv_head
+               : n_head;
+}
+
+extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_kv_head,
+                                             int64_t n_tokens, int64_t n_kv)
+{
+    int s = k_attn_lists_splits(lists_heads(n_head, n_kv_head), n_tokens, n_kv);
     return (size_t)n_tokens * (size_t)n_head * (size_t)s * (size_t)(hd + 2) * sizeof(float);
 }
 
@@ -216,22 +338,24 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0 || n_kv <= 0 || n_lists <= 0)
         return k_fail(k, "attention_lists", "n_head/n_tokens/n_cells/lists out of range");
     int group = (int)(n_head / n_kv_head);
-    int splits = k_attn_lists_splits(n_head, nt, n_kv);
+    int64_t heads = lists_heads(n_head, n_kv_head);
+    bool grouped = heads == n_kv_head && group > 1;
+    int splits = k_attn_lists_splits(heads, nt, n_kv);
     int64_t per = (n_kv + splits - 1) / splits;
     int chunk = (int)((per + L_TILE - 1) / L_TILE * L_TILE);
-    dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
+    dim3 grid((unsigned)splits, (unsigned)(grouped ? n_kv_head : n_head), (unsigned)nt);
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     float *part = (float *)scratch;
     switch (kv_type) {
     case MINFER_TYPE_F32: {
-        auto kf = lists_partial<0>;
+        auto kf = grouped ? lists_partial_g<0> : lists_partial<0>;
         KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
                 n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
                 k->flags);
         break;
     }
     case MINFER_TYPE_F16: {
-        auto kf = lists_partial<1>;
+        auto kf = grouped ? lists_partial_g<1> : lists_partial<1>;
         KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
                 n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
                 k->flags);
@@ -240,7 +364,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     case MINFER_TYPE_Q8_0: {
         if (hd % 32)
             return k_fail(k, "attention_lists", "a Q8_0 cache needs head_dim % 32 == 0");
-        auto kf = lists_partial<2>;
+        auto kf = grouped ? lists_partial_g<2> : lists_partial<2>;
         KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
                 vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits,
                 part, k->flags);

@@ -284,7 +284,8 @@ int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_
  * of the K/V caches); splits and scratch depend on shapes only. A range,
  * list or cell out of range sets KFLAG_ATTN_LIST and is not read. */
 int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
-size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_tokens, int64_t n_kv);
+size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_kv_head,
+                                  int64_t n_tokens, int64_t n_kv);
 int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                       const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                       int64_t n_kv_head, const int32_t *range, const int32_t *qlist,
