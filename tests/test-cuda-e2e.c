@@ -43,16 +43,6 @@ struct graph_stats {
 typedef void (*stats_fn)(struct graph_stats *);
 typedef void (*fail_fn)(int);
 
-static void *cuda_proc(struct minfer_runtime *rt, const char *name)
-{
-    const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
-    ck_assert_ptr_nonnull(p);
-    ck_assert_msg(PLUGIN_HAS(p, get_proc), "the CUDA plugin has no get_proc");
-    void *f = p->iface->get_proc(name);
-    ck_assert_msg(f, "the CUDA plugin lacks %s", name);
-    return f;
-}
-
 static struct graph_stats stats(struct minfer_runtime *rt)
 {
     struct graph_stats s;

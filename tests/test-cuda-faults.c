@@ -34,16 +34,6 @@
 typedef void (*fail_nth_fn)(uint64_t);
 typedef uint64_t (*calls_fn)(void);
 
-static void *cuda_proc(struct minfer_runtime *rt, const char *name)
-{
-    const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
-    ck_assert_ptr_nonnull(p);
-    ck_assert_msg(PLUGIN_HAS(p, get_proc), "the CUDA plugin has no get_proc");
-    void *f = p->iface->get_proc(name);
-    ck_assert_msg(f, "the CUDA plugin lacks %s", name);
-    return f;
-}
-
 static uint64_t device_free(struct minfer_runtime *rt)
 {
     struct minfer_device_info di;

@@ -19,6 +19,7 @@
 
 #include "minfer/minfer.h"
 #include "engine.h"
+#include "hf-fixture.h"
 #include "testutil.h"
 
 #define FIX_DIR MINFER_FIXTURES_DIR "/models"
@@ -51,35 +52,13 @@ struct env {
     cJSON *j;
 };
 
-static cJSON *load_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    ck_assert_ptr_nonnull(j);
-    return j;
-}
-
 static void env_open(struct env *e, const char *name, const char *arch)
 {
     minfer_status st;
     char err[512] = "", path[512];
     e->rt = ts_runtime(NULL);
-    struct minfer_model_params mp;
-    minfer_model_params_default(&mp);
-    const char *be = getenv("MINFER_TEST_BACKEND");
-    mp.backend = be && *be ? be : "cpu";
     snprintf(path, sizeof path, FIX_DIR "/fixture-%s-f16.gguf", name);
-    e->m = minfer_model_load(e->rt, path, &mp, &st, err, sizeof err);
-    ck_assert_msg(e->m, "load %s: %s", name, err);
+    e->m = hf_model_load(e->rt, path);
     e->tok = minfer_tokenizer_from_gguf(minfer_model_gguf(e->m), &st, err, sizeof err);
     ck_assert_msg(e->tok, "tokenizer of %s: %s", name, err);
     struct minfer_model_info info = {.struct_size = sizeof info};
@@ -87,7 +66,7 @@ static void env_open(struct env *e, const char *name, const char *arch)
     ck_assert_str_eq(info.arch, arch);
     e->n_vocab = info.n_vocab;
     snprintf(path, sizeof path, FIX_DIR "/fixture-%s.json", name);
-    e->j = load_json(path);
+    e->j = hf_load_json(path);
     cJSON *cfg = cJSON_GetObjectItem(e->j, "config");
     ck_assert_int_eq(e->n_vocab, (int)cJSON_GetObjectItem(cfg, "vocab_size")->valuedouble);
 }
@@ -100,27 +79,6 @@ static void env_close(struct env *e)
     minfer_runtime_free(e->rt);
 }
 
-static int32_t *int_array(cJSON *a, int *n)
-{
-    *n = cJSON_GetArraySize(a);
-    int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
-    int i = 0;
-    cJSON *item;
-    cJSON_ArrayForEach(item, a)
-        v[i++] = (int32_t)item->valuedouble;
-    return v;
-}
-
-static cJSON *prompt(cJSON *j, const char *name)
-{
-    cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItem(j, "prompts"))
-        if (!strcmp(cJSON_GetObjectItem(p, "name")->valuestring, name))
-            return p;
-    ck_abort_msg("prompt %s not in the fixture", name);
-    return NULL;
-}
-
 /* ---- prompts ---- */
 
 /* Every position's top-10 and arg max, the whole last row, 16 greedy
@@ -130,55 +88,14 @@ static void check_prompt(const char *model, const char *arch, const char *name)
 {
     struct env e;
     env_open(&e, model, arch);
-    cJSON *p = prompt(e.j, name);
+    cJSON *p = hf_prompt(e.j, name);
     int n;
-    int32_t *ids = int_array(cJSON_GetObjectItem(p, "token_ids"), &n);
+    int32_t *ids = hf_int_array(cJSON_GetObjectItem(p, "token_ids"), &n);
     struct minfer_ctx *c = ts_ctx(e.m, 256, 7, MINFER_TYPE_F32, 0);
-    ts_decode_ok(c, ids, n, MINFER_DECODE_ALL_LOGITS);
-    ck_assert_int_eq(minfer_ctx_n_logits(c), n);
-    cJSON *am = cJSON_GetObjectItem(p, "argmax"), *top = cJSON_GetObjectItem(p, "top10");
-    double worst = 0;
-    for (int t = 0; t < n; t++) {
-        const float *l = minfer_ctx_logits(c, t);
-        cJSON *tt = cJSON_GetArrayItem(top, t);
-        double gap = cJSON_GetArrayItem(cJSON_GetArrayItem(tt, 0), 1)->valuedouble -
-                     cJSON_GetArrayItem(cJSON_GetArrayItem(tt, 1), 1)->valuedouble;
-        if (gap > NEAR_TIE)
-            ck_assert_msg(ts_argmax(l, e.n_vocab) == (int)cJSON_GetArrayItem(am, t)->valuedouble,
-                          "%s %s pos %d: arg max %d, reference %d", model, name, t,
-                          ts_argmax(l, e.n_vocab), (int)cJSON_GetArrayItem(am, t)->valuedouble);
-        cJSON *pair;
-        cJSON_ArrayForEach(pair, tt) {
-            int id = (int)cJSON_GetArrayItem(pair, 0)->valuedouble;
-            double d = fabs(l[id] - cJSON_GetArrayItem(pair, 1)->valuedouble);
-            worst = d > worst ? d : worst;
-            ck_assert_msg(d < TOL_REF, "%s %s pos %d id %d: off by %g", model, name, t, id, d);
-        }
-    }
-    cJSON *last = cJSON_GetObjectItem(p, "last_logits");
-    const float *l = minfer_ctx_logits(c, -1);
-    ck_assert_int_eq(cJSON_GetArraySize(last), e.n_vocab);
-    int i = 0;
-    cJSON *item;
-    cJSON_ArrayForEach(item, last) {
-        double d = fabs(l[i++] - item->valuedouble);
-        worst = !(d <= worst) ? d : worst; /* NaN fails */
-    }
-    printf("%s %s: max |logit - HF| = %.3g over every top-10 and the last row\n", model, name,
-           worst);
-    ck_assert_msg(worst < TOL_FP32_PATH, "%s %s: max diff %g", model, name, worst);
-
-    int n_new;
-    int32_t *want = int_array(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "greedy"), "new_ids"),
-                              &n_new);
-    int32_t next = ts_argmax(l, e.n_vocab);
-    for (int k = 0; k < n_new; k++) {
-        ck_assert_msg(next == want[k], "%s %s greedy step %d: %d vs %d", model, name, k, next,
-                      want[k]);
-        ts_decode_ok(c, &next, 1, 0);
-        next = ts_argmax(minfer_ctx_logits(c, -1), e.n_vocab);
-    }
-    free(want);
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", model, name);
+    hf_check_prompt_logits(c, p, ids, n, e.n_vocab,
+                           (struct hf_tolerance){TOL_REF, TOL_FP32_PATH, NEAR_TIE}, label);
     free(ids);
     minfer_ctx_free(c);
     env_close(&e);
@@ -196,7 +113,7 @@ static void check_tokenizer_cases(const char *model, const char *arch)
     cJSON_ArrayForEach(cs, cases) {
         const char *text = cJSON_GetObjectItem(cs, "text")->valuestring;
         int n_ref;
-        int32_t *ref = int_array(cJSON_GetObjectItem(cs, "ids"), &n_ref);
+        int32_t *ref = hf_int_array(cJSON_GetObjectItem(cs, "ids"), &n_ref);
         int32_t ids[512];
         size_t n = 0;
         ck_assert_int_eq(minfer_tokenize(e.tok, text, strlen(text), false, ids, 512, &n),

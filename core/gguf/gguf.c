@@ -115,6 +115,11 @@ static minfer_status perr(struct parser *ps, minfer_status st, const char *fmt, 
     return st;
 }
 
+size_t minfer_gguf_scalar_size(enum minfer_gguf_type t)
+{
+    return gguf_scalar_size((uint32_t)t);
+}
+
 const char *minfer_gguf_type_name(enum minfer_gguf_type t)
 {
     static const char *const names[] = {"u8",  "i8",   "u16", "i16", "u32", "i32", "f32",

@@ -387,8 +387,9 @@ struct gtensor *graph_rope(struct graph *g, struct gtensor *x, struct gtensor *p
     return graph_rope_ext(g, x, pos, NULL, n_rot, 0, freq_base, freq_scale, label);
 }
 
-struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
-                            const char *label)
+/* act(gate) * up for the gated FFNs (SWIGLU, GEGLU): one shape in, same out. */
+static struct gtensor *gated_product(struct graph *g, uint32_t op, struct gtensor *gate,
+                                     struct gtensor *up, const char *label)
 {
     if (!gate || !up)
         return NULL;
@@ -396,7 +397,13 @@ struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtenso
                label))
         return NULL;
     struct gtensor *src[2] = {gate, up};
-    return add_node(g, MINFER_OP_GEGLU, src, 2, gate->t.ne, NULL, label, NULL);
+    return add_node(g, op, src, 2, gate->t.ne, NULL, label, NULL);
+}
+
+struct gtensor *graph_geglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
+                            const char *label)
+{
+    return gated_product(g, MINFER_OP_GEGLU, gate, up, label);
 }
 
 struct gtensor *graph_topk(struct graph *g, struct gtensor *x, int k, const char *label)
@@ -462,13 +469,7 @@ struct gtensor *graph_moe_sum(struct graph *g, struct gtensor *x, struct gtensor
 struct gtensor *graph_swiglu(struct graph *g, struct gtensor *gate, struct gtensor *up,
                              const char *label)
 {
-    if (!gate || !up)
-        return NULL;
-    if (!check(g, !memcmp(gate->t.ne, up->t.ne, sizeof gate->t.ne), "gate and up differ",
-               label))
-        return NULL;
-    struct gtensor *src[2] = {gate, up};
-    return add_node(g, MINFER_OP_SWIGLU, src, 2, gate->t.ne, NULL, label, NULL);
+    return gated_product(g, MINFER_OP_SWIGLU, gate, up, label);
 }
 
 struct gtensor *graph_kv_store(struct graph *g, struct gtensor *cache, struct gtensor *x,

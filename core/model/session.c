@@ -23,17 +23,6 @@
 
 /* ---- the model's fingerprint ---- */
 
-static size_t gguf_scalar_size(enum minfer_gguf_type t)
-{
-    switch (t) {
-    case MINFER_GGUF_UINT8: case MINFER_GGUF_INT8: case MINFER_GGUF_BOOL: return 1;
-    case MINFER_GGUF_UINT16: case MINFER_GGUF_INT16: return 2;
-    case MINFER_GGUF_UINT32: case MINFER_GGUF_INT32: case MINFER_GGUF_FLOAT32: return 4;
-    case MINFER_GGUF_UINT64: case MINFER_GGUF_INT64: case MINFER_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* XXH3-64 of every weight's name, type and shape, and of every metadata
  * key with its type and value. */
 static minfer_status fingerprint(const struct minfer_model *m, uint64_t *tensors, uint64_t *meta)
@@ -74,7 +63,7 @@ static minfer_status fingerprint(const struct minfer_model *m, uint64_t *tensors
                     }
                 }
             } else if (data) {
-                XXH3_64bits_update(st, data, (size_t)n * gguf_scalar_size(et));
+                XXH3_64bits_update(st, data, (size_t)n * minfer_gguf_scalar_size(et));
             }
         } else {
             const void *data = NULL;
@@ -82,7 +71,7 @@ static minfer_status fingerprint(const struct minfer_model *m, uint64_t *tensors
             if (minfer_gguf_kv_scalar(g, i, &data, &len) != MINFER_OK || !data)
                 continue;
             if (t != MINFER_GGUF_STRING)
-                len = gguf_scalar_size(t);
+                len = minfer_gguf_scalar_size(t);
             XXH3_64bits_update(st, &len, sizeof len);
             XXH3_64bits_update(st, data, len);
         }

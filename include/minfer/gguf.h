@@ -126,6 +126,9 @@ MINFER_API const struct minfer_gguf_tensor *minfer_gguf_find_tensor(const struct
                                                                     const char *name);
 
 MINFER_API const char *minfer_gguf_type_name(enum minfer_gguf_type t);
+/* Bytes of one scalar of a metadata type; 0 for string, array and values
+ * outside the format. */
+MINFER_API size_t minfer_gguf_scalar_size(enum minfer_gguf_type t);
 
 /* The message of this thread's last failed typed read (get_*, kv_*) or
  * writer call (set*, add_tensor): which key or tensor, what it holds and

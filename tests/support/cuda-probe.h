@@ -2,12 +2,14 @@
  * cuda-probe.h — the CUDA suites' skip reason: whether the CUDA plugin
  * loads and finds a device, asked in a child process because CUDA
  * initialised in the test process would not survive the fork of each
- * Check test (cudaErrorInitialization). Include once, in a suite that
+ * Check test (cudaErrorInitialization); and cuda_proc, the plugin's test
+ * hooks by name. Include once, in a suite that
  * links nothing of CUDA itself.
  */
 #ifndef MINFER_TEST_CUDA_PROBE_H
 #define MINFER_TEST_CUDA_PROBE_H
 
+#include <check.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "minfer/backend.h"
+#include "runtime/plugin.h"
 #include "testutil.h"
 
 const char *minfer_test_skip_reason(void)
@@ -49,6 +52,18 @@ const char *minfer_test_skip_reason(void)
         return "no CUDA device: the probe process failed";
     why[n] = 0;
     return why[0] ? why : NULL;
+}
+
+/* A test hook the loaded CUDA plugin lends through get_proc; the test
+ * fails when the plugin lacks it. */
+static inline void *cuda_proc(struct minfer_runtime *rt, const char *name)
+{
+    const struct minfer_plugin *p = runtime_find_backend(rt, "cuda");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg(PLUGIN_HAS(p, get_proc), "the CUDA plugin has no get_proc");
+    void *f = p->iface->get_proc(name);
+    ck_assert_msg(f, "the CUDA plugin lacks %s", name);
+    return f;
 }
 
 #endif
