@@ -78,8 +78,13 @@ sweep() {
 }
 
 printf 'Why is the sky blue?\n' >"$work/prompt.txt"
-sweep run run -m "$model" -p "hello world" -n 4 -t 1 --seed 1
-sweep run-file run -m "$model" -f "$work/prompt.txt" -n 2 -t 1 --seed 1 --chat
+# run names its backend: without --backend the CLI also opens the CUDA
+# plugin (when built) to probe it, and the static CUDA runtime inside it
+# crashes in its own load-time constructors when an allocation fails there,
+# before any code of ours runs. --backend cpu never opens it (issue 20,
+# item 7); the sweep measures our code.
+sweep run run -m "$model" -p "hello world" -n 4 -t 1 --seed 1 --backend cpu
+sweep run-file run -m "$model" -f "$work/prompt.txt" -n 2 -t 1 --seed 1 --chat --backend cpu
 sweep tokenize tokenize -m "$model" -p "hello world, 123"
 sweep detokenize detokenize -m "$model" --ids 72,101,108,108,111
 sweep info info "$model"
