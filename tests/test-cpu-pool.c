@@ -112,6 +112,38 @@ START_TEST(quick_workers_keep_all_threads)
 }
 END_TEST
 
+struct count_task {
+    atomic_int calls, bad;
+};
+
+static void count_fn(void *arg, int ith, int nth)
+{
+    struct count_task *t = arg;
+    atomic_fetch_add(&t->calls, 1);
+    if (ith < 0 || ith >= nth)
+        atomic_fetch_add(&t->bad, 1);
+}
+
+START_TEST(back_to_back_dispatches_of_changing_width)
+{
+    /* Catches a worker that wakes for one dispatch reading the thread
+     * count while the caller sets the next one's (a data race
+     * ThreadSanitizer reports: try_join against cpu_pool_run) and a late
+     * worker running the next dispatch's task with an index past its
+     * count. Dispatches of 4, 2 and 3 threads follow each other with
+     * nothing between them. */
+    struct cpu_pool *p = cpu_pool_new(4);
+    ck_assert_ptr_nonnull(p);
+    struct count_task t = {0};
+    int widths[3] = {4, 2, 3};
+    for (int i = 0; i < 20000; i++)
+        cpu_pool_run(p, widths[i % 3], count_fn, &t);
+    ck_assert_int_eq(atomic_load(&t.bad), 0);
+    ck_assert_int_ge(atomic_load(&t.calls), 20000); /* the caller runs each one */
+    cpu_pool_free(p);
+}
+END_TEST
+
 Suite *cpu_pool_suite(void);
 Suite *cpu_pool_suite(void)
 {
@@ -120,6 +152,7 @@ Suite *cpu_pool_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, preempted_worker_sends_the_pool_solo);
     tcase_add_test(tc, quick_workers_keep_all_threads);
+    tcase_add_test(tc, back_to_back_dispatches_of_changing_width);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -327,9 +327,11 @@ START_TEST(stages_match_full_sort_reference)
 {
     /* Catches any stage keeping a different set than the definition says —
      * heap selection, the growing top-p prefix, min-p, penalties over the
-     * window, NaN/-inf handling — by comparing the candidates the sampler
-     * would draw from with a naive full-sort implementation of the
-     * documented stage order, over 300 random parameter sets. */
+     * window, NaN/-inf handling, the in-place read of a row without NaN
+     * or penalties, block skipping in the top-k scan — by comparing the
+     * candidates the sampler would draw from with a naive full-sort
+     * implementation of the documented stage order, over 300 random
+     * parameter sets. */
     enum { N = 3000, W = 16 };
     float *logits = malloc(N * sizeof *logits), *l = malloc(N * sizeof *l);
     struct ref_cand *rc = malloc(N * sizeof *rc);
@@ -341,7 +343,7 @@ START_TEST(stages_match_full_sort_reference)
             logits[i] = (float)(x % 4096) / 256.0f - 8.0f; /* coarse: ties */
             if (x % 97 == 0)
                 logits[i] = -INFINITY;
-            if (x % 389 == 0)
+            if (x % 389 == 0 && trial % 2) /* even trials: no NaN, the row is read in place */
                 logits[i] = NAN;
         }
         struct minfer_sampler_params p = plain();
@@ -468,7 +470,9 @@ END_TEST
 START_TEST(fast_on_152k_vocab)
 {
     /* Catches a full sort per token (~10+ ms at 152k) sneaking back into
-     * the default path (top-k 40, top-p, min-p, penalties). */
+     * the default path (top-k 40, top-p, min-p), with penalties (the row
+     * is copied), without (read in place: minfer serve's default) and
+     * greedy. Prints each rate (docs/PERF.md, "Serving"). */
     enum { N = 151936, T = 300 };
     float *l = malloc(N * sizeof *l);
     unsigned r = 3;
@@ -476,16 +480,22 @@ START_TEST(fast_on_152k_vocab)
         r = r * 1664525u + 1013904223u;
         l[i] = (float)(r >> 8) / (float)(1 << 24) * 20.0f - 10.0f;
     }
-    struct minfer_sampler_params p = minfer_sampler_default_params();
-    p.repeat_penalty = 1.1f;
-    struct minfer_sampler *s = mk(p, N);
-    clock_t t0 = clock();
-    for (int i = 0; i < T; i++)
-        minfer_sampler_accept(s, draw(s, l, N));
-    double us = (double)(clock() - t0) / CLOCKS_PER_SEC * 1e6 / T;
-    printf("sampler: %.0f us per token at n_vocab %d (defaults)\n", us, N);
-    ck_assert_msg(us < 5000, "%.0f us per token", us);
-    minfer_sampler_free(s);
+    const char *name[3] = {"defaults + repeat_penalty 1.1", "defaults", "greedy"};
+    for (int c = 0; c < 3; c++) {
+        struct minfer_sampler_params p = minfer_sampler_default_params();
+        if (c == 0)
+            p.repeat_penalty = 1.1f;
+        if (c == 2)
+            p.temperature = 0.0f;
+        struct minfer_sampler *s = mk(p, N);
+        clock_t t0 = clock();
+        for (int i = 0; i < T; i++)
+            minfer_sampler_accept(s, draw(s, l, N));
+        double us = (double)(clock() - t0) / CLOCKS_PER_SEC * 1e6 / T;
+        printf("sampler: %.0f us per token at n_vocab %d (%s)\n", us, N, name[c]);
+        ck_assert_msg(us < 5000, "%.0f us per token (%s)", us, name[c]);
+        minfer_sampler_free(s);
+    }
     free(l);
 }
 END_TEST

@@ -56,7 +56,10 @@ struct cpu_pool {
     atomic_bool stop;
     cpu_task_fn fn;             /* valid while a dispatch is open or joined */
     void *arg;
-    int nth;
+    /* threads of the open dispatch; atomic because a worker that woke for
+     * the previous dispatch may read it (try_join) while the caller sets
+     * the next one's */
+    atomic_int nth;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int sleeping;               /* guarded by mu */
@@ -121,7 +124,8 @@ static int try_join(struct cpu_pool *p)
     for (;;) {
         if (st & CLOSED)
             return 0;
-        if ((int)st + 1 >= p->nth)
+        /* may be the next dispatch's count: worker_main checks again */
+        if ((int)st + 1 >= atomic_load_explicit(&p->nth, memory_order_relaxed))
             return 0;
         if (atomic_compare_exchange_weak_explicit(&p->state, &st, st + 1, memory_order_acq_rel,
                                                   memory_order_acquire))
@@ -140,7 +144,12 @@ static void *worker_main(void *argp)
             break;
         int ith = try_join(p);
         if (ith) {
-            p->fn(p->arg, ith, p->nth);
+            /* the join's acquire made the joined dispatch's fn, arg and nth
+             * visible; a worker late for the previous dispatch may have
+             * joined this one past its count, and then only reports done */
+            int nth = atomic_load_explicit(&p->nth, memory_order_relaxed);
+            if (ith < nth)
+                p->fn(p->arg, ith, nth);
             atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
         }
     }
@@ -161,6 +170,7 @@ struct cpu_pool *cpu_pool_new(int n)
     atomic_init(&p->state, CLOSED);
     atomic_init(&p->finished, 0);
     atomic_init(&p->stop, false);
+    atomic_init(&p->nth, 0);
     if (pthread_mutex_init(&p->mu, NULL))
         goto out_free;
     if (pthread_cond_init(&p->cv, NULL))
@@ -251,7 +261,7 @@ void cpu_pool_run(struct cpu_pool *p, int nth, cpu_task_fn fn, void *arg)
     }
     p->fn = fn;
     p->arg = arg;
-    p->nth = nth;
+    atomic_store_explicit(&p->nth, nth, memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
     atomic_store_explicit(&p->state, 0, memory_order_release); /* open, none joined */
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);

@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "runtime/error.h"
 #include "minfer/minfer.h"
@@ -179,6 +182,72 @@ static bool better(const float *l, int32_t a, int32_t b)
     return l[a] > l[b] || (l[a] == l[b] && a < b);
 }
 
+/* The scan of a whole row (top-k, greedy) is most of a sample's time at a
+ * 152k vocabulary: blocks are first checked by their maximum (SSE where
+ * there is SSE: compilers do not vectorise a float max without
+ * -ffinite-math-only); only a block that can matter is walked one by one.
+ * Rows hold no NaN here (sampler_candidates sanitises or checks first), so
+ * each maximum is exact and each skip is one the element loop would make. */
+#define SKIP_BLOCK 32
+
+static float block_max(const float *l)
+{
+#ifdef __SSE2__
+    __m128 m0 = _mm_loadu_ps(l), m1 = _mm_loadu_ps(l + 4);
+    for (int i = 8; i < SKIP_BLOCK; i += 8) {
+        m0 = _mm_max_ps(m0, _mm_loadu_ps(l + i));
+        m1 = _mm_max_ps(m1, _mm_loadu_ps(l + i + 4));
+    }
+    m0 = _mm_max_ps(m0, m1);
+    m0 = _mm_max_ps(m0, _mm_movehl_ps(m0, m0));
+    m0 = _mm_max_ss(m0, _mm_shuffle_ps(m0, m0, 1));
+    return _mm_cvtss_f32(m0);
+#else
+    float m = l[0];
+    for (int i = 1; i < SKIP_BLOCK; i++)
+        m = l[i] > m ? l[i] : m;
+    return m;
+#endif
+}
+
+/* Whether l[n] holds a NaN. */
+static bool has_nan(const float *l, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m128 a = _mm_loadu_ps(l + i), b = _mm_loadu_ps(l + i + 4);
+        __m128 c = _mm_loadu_ps(l + i + 8), d = _mm_loadu_ps(l + i + 12);
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpunord_ps(a, b), _mm_cmpunord_ps(c, d)));
+    }
+    if (_mm_movemask_ps(acc))
+        return true;
+#endif
+    for (; i < n; i++)
+        if (l[i] != l[i])
+            return true;
+    return false;
+}
+
+/* Index of the first maximum of l[n] (no NaN): block maxima first, then
+ * the first position of the largest. */
+static int32_t argmax_first(const float *l, size_t n)
+{
+    float mx = l[0];
+    size_t i = 0;
+    for (; i + SKIP_BLOCK <= n; i += SKIP_BLOCK) {
+        float b = block_max(l + i);
+        mx = b > mx ? b : mx;
+    }
+    for (; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    i = 0;
+    while (l[i] != mx)
+        i++;
+    return (int32_t)i;
+}
+
 /* Writes the k best of src[n] (src NULL: the ids 0..n-1) to cand[0..k),
  * best first. src may be cand itself. */
 static void select_top(const float *l, const int32_t *src, size_t n, int32_t *cand, size_t k)
@@ -186,6 +255,11 @@ static void select_top(const float *l, const int32_t *src, size_t n, int32_t *ca
     /* min-heap of the k best seen so far in cand[0..k): root = worst kept */
     float floor = -INFINITY;
     for (size_t i = 0; i < n; i++) {
+        if (!src && i >= k && (i & (SKIP_BLOCK - 1)) == 0 && i + SKIP_BLOCK <= n &&
+            block_max(l + i) < floor) {
+            i += SKIP_BLOCK - 1; /* every one below the floor: all skipped below anyway */
+            continue;
+        }
         int32_t c = src ? src[i] : (int32_t)i;
         size_t j;
         if (i < k) {
@@ -269,16 +343,21 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
                     logits ? "" : "no logits, ", n_vocab, s->n_vocab);
     const struct minfer_sampler_params *p = &s->p;
     size_t n = (size_t)n_vocab;
-    float *l = s->logit;
-    /* 1. penalties, on a copy; NaN counts as -inf */
-    for (size_t i = 0; i < n; i++) {
-        float v = logits[i];
-        l[i] = v != v ? -INFINITY : v;
-    }
+    /* 1. penalties, on a copy; NaN counts as -inf. A row with neither is
+     * read in place: the copy was a quarter of a sample's time. */
     bool penal = p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
                  p->presence_penalty != 0.0f;
-    if (penal && s->ring_n)
-        apply_penalties(s, l);
+    bool nan = !(penal && s->ring_n) && has_nan(logits, n);
+    const float *l = logits;
+    if (nan || (penal && s->ring_n)) {
+        for (size_t i = 0; i < n; i++) {
+            float v = logits[i];
+            s->logit[i] = v != v ? -INFINITY : v;
+        }
+        if (penal && s->ring_n)
+            apply_penalties(s, s->logit);
+        l = s->logit;
+    }
 
     bool greedy = p->temperature <= 0.0f || p->top_k == 1;
     int32_t best = 0;
@@ -299,9 +378,7 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
                         (double)l[best]);
     } else {
         /* 2. greedy */
-        for (size_t i = 1; i < n; i++)
-            if (l[i] > l[best])
-                best = (int32_t)i;
+        best = argmax_first(l, n);
         if (!isfinite(l[best]))
             return errf(s->err, sizeof s->err, MINFER_ERR_INVALID_ARG,
                         "sampler: no finite logit to sample from (the best is %g)",

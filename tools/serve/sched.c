@@ -368,7 +368,8 @@ static void sample_slot(struct sched *s, struct slot *sl, float *scratch)
 {
     const struct serve_params *p = &sl->job->r->p;
     const float *logits = sl->lg;
-    if (p->ignore_eos && s->n_eog) {
+    if (p->ignore_eos && s->n_eog &&
+        eog_mask_matters(&p->sp, p->logprobs, s->eog, s->n_eog, logits, s->n_vocab)) {
         memcpy(scratch, logits, sizeof *logits * (size_t)s->n_vocab);
         for (int32_t i = 0; i < s->n_eog; i++)
             scratch[s->eog[i]] = -INFINITY;

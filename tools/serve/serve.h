@@ -266,4 +266,9 @@ extern const size_t serve_page_html_len;
 
 double serve_now_ms(void);
 
+/* eogmask.c: whether ignore_eos's masking of eog[n_eog] can change what
+ * a sampler with parameters sp draws from row l (false: sample l as is). */
+bool eog_mask_matters(const struct minfer_sampler_params *sp, bool logprobs,
+                      const int32_t *eog, int32_t n_eog, const float *l, int32_t n_vocab);
+
 #endif /* MINFER_SERVE_H */
