@@ -498,8 +498,10 @@ __device__ __forceinline__ void group_sum(float *acc, int tpr, int lane)
  * group the kernel read NT activation blocks (80 bytes each for a
  * K-quant unit) per 36 weight bytes, from L1, and ran ~4x slower per
  * weight byte than nt = 1 on the H200 (36 us per 7B q4_K product at nt =
- * 4); two rows halve that traffic. Same row split and epilogue as
- * mmvq_kernel. */
+ * 4); two rows halve that traffic. Measured on the H200 (docs/PERF.md,
+ * many sequences): 0-8% faster than one row (q6_K nt = 8 93.8 vs 100.6
+ * us, q4_K nt = 4 48.9 vs 48.2), so that traffic was not what limits
+ * these kernels. Same row split and epilogue as mmvq_kernel. */
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_THREADS, 4)
     mmvqn2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
