@@ -104,7 +104,7 @@ elif [ -n "$TESTS" ]; then
   timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1
   echo "e2e rc $?: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
   grep -E ":[EF]:|graph replay|equals cpu|fixture" $OUT/e2e.log | cut -c1-300 | head -40
-  timeout 300 $B/test-cuda-faults > $OUT/faults.log 2>&1
+  timeout 150 $B/test-cuda-faults > $OUT/faults.log 2>&1
   echo "faults rc $?: $(grep -E '^[0-9]+%' $OUT/faults.log)"
   grep -E "sites|leak|:[EF]:" $OUT/faults.log | cut -c1-300 | head -20
   MINFER_TEST_BACKEND=cuda timeout 120 $B/test-fixture > $OUT/fixture.log 2>&1
