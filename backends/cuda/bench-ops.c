@@ -337,8 +337,15 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         cu_pool_free(c, part);
         part = NULL;
     }
-    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
-        int32_t d = depths[i];
+    /* F16: the tensor-core decode kernel at its default block target and
+     * two others, then the scalar GQA kernel (k_tune_attn_dec(-1)) */
+    const int tunes[] = {0, 264, 1056, -1};
+    const int n_depths = (int)(sizeof depths / sizeof depths[0]);
+    const int n_runs = (t == MINFER_TYPE_F16 ? 4 : 1) * n_depths;
+    for (int run = 0; run < n_runs; run++) {
+        int tune = tunes[run / n_depths];
+        k_tune_attn_dec(tune);
+        int32_t d = depths[run % n_depths];
         int32_t hp = d - 1;
         struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
         size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb,
@@ -360,13 +367,19 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
             goto kerr_dev;
         double us = ms * 1e3 / iters;
         double gbs = 2.0 * (double)rowb * d / (us * 1e-6) / 1e9;
+        char kern[32];
+        if (tune > 0)
+            snprintf(kern, sizeof kern, "mma %d blocks", tune);
+        else
+            snprintf(kern, sizeof kern, "%s", tune < 0 ? "scalar" : "default");
         printf("attn decode  %-4s hd=%d h=%d/%d depth=%-6d %8.1f us  %7.0f GB/s  %5.1f%% "
-               "of 4230\n",
+               "of 4230  (%s)\n",
                minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, us, gbs,
-               100.0 * gbs / 4230.0);
+               100.0 * gbs / 4230.0, kern);
         cu_pool_free(c, part);
         part = NULL;
     }
+    k_tune_attn_dec(0);
     rc = 0;
     goto out;
 kerr:
@@ -375,6 +388,7 @@ kerr:
 kerr_dev:
     fprintf(stderr, "attention bench: %s\n", cu_ctx_error(c));
 out:
+    k_tune_attn_dec(0);
     free(host);
     free(hpos);
     free(hq);

@@ -2,7 +2,9 @@
  * attn.cu — causal grouped-query attention over an F32, F16 or Q8_0 KV
  * cache, and its dispatch. Many query tokens with head_dim 64/128 go to
  * the tensor-core flash-attention kernel (attn-mma.cu). Few tokens (a
- * decode, or a small batch) go to the GQA decode kernel below: one pass
+ * decode, or a small batch) over an F16 cache with head_dim 64/128 go to
+ * the tensor-core decode kernel (attn-dec.cu); other caches and head
+ * sizes to the GQA decode kernel below: one pass
  * over the cells of a KV head serves all its query heads, split-K with a
  * combine pass. Other head sizes take the per-head split kernel, correct
  * for any head_dim the IR allows (a multiple of 4 up to 256). The number
@@ -513,9 +515,10 @@ static int dec_group(int64_t group)
  * the block-reducing combine cost more there than the K/V they save). */
 #define A_SHORT_CELLS 512
 
-/* Which kernel serves these shapes: 2 = tensor-core prefill, 1 = the GQA
- * decode kernel, 3 = short decode (per-head split kernel, few-split
- * combine), 0 = the per-head split kernel. */
+/* Which kernel serves these shapes: 2 = tensor-core prefill, 4 = the
+ * tensor-core decode kernel (attn-dec.cu: F16 caches, head_dim 64/128),
+ * 1 = the GQA decode kernel, 3 = short decode (per-head split kernel,
+ * few-split combine), 0 = the per-head split kernel. */
 static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const void *vc,
                      int64_t knb1, int64_t vnb1, int64_t n_cells, bool xq)
 {
@@ -524,6 +527,8 @@ static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const voi
         return 2;
     if ((nt <= 8 || xq) && n_cells <= A_SHORT_CELLS)
         return 3;
+    if ((nt <= 8 || xq) && k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1))
+        return 4;
     if (nt <= 8 || xq)
         return 1;
     return 0;
@@ -532,6 +537,8 @@ static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const voi
 static int path_splits(int path, struct kview q, int64_t n_kv_head, int64_t n_cells)
 {
     int64_t group = n_kv_head > 0 ? q.ne[1] / n_kv_head : 1;
+    if (path == 4)
+        return k_attn_dec_splits(n_kv_head, group, q.ne[2], n_cells);
     if (path == 1)
         return dec_splits(n_kv_head, (group + dec_group(group) - 1) / dec_group(group), q.ne[2],
                           n_cells);
@@ -617,6 +624,9 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
         return k_attn_mma(k, q, kv_type, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos,
                           scale, window, dst);
     int splits = path_splits(path, q, n_kv_head, n_cells);
+    if (path == 4)
+        return k_attn_dec(k, q, kc, vc, knb1, vnb1, n_cells, n_kv_head, kv_len, pos, scale,
+                          window, splits, scratch, dst, xq);
     float *part = (float *)scratch;
     if (path == 1) {
         int rc = kv_type == MINFER_TYPE_F32

@@ -243,6 +243,21 @@ int k_attn_mma(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                const void *vc, int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells,
                int64_t n_kv_head, const int32_t *kv_len, const int32_t *pos, float scale,
                int window, struct kview dst);
+/* The tensor-core decode kernel (attn-dec.cu) takes these shapes: an F16
+ * cache, head_dim 64 or 128, rows 16-byte aligned. */
+int k_attn_dec_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
+                  int64_t kv_nb1_k, int64_t kv_nb1_v);
+/* Its split count (a function of the shapes only). */
+int k_attn_dec_splits(int64_t n_kv_head, int64_t group, int64_t n_tokens, int64_t n_cells);
+/* k_attention_q by that kernel and its combine pass; scratch holds
+ * n_tokens * n_head * splits rows of head_dim + 2 floats. */
+int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, int64_t kv_nb1_k,
+               int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head, const int32_t *kv_len,
+               const int32_t *pos, float scale, int window, int splits, void *scratch,
+               struct kview dst, void *xq);
+/* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
+ * off: the scalar decode kernel serves F16 too). */
+void k_tune_attn_dec(int blocks);
 /* Causal GQA attention: many tokens on tensor cores (flash attention, one
  * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type

@@ -1,0 +1,402 @@
+/*
+ * attn-dec.cu — decode attention over an F16 cache on tensor cores
+ * (head_dim 64 or 128, more than A_SHORT_CELLS cells; attn.cu picks it).
+ *
+ * Why: the scalar GQA decode kernel (attn.cu, attn_decode) read K rows
+ * lane-per-cell, 8 useful bytes of every 32-byte sector per load, and ran
+ * at 13% of the H200's bandwidth at 32k cells. Here every K and V byte
+ * comes in by 16-byte cp.async, two 256-byte rows per warp instruction,
+ * and the arithmetic runs on mma.sync m16n8k16 (attn-mma.cu's fragment
+ * layouts): the query heads of a KV head are the 16 rows of the A operand
+ * (a group of 7 pads to 16: the tensor cores idle anyway, the kernel waits
+ * on memory), the cells the columns of S = Q K^T, then O += P V with P
+ * taken from the S accumulators. Softmax online, in base 2 (the scale
+ * carries log2 e).
+ *
+ * Work split: grid (splits, KV head x chunk of 16 query heads, token). A
+ * block is DM_WARPS warps over one contiguous share of the visible cells;
+ * each warp streams its own tiles of DM_TC cells through its own K and V
+ * buffers (no block barrier in the loop), K of the next tile loading while
+ * P V runs and V of the next while S runs. At the end the warps merge in
+ * shared memory and the block writes one split-K partial in attn.cu's
+ * layout (values, max in natural-log units, sum), which dm_combine reduces
+ * with 8 warps sharing the splits. The split count is a function of the
+ * shapes; each block's share is computed from kv_len in the kernel, so a
+ * captured launch replays at every depth.
+ */
+#include "attn.cuh"
+
+#define DM_WARPS 2
+#define DM_TC 32                      /* cells per warp tile */
+#define DM_ROWS 16                    /* query heads per block: the mma's M */
+#define DM_STEP (DM_WARPS * DM_TC)    /* cells per block step */
+#define DM_MAX_SPLITS 512             /* dm_combine's weight array */
+#define DM_TARGET_BLOCKS 528          /* 4 blocks per SM on an H200 */
+#define DC_WARPS 8
+
+/* 0: DM_TARGET_BLOCKS; > 0: that many blocks; < 0: the kernel is off
+ * (attn.cu then takes its scalar decode kernel). minfer-cuda-bench only. */
+static int g_dm_target;
+
+extern "C" void k_tune_attn_dec(int blocks)
+{
+    g_dm_target = blocks;
+}
+
+/* Cells [c0, c0 + DM_TC) of KV head hk into s (rows LD halves apart);
+ * rows at or past end are zeros (a V row must be finite: P = 0 times a
+ * stale NaN is NaN). */
+template <int HD>
+__device__ __forceinline__ void dm_stage(uint16_t *s, const uint8_t *__restrict__ cache,
+                                         int64_t nb1, int hk, int64_t c0, int64_t end, int lane)
+{
+    constexpr int LD = HD + 8, PR = HD / 8; /* 16-byte chunks per row */
+#pragma unroll
+    for (int e = lane; e < DM_TC * PR; e += 32) {
+        int j = e / PR, k = e % PR;
+        int64_t c = c0 + j;
+        bool ok = c < end;
+        fa_cp16(s + j * LD + k * 8, cache + (ok ? c : c0) * nb1 + (size_t)hk * HD * 2 + k * 16,
+                ok);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(DM_WARPS * 32)
+    attn_decode_mma(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
+                    int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
+                    const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                    int n_splits, float *__restrict__ part)
+{
+    constexpr int LD = HD + 8, KS = HD / 16, NT = DM_TC / 8, OT = HD / 8;
+    constexpr int TILE = DM_TC * LD; /* halves */
+    __shared__ __align__(16) uint16_t sm[DM_WARPS * 2 * TILE];
+    static_assert(DM_WARPS * DM_ROWS * (HD + 2) * 4 <= (int)sizeof(sm), "merge area");
+    const int n_head = (int)q.ne[1];
+    const int n_gc = (group + DM_ROWS - 1) / DM_ROWS;
+    const int hk = blockIdx.y / n_gc, gc = blockIdx.y % n_gc;
+    const int h0 = hk * group + gc * DM_ROWS;
+    const int ng = group - gc * DM_ROWS < DM_ROWS ? group - gc * DM_ROWS : DM_ROWS;
+    const int t = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, qd = lane % 4;
+    uint16_t *Ks = sm + warp * 2 * TILE, *Vs = Ks + TILE;
+
+    int64_t nvis = kv_len[0];
+    const int64_t lim = (int64_t)pos[t] + 1;
+    nvis = nvis < lim ? nvis : lim;
+    nvis = nvis < n_cells ? nvis : n_cells;
+    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0; /* a sliding window */
+    lo = lo > 0 ? lo : 0;
+    const int64_t nwin = nvis > lo ? nvis - lo : 0;
+    const int64_t chunk = ((nwin + n_splits - 1) / n_splits + DM_STEP - 1) / DM_STEP * DM_STEP;
+    const int64_t begin = lo + (int64_t)blockIdx.x * chunk;
+    const int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+
+    /* the warp's first K and V tiles load while Q is read */
+    int64_t c0 = begin + warp * DM_TC;
+    if (c0 < end) {
+        dm_stage<HD>(Ks, kc, knb1, hk, c0, end, lane);
+        fa_commit();
+        dm_stage<HD>(Vs, vc, vnb1, hk, c0, end, lane);
+        fa_commit();
+    }
+
+    /* Q as A fragments (rows g and g + 8 = query heads h0 + g, h0 + g + 8;
+     * rows past the group are zeros), scaled into base-2 exponent units */
+    const float qsc = scale * 1.4426950408889634f;
+    const char *qt = (const char *)q.data + (int64_t)t * q.nb[2];
+    const float *qa = g < ng ? (const float *)(qt + (int64_t)(h0 + g) * q.nb[1]) : NULL;
+    const float *qb = g + 8 < ng ? (const float *)(qt + (int64_t)(h0 + g + 8) * q.nb[1]) : NULL;
+    unsigned qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        const int d = ks * 16 + 2 * qd;
+        qf[ks][0] = qa ? fa_pack(qa[d] * qsc, qa[d + 1] * qsc) : 0u;
+        qf[ks][1] = qb ? fa_pack(qb[d] * qsc, qb[d + 1] * qsc) : 0u;
+        qf[ks][2] = qa ? fa_pack(qa[d + 8] * qsc, qa[d + 9] * qsc) : 0u;
+        qf[ks][3] = qb ? fa_pack(qb[d + 8] * qsc, qb[d + 9] * qsc) : 0u;
+    }
+
+    float o[OT][4];
+#pragma unroll
+    for (int i = 0; i < OT; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    for (; c0 < end; c0 += DM_STEP) {
+        const int64_t cn = c0 + DM_STEP;
+        fa_wait<1>(); /* this K tile (its V tile may still be in flight) */
+        __syncwarp();
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt += 2) {
+                unsigned b[4];
+                fa_ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                                ((lane / 8) % 2) * 8);
+                fa_mma(s[nt], qf[ks], b[0], b[1]);
+                fa_mma(s[nt + 1], qf[ks], b[2], b[3]);
+            }
+        }
+        __syncwarp(); /* every lane has read the K tile */
+        if (cn < end)
+            dm_stage<HD>(Ks, kc, knb1, hk, cn, end, lane);
+        fa_commit(); /* possibly empty: keeps the group count uniform */
+
+        if (c0 + DM_TC > end) { /* the share's last, partial tile */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (c0 + nt * 8 + 2 * qd + (e & 1) >= end)
+                        s[nt][e] = -INFINITY;
+        }
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+        const float cr0 = exp2f(m0 - b0), cr1 = exp2f(m1 - b1);
+        m0 = mx0;
+        m1 = mx1;
+        unsigned pf[NT / 2][4];
+        float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float p0 = exp2f(s[nt][0] - b0), p1 = exp2f(s[nt][1] - b0);
+            float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
+            ls0 += p0 + p1;
+            ls1 += p2 + p3;
+            pf[nt / 2][(nt % 2) * 2] = fa_pack(p0, p1);
+            pf[nt / 2][(nt % 2) * 2 + 1] = fa_pack(p2, p3);
+        }
+        l0 = l0 * cr0 + ls0;
+        l1 = l1 * cr1 + ls1;
+#pragma unroll
+        for (int i = 0; i < OT; i++) {
+            o[i][0] *= cr0;
+            o[i][1] *= cr0;
+            o[i][2] *= cr1;
+            o[i][3] *= cr1;
+        }
+
+        fa_wait<1>(); /* this V tile (the next K tile may still be in flight) */
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < NT / 2; j++) {
+#pragma unroll
+            for (int ot = 0; ot < OT; ot += 2) {
+                unsigned b[4];
+                fa_ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
+                                 (lane / 16) * 8);
+                fa_mma(o[ot], pf[j], b[0], b[1]);
+                fa_mma(o[ot + 1], pf[j], b[2], b[3]);
+            }
+        }
+        __syncwarp(); /* every lane has read the V tile */
+        if (cn < end)
+            dm_stage<HD>(Vs, vc, vnb1, hk, cn, end, lane);
+        fa_commit();
+    }
+    fa_wait<0>();
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+    /* merge the warps: rows of HD + 2 floats (values, max, sum) */
+    __syncthreads(); /* every warp is done with its tiles */
+    float *mg = (float *)sm;
+    float *ra = mg + (warp * DM_ROWS + g) * (HD + 2), *rb = ra + 8 * (HD + 2);
+#pragma unroll
+    for (int i = 0; i < OT; i++) {
+        const int d = i * 8 + 2 * qd;
+        ra[d] = o[i][0];
+        ra[d + 1] = o[i][1];
+        rb[d] = o[i][2];
+        rb[d + 1] = o[i][3];
+    }
+    if (qd == 0) {
+        ra[HD] = m0;
+        ra[HD + 1] = l0;
+        rb[HD] = m1;
+        rb[HD + 1] = l1;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ng * HD; e += DM_WARPS * 32) {
+        const int r = e / HD, d = e % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++)
+            M = fmaxf(M, mg[(w * DM_ROWS + r) * (HD + 2) + HD]);
+        float a = 0.0f, L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++) {
+            const float *rw = mg + (w * DM_ROWS + r) * (HD + 2);
+            const float ws = rw[HD] == -INFINITY ? 0.0f : exp2f(rw[HD] - M);
+            a += ws * rw[d];
+            L += ws * rw[HD + 1];
+        }
+        /* every block writes all its rows (an empty one: zeros, max -inf),
+         * so dm_combine never reads a stale value */
+        float *op = part + (((size_t)t * n_head + h0 + r) * n_splits + blockIdx.x) * (size_t)(HD + 2);
+        op[d] = a;
+        if (d == 0) {
+            op[HD] = M == -INFINITY ? -INFINITY : M * 0.6931471805599453f; /* natural log */
+            op[HD + 1] = L;
+        }
+    }
+}
+
+/* The split-K combine for dm's partials: the weights per split as in
+ * attn.cu's attn_combine, then 8 warps share the splits (lane l: values
+ * 4l..4l+3), so a head's hundred-odd splits cost a few rounds of loads
+ * instead of one per split. xq: as attn_combine (q8_1 rows of dst, bit for
+ * bit what k_quantize_q8_1 gives; HD % 32 == 0 holds). */
+template <int HD>
+__global__ void __launch_bounds__(DC_WARPS * 32)
+    dm_combine(const float *__restrict__ part, int n_head, int n_splits, kview dst, uint8_t *xq)
+{
+    constexpr int RS = HD + 2;
+    const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __shared__ float w[DM_MAX_SPLITS];
+    __shared__ float acc[DC_WARPS][HD];
+    __shared__ float red[3][DC_WARPS];
+    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)RS;
+    float M = -INFINITY;
+    for (int s = threadIdx.x; s < n_splits; s += DC_WARPS * 32)
+        M = fmaxf(M, base[s * RS + HD]);
+    M = warp_max(M);
+    if (lane == 0)
+        red[0][warp] = M;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < DC_WARPS; i++)
+        M = fmaxf(M, red[0][i]);
+    float L = 0.0f, last = -1.0f; /* the last split with weight: cells go from split 0 */
+    for (int s = threadIdx.x; s < n_splits; s += DC_WARPS * 32) {
+        const float ms = base[s * RS + HD];
+        const float ws = ms == -INFINITY ? 0.0f : expf(ms - M);
+        w[s] = ws;
+        L += ws * base[s * RS + HD + 1];
+        last = ws != 0.0f ? (float)s : last;
+    }
+    L = warp_sum(L);
+    last = warp_max(last);
+    if (lane == 0) {
+        red[1][warp] = L;
+        red[2][warp] = last;
+    }
+    __syncthreads(); /* also publishes w[] */
+    L = 0.0f;
+    last = -1.0f;
+#pragma unroll
+    for (int i = 0; i < DC_WARPS; i++) {
+        L += red[1][i];
+        last = fmaxf(last, red[2][i]);
+    }
+    const int n_used = (int)last + 1;
+    if (lane < HD / 4) {
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll 4
+        for (int s = warp; s < n_used; s += DC_WARPS) {
+            const float2 *p = (const float2 *)(base + s * RS + 4 * lane); /* RS even */
+            const float2 x = p[0], y = p[1];
+            const float ws = w[s];
+            a0 += ws * x.x;
+            a1 += ws * x.y;
+            a2 += ws * y.x;
+            a3 += ws * y.y;
+        }
+        acc[warp][4 * lane] = a0;
+        acc[warp][4 * lane + 1] = a1;
+        acc[warp][4 * lane + 2] = a2;
+        acc[warp][4 * lane + 3] = a3;
+    }
+    __syncthreads();
+    if (threadIdx.x >= HD) /* whole warps: HD % 32 == 0 */
+        return;
+    const int d = threadIdx.x;
+    float a = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DC_WARPS; i++)
+        a += acc[i][d];
+    const float v = L > 0.0f ? a / L : 0.0f; /* no visible cell: zeros */
+    ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[d] = v;
+    if (xq) {
+        int nbq = HD * n_head / 32, col = h * HD + d;
+        float amax = warp_max(fabsf(v));
+        float qd = amax / 127.0f;
+        int qv = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+        float qs = warp_sum((float)qv);
+        uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+        ((int8_t *)row)[col] = (int8_t)qv;
+        if (lane == 0)
+            ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+    }
+}
+
+extern "C" int k_attn_dec_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
+                             int64_t knb1, int64_t vnb1)
+{
+    if (g_dm_target < 0 || kv_type != MINFER_TYPE_F16 || (hd != 64 && hd != 128))
+        return 0;
+    /* 16-byte cp.async of every row */
+    return (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 && knb1 % 16 == 0 &&
+           vnb1 % 16 == 0;
+}
+
+extern "C" int k_attn_dec_splits(int64_t n_kv_head, int64_t group, int64_t n_tokens,
+                                 int64_t n_cells)
+{
+    int64_t units = n_kv_head * ((group + DM_ROWS - 1) / DM_ROWS) * n_tokens;
+    int64_t target = g_dm_target > 0 ? g_dm_target : DM_TARGET_BLOCKS;
+    int64_t want = units > 0 ? (target + units - 1) / units : 1;
+    int64_t maxs = (n_cells + DM_STEP - 1) / DM_STEP; /* a block step each at least */
+    if (want > maxs)
+        want = maxs;
+    if (want > DM_MAX_SPLITS)
+        want = DM_MAX_SPLITS;
+    return (int)(want < 1 ? 1 : want);
+}
+
+template <int HD>
+static int dm_launch(struct kctx *k, struct kview q, const uint8_t *K, const uint8_t *V,
+                     int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
+                     const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                     int splits, float *part, struct kview dst, uint8_t *xq)
+{
+    const int group = (int)(q.ne[1] / n_kv_head);
+    const int64_t n_gc = (group + DM_ROWS - 1) / DM_ROWS;
+    dim3 grid((unsigned)splits, (unsigned)(n_kv_head * n_gc), (unsigned)q.ne[2]);
+    auto kf = attn_decode_mma<HD>;
+    KLAUNCH(k, "attention.decode_mma<f16>", kf, grid, DM_WARPS * 32, 0, q, K, V, knb1, vnb1,
+            n_cells, group, kv_len, pos, scale, window, splits, part);
+    dim3 g2((unsigned)q.ne[1], (unsigned)q.ne[2]);
+    auto cf = dm_combine<HD>;
+    KLAUNCH(k, "attention.combine_mma", cf, g2, DC_WARPS * 32, 0, (const float *)part,
+            (int)q.ne[1], splits, dst, xq);
+    return 0;
+}
+
+extern "C" int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc,
+                          int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
+                          const int32_t *kv_len, const int32_t *pos, float scale, int window,
+                          int splits, void *scratch, struct kview dst, void *xq)
+{
+    const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
+    if (q.ne[0] == 128)
+        return dm_launch<128>(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, kv_len, pos, scale,
+                              window, splits, (float *)scratch, dst, (uint8_t *)xq);
+    return dm_launch<64>(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, kv_len, pos, scale, window,
+                         splits, (float *)scratch, dst, (uint8_t *)xq);
+}
