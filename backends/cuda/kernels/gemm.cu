@@ -30,6 +30,7 @@
 #include <stdlib.h>
 
 #include "common.cuh"
+#include "mma.cuh"
 
 #define G_BN 128     /* weight rows per block (default tile) */
 #define G_BM 128     /* tokens per block */
@@ -56,41 +57,6 @@ template <int BN, int BK> struct gshape {
     /* resident blocks per SM the register budget is sized for */
     static constexpr int MIN_BLOCKS = BN == 256 ? 1 : 2;
 };
-
-/* ---- PTX wrappers (sm_80+) ---- */
-
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared; ok == false writes zeros (tails). */
-__device__ __forceinline__ void cp16(void *s, const void *g, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s)), "l"(g),
-                 "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *s)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(s)));
-}
-__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* ---- f16 GEMM ---- */
 
