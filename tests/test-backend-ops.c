@@ -682,15 +682,21 @@ START_TEST(gemm_every_variant)
     typedef void (*tune_fn)(int bk, int splits, int bn);
     tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
     ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
-    static const int variants[][3] = {{32, 1, 128}, {64, 1, 128}, {64, 3, 128},
-                                      {64, 8, 128}, {64, 1, 256}, {32, 4, 256}};
-    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_F16};
-    int64_t shapes[][2] = {{512, 200}, {288, 130}}; /* K % 64 == 32 in the second */
+    /* bn 128/256: the f16-scratch kernel; bn 16/64: the in-place quantized
+     * one (gemm-q.cu: q4_K, q5_K, q6_K, q8_0 with K % 256 == 0) with that
+     * token tile, its 3-way split uneven over 2 or 3 chunks */
+    static const int variants[][3] = {{32, 1, 128}, {64, 1, 128}, {64, 3, 128}, {64, 8, 128},
+                                      {64, 1, 256}, {32, 4, 256}, {0, 1, 16},   {0, 3, 16},
+                                      {0, 1, 64},   {0, 3, 64}};
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_K,
+                        MINFER_TYPE_F16};
+    /* K % 64 == 32 in the second; 3 chunks of 256 and a 300-row tail in the third */
+    int64_t shapes[][2] = {{512, 200}, {288, 130}, {768, 300}};
     int Ms[] = {9, 67};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         tune(variants[v][0], variants[v][1], variants[v][2]);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            for (size_t sh = 0; sh < 2; sh++) {
+            for (size_t sh = 0; sh < 3; sh++) {
                 int64_t K = shapes[sh][0], N = shapes[sh][1];
                 if (K % 256 && types[ti] != MINFER_TYPE_Q8_0 && types[ti] != MINFER_TYPE_F16)
                     continue; /* K-quant rows are whole 256-blocks */

@@ -9,8 +9,10 @@
  * Also the attention kernels: prefill TFLOP/s at 4k/16k/32k tokens and
  * decode GB/s of KV read at depths 1k..32k.
  *
- * usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec] [--multi]
- * (prints a table on stdout; --gemm: the prefill GEMM rows only; --attn: the
+ * usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--attn] [--matvec] [--multi]
+ * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
+ * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
+ * q8_0 at 16..2048 tokens; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
@@ -195,15 +197,22 @@ out:
 }
 
 /* The prefill GEMM as run_gemm drives it: activations to f16, then
- * k_gemm (dequantization to f16 scratch + the tensor-core kernel); xl
- * adds the float-weight hi/lo second pass. TFLOP/s counts 2*K*N*M once. */
+ * k_gemm (the in-place quantized kernel, or dequantization to f16
+ * scratch + the tensor-core kernel); xl adds the float-weight hi/lo second
+ * pass. The weights rotate over copies worth >= 512 MB, so small token
+ * counts read them from memory as a model does, not from the L2. TFLOP/s
+ * counts 2*K*N*M once; GB/s is the quantized weight bytes per call. */
+#define GEMM_COPIES 16
 static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_t M, int split,
                       const char *what)
 {
     size_t rowb = minfer_row_size(t, K), mat = rowb * (size_t)N;
+    int copies = (int)(((size_t)512 << 20) / mat + 1);
+    if (copies > GEMM_COPIES)
+        copies = GEMM_COPIES;
     uint8_t *host = malloc(mat);
     float *hx = malloc((size_t)K * M * 4);
-    void *w = NULL, *x = NULL, *y = NULL, *xh = NULL, *xl = NULL, *ws = NULL;
+    void *w[GEMM_COPIES] = {0}, *x = NULL, *y = NULL, *xh = NULL, *xl = NULL, *ws = NULL;
     struct kctx *k = cu_ctx_kctx(c);
     int rc = -1;
     if (!host || !hx)
@@ -213,18 +222,22 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
     for (int64_t i = 0; i < K * M; i++)
         hx[i] = rndf();
     size_t wsb = k_gemm_scratch_bytes(k, t, NULL, K, N, M, rowb);
-    if (cu_pool_alloc(c, mat, "gemm w", &w) || cu_pool_alloc(c, (size_t)K * M * 4, "gemm x", &x) ||
+    for (int i = 0; i < copies; i++)
+        if (cu_pool_alloc(c, mat, "gemm w", &w[i]) || cu_write(c, w[i], host, mat))
+            goto out;
+    if (cu_pool_alloc(c, (size_t)K * M * 4, "gemm x", &x) ||
         cu_pool_alloc(c, (size_t)N * M * 4, "gemm y", &y) ||
         cu_pool_alloc(c, k_gemm_act_bytes(K, M), "gemm xh", &xh) ||
         cu_pool_alloc(c, k_gemm_act_bytes(K, M), "gemm xl", &xl) ||
-        (wsb && cu_pool_alloc(c, wsb, "gemm scratch", &ws)) || cu_write(c, w, host, mat) ||
+        (wsb && cu_pool_alloc(c, wsb, "gemm scratch", &ws)) ||
         cu_write(c, x, hx, (size_t)K * M * 4))
         goto out;
-    for (int i = 0; i < 12; i++) { /* 2 warm-up + 10 timed */
+    int iters = 2 + 2 * copies; /* 2 warm-up, then each copy twice */
+    for (int i = 0; i < iters; i++) {
         if (i == 2)
             cu_timer_start(c);
         if (k_gemm_act(k, x, K, M, K * 4, xh, split ? xl : NULL) ||
-            k_gemm(k, t, w, K, N, rowb, xh, split ? xl : NULL, M, y, N * 4, ws)) {
+            k_gemm(k, t, w[i % copies], K, N, rowb, xh, split ? xl : NULL, M, y, N * 4, ws)) {
             fprintf(stderr, "kernel error: %s\n", k->err);
             goto out;
         }
@@ -232,15 +245,17 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
     float ms = 0;
     if (cu_timer_stop(c, &ms))
         goto out;
-    double s = ms * 1e-3 / 10;
-    printf("gemm   %-5s %-22s M=%lld%s bk,splits,bn %2d,%d,%3d %8.1f us  %6.1f TFLOP/s\n",
+    double s = ms * 1e-3 / (iters - 2);
+    printf("gemm   %-5s %-22s M=%-4lld%s bk,splits,bn %2d,%d,%3d %8.1f us  %6.1f TFLOP/s "
+           "%6.0f GB/s\n",
            minfer_type_traits_of(t)->name, what, (long long)M, split ? " hi/lo" : "      ",
-           g_cfg[0], g_cfg[1], g_cfg[2], s * 1e6, 2.0 * K * N * M / s / 1e12);
+           g_cfg[0], g_cfg[1], g_cfg[2], s * 1e6, 2.0 * K * N * M / s / 1e12, mat / s / 1e9);
     rc = 0;
 out:
     free(host);
     free(hx);
-    cu_pool_free(c, w);
+    for (int i = 0; i < copies; i++)
+        cu_pool_free(c, w[i]);
     cu_pool_free(c, x);
     cu_pool_free(c, y);
     cu_pool_free(c, xh);
@@ -407,7 +422,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0;
+    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -419,9 +434,12 @@ int main(int argc, char **argv)
             matvec_only = 1;
         } else if (strcmp(argv[i], "--multi") == 0) {
             multi_only = 1;
+        } else if (strcmp(argv[i], "--gemmq") == 0) {
+            gemmq_only = 1;
         } else {
             fprintf(stderr,
-                    "usage: minfer-cuda-bench [--quick] [--gemm] [--attn] [--matvec] [--multi]\n");
+                    "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--attn] [--matvec] "
+                    "[--multi]\n");
             return 2;
         }
     }
@@ -455,6 +473,35 @@ int main(int argc, char **argv)
     }
     if (gemm_only)
         goto gemm;
+    if (gemmq_only) {
+        /* the in-place quantized GEMM (bn = its token tile) against the
+         * f16-scratch one (bn 128), same shapes and token counts; then
+         * its split-K counts forced at batched-decode sizes */
+        static const uint32_t qt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+        static const int qm[] = {4, 8, 16, 64, 128, 256};
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t si = 0; si < 3; si++)
+                for (size_t mi = 0; mi < 6; mi++)
+                    for (int v = 0; v < 2; v++) {
+                        int cfg[3] = {0, 0, v ? (qm[mi] <= 16 ? 16 : 64) : 128};
+                        memcpy(g_cfg, cfg, sizeof g_cfg);
+                        k_tune_gemm(cfg[0], cfg[1], cfg[2]);
+                        fails += bench_gemm(c, qt[ti], shapes[si].K, shapes[si].N, qm[mi], 0,
+                                            shapes[si].what) != 0;
+                    }
+        for (size_t si = 0; si < 3; si++)
+            for (int m = 16; m <= 64; m *= 4)
+                for (int sp = 1; sp <= 8; sp *= 2) {
+                    int cfg[3] = {0, sp, m};
+                    memcpy(g_cfg, cfg, sizeof g_cfg);
+                    k_tune_gemm(cfg[0], cfg[1], cfg[2]);
+                    fails += bench_gemm(c, MINFER_TYPE_Q4_K, shapes[si].K, shapes[si].N, m, 0,
+                                        shapes[si].what) != 0;
+                }
+        memset(g_cfg, 0, sizeof g_cfg);
+        k_tune_gemm(0, 0, 0);
+        goto done;
+    }
     if (multi_only) {
         static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K};
         for (int r = 2; r >= 1; r--) {

@@ -22,8 +22,8 @@
 /* Four q8_0 values (packed int8) times d, as four halves. */
 __device__ __forceinline__ uint2 fa_q8x4(float d, int v)
 {
-    return make_uint2(fa_pack(d * (float)(int8_t)v, d * (float)(int8_t)(v >> 8)),
-                      fa_pack(d * (float)(int8_t)(v >> 16), d * (float)(int8_t)(v >> 24)));
+    return make_uint2(pack_h2(d * (float)(int8_t)v, d * (float)(int8_t)(v >> 8)),
+                      pack_h2(d * (float)(int8_t)(v >> 16), d * (float)(int8_t)(v >> 24)));
 }
 
 /* Cells [c0, c0 + FA_BC) of KV head hk into sm (rows LD halves apart) as
@@ -40,7 +40,7 @@ __device__ __forceinline__ void fa_stage(uint16_t *sm, const uint8_t *__restrict
             int64_t c = c0 + j;
             bool ok = c < end;
             const uint8_t *src = cache + (ok ? c : c0) * nb1 + (size_t)hk * HD * 2 + k * 16;
-            fa_cp16(sm + j * LD + k * 8, src, ok);
+            cp16(sm + j * LD + k * 8, src, ok);
         }
     } else if (L == 0) {
         constexpr int PR = HD / 4;
@@ -50,7 +50,7 @@ __device__ __forceinline__ void fa_stage(uint16_t *sm, const uint8_t *__restrict
             uint2 w = make_uint2(0, 0);
             if (c < end) {
                 float4 v = ((const float4 *)(cache + c * nb1 + (size_t)hk * HD * 4))[k];
-                w = make_uint2(fa_pack(v.x, v.y), fa_pack(v.z, v.w));
+                w = make_uint2(pack_h2(v.x, v.y), pack_h2(v.z, v.w));
             }
             *(uint2 *)(sm + j * LD + k * 4) = w;
         }
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     unsigned qf[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
-        fa_ldsm4(qf[ks], Vs + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ks * 16 +
+        ldsm4(qf[ks], Vs + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ks * 16 +
                              (lane / 16) * 8);
     const int64_t nvis = kv_len[0] < n_cells ? kv_len[0] : n_cells;
     int maxpos = -1, minpos = 0x7fffffff;
@@ -137,12 +137,12 @@ __global__ void __launch_bounds__(FA_THREADS)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     if (start < end) {
         fa_stage<HD, L>(Ks, kc, knb1, hk, start, end);
-        fa_commit();
+        cp_commit();
         fa_stage<HD, L>(Vs, vc, vnb1, hk, start, end);
-        fa_commit();
+        cp_commit();
     }
     for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
-        fa_wait<1>(); /* this K tile (the V tile may still be in flight) */
+        cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
         __syncthreads();
         float s[NT][4];
 #pragma unroll
@@ -153,16 +153,16 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
             for (int nt = 0; nt < NT; nt += 2) {
                 unsigned b[4];
-                fa_ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
                                 ((lane / 8) % 2) * 8);
-                fa_mma(s[nt], qf[ks], b[0], b[1]);
-                fa_mma(s[nt + 1], qf[ks], b[2], b[3]);
+                mma16816(s[nt], qf[ks], b[0], b[1]);
+                mma16816(s[nt + 1], qf[ks], b[2], b[3]);
             }
         }
         __syncthreads(); /* every warp has read the K tile */
         if (c0 + FA_BC < end)
             fa_stage<HD, L>(Ks, kc, knb1, hk, c0 + FA_BC, end);
-        fa_commit(); /* possibly empty: keeps the group count uniform */
+        cp_commit(); /* possibly empty: keeps the group count uniform */
 
         /* mask: only tiles past the first row's position or the end */
         if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos || c0 < wmax) {
@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(FA_THREADS)
             float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
             ls0 += p0 + p1;
             ls1 += p2 + p3;
-            pf[nt / 2][(nt % 2) * 2] = fa_pack(p0, p1);
-            pf[nt / 2][(nt % 2) * 2 + 1] = fa_pack(p2, p3);
+            pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);
+            pf[nt / 2][(nt % 2) * 2 + 1] = pack_h2(p2, p3);
         }
         l0 = l0 * cr0 + ls0;
         l1 = l1 * cr1 + ls1;
@@ -214,25 +214,25 @@ __global__ void __launch_bounds__(FA_THREADS)
             o[i][3] *= cr1;
         }
 
-        fa_wait<1>(); /* this V tile (the next K tile may still be in flight) */
+        cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < NT / 2; j++) {
 #pragma unroll
             for (int ot = 0; ot < OT; ot += 2) {
                 unsigned b[4];
-                fa_ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
+                ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
                                  (lane / 16) * 8);
-                fa_mma(o[ot], pf[j], b[0], b[1]);
-                fa_mma(o[ot + 1], pf[j], b[2], b[3]);
+                mma16816(o[ot], pf[j], b[0], b[1]);
+                mma16816(o[ot + 1], pf[j], b[2], b[3]);
             }
         }
         __syncthreads(); /* every warp has read the V tile */
         if (c0 + FA_BC < end)
             fa_stage<HD, L>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
-        fa_commit();
+        cp_commit();
     }
-    fa_wait<0>();
+    cp_wait<0>();
 
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);

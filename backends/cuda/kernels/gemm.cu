@@ -30,6 +30,8 @@
 #include <stdlib.h>
 
 #include "common.cuh"
+#include "gemm.cuh"
+#include "mma.cuh"
 
 #define G_BN 128     /* weight rows per block (default tile) */
 #define G_BM 128     /* tokens per block */
@@ -56,41 +58,6 @@ template <int BN, int BK> struct gshape {
     /* resident blocks per SM the register budget is sized for */
     static constexpr int MIN_BLOCKS = BN == 256 ? 1 : 2;
 };
-
-/* ---- PTX wrappers (sm_80+) ---- */
-
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared; ok == false writes zeros (tails). */
-__device__ __forceinline__ void cp16(void *s, const void *g, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(s)), "l"(g),
-                 "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *s)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(s)));
-}
-__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* ---- f16 GEMM ---- */
 
@@ -228,6 +195,15 @@ __global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, i
     *p = accumulate ? *p + v : v;
 }
 
+int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
+                int64_t dst_nb1, int accumulate)
+{
+    int64_t total = N * M;
+    KLAUNCH(k, "gemm reduce", gemm_reduce_kernel, (unsigned)((total + 255) / 256), 256, 0, part,
+            splits, (int)N, (int)M, dst, dst_nb1, accumulate);
+    return 0;
+}
+
 /* ---- activations and weights to f16 ---- */
 
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
@@ -313,12 +289,30 @@ static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int6
  * benchmark and, through the plugin's "minfer_cuda_test_tune_gemm"
  * extension, by the op tests, which run every kernel variant. */
 static int g_bk, g_splits, g_bn;
+/* 1: gemm-q.cu's in-place kernel where it applies, -1: never, 0: by shape */
+static int g_inplace;
 
+/* bn 128 or 256 forces this file's kernel with that tile; bn 16 or 64
+ * forces gemm-q.cu's with that token tile (for the types it covers). */
 extern "C" void k_tune_gemm(int bk, int splits, int bn)
 {
     g_bk = bk == 32 || bk == 64 ? bk : 0;
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
     g_bn = bn == 128 || bn == 256 ? bn : 0;
+    g_inplace = bn == 16 || bn == 64 ? 1 : g_bn ? -1 : 0;
+    gemm_q_tune(g_inplace == 1 ? bn : 0, g_inplace == 1 ? splits : 0);
+}
+
+/* The in-place kernel for this call? On the H200 (docs/PERF.md) it is
+ * 1.3-2.4x faster at 16-64 tokens, where reading the weights is the cost,
+ * and up to 2x slower from 256 tokens on, where the f16 kernel's larger
+ * tiles win and the dequantization pass is amortized. */
+#define GQ_MAX_M 128
+static bool use_inplace(uint32_t type, int64_t K, int64_t M, const void *xl)
+{
+    if (xl || g_inplace < 0 || !gemm_q_eligible(type, K))
+        return false;
+    return g_inplace > 0 || M <= GQ_MAX_M;
 }
 
 template <int BN, int BK> static int optin_one(struct kctx *k)
@@ -352,7 +346,8 @@ extern "C" int k_prepare(struct kctx *k)
                  need, k->device, k->smem_optin);
         return -1;
     }
-    if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k))
+    if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
+        gemm_q_prepare(k))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;
@@ -427,10 +422,7 @@ static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, 
         rc = launch_t<128, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
     if (rc || p.splits == 1)
         return rc;
-    int64_t total = n * M;
-    KLAUNCH(k, "gemm reduce", gemm_reduce_kernel, (unsigned)((total + 255) / 256), 256, 0,
-            (const float *)part, p.splits, (int)n, (int)M, dst, dst_nb1, accumulate);
-    return 0;
+    return gemm_reduce(k, part, p.splits, n, M, dst, dst_nb1, accumulate);
 }
 
 extern "C" int k_gemm_supported(uint32_t type)
@@ -475,6 +467,8 @@ extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
 extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W,
                                        int64_t K, int64_t N, int64_t M, int64_t w_nb1)
 {
+    if (use_inplace(type, K, M, NULL))
+        return gemm_q_part_bytes(k, K, N, M);
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
     size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
@@ -509,6 +503,8 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
+    if (use_inplace(type, K, M, xl))
+        return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
     bool direct = w_direct(type, W, w_nb1);
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = direct ? 0 : round256((size_t)rows * (size_t)K * 2);

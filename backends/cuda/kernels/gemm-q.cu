@@ -1,0 +1,434 @@
+/*
+ * gemm-q.cu — the tensor-core GEMM on quantized weights read in place
+ * (q4_K, q5_K, q6_K, q8_0): dst[n, m] = sum_k W[k, n] * x[k, m] with f16
+ * activations (k_gemm_act) and no f16 copy of the weights.
+ *
+ * gemm.cu's kernel first dequantizes a whole matrix to f16 scratch: 2
+ * bytes written and read again per weight on every call, several times
+ * the bytes of the quantized weight itself. At 16-64 tokens (batched
+ * decode) that traffic is the whole cost. Here each 256-value chunk of a
+ * weight row travels raw, by 16-byte cp.async, into a shared-memory ring
+ * (the copy starts at the 16-byte unit that holds the chunk's first byte,
+ * so any block alignment works: q6_K's and q8_0's blocks are only 2-byte
+ * aligned), and the lanes dequantize it straight into mma.sync fragments.
+ *
+ * The fragment trick: an mma sums over k, so k may be permuted as long as
+ * A and B agree. Lane tig of a warp owns values [64 tig, 64 tig + 64) of
+ * each chunk of its two rows (gid and gid + 8); step s (16 per chunk) is
+ * the k16 slice made of each lane's values 4s..4s+3. The lane therefore
+ * reads whole words of its own blocks, and the activations are staged in
+ * the matching order: shared unit (p, token, tig) holds x[64 tig + 8p ..
+ * +8], the B fragments of steps 2p and 2p+1 in one 16-byte load.
+ *
+ * Block: 8 warps x 16 weight rows, BM = 8 * NJ tokens (16 or 64), 3-stage
+ * ring. Too few tiles to fill the GPU (small N, few tokens) split K over
+ * blockIdx.z into partial planes that gemm.cu's fixed-order reduction
+ * adds (deterministic).
+ */
+#include "common.cuh"
+#include "gemm.cuh"
+#include "mma.cuh"
+
+#define Q_WARPS 8
+#define Q_THREADS (32 * Q_WARPS)
+#define Q_BN (16 * Q_WARPS) /* weight rows per block */
+#define Q_CHUNK 256         /* K values per ring stage */
+#define Q_STAGES 3
+#define Q_MAX_SPLITS 16
+
+/* NW words of shared memory from a 2-byte aligned address: the aligned
+ * words around it, funnel-shifted (reads one word past the last). */
+template <int NW> __device__ __forceinline__ void ldw(unsigned (&w)[NW], const uint8_t *p)
+{
+    const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+    unsigned sh = ((unsigned)(uintptr_t)p & 3) * 8, prev = a[0];
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        unsigned nx = a[i + 1];
+        w[i] = __funnelshift_r(prev, nx, sh);
+        prev = nx;
+    }
+}
+
+/* Bytes 2e and 2e+1 of w in the low bytes of the two 16-bit lanes. */
+__device__ __forceinline__ unsigned lanes2(unsigned w, int e)
+{
+    return __byte_perm(w, 0, e ? 0x4342 : 0x4140);
+}
+/* Two 16-bit lanes holding integers below 1024, minus bias, as exact
+ * halves: 0x6400 is 1024.0, so (q | 0x6400) is 1024 + q. */
+__device__ __forceinline__ __half2 lanes_h2(unsigned q, float bias)
+{
+    unsigned u = q | 0x64006400u;
+    return __hsub2(*(const __half2 *)&u, __float2half2_rn(1024.0f + bias));
+}
+__device__ __forceinline__ unsigned h2u(__half2 h)
+{
+    return *(const unsigned *)&h;
+}
+__device__ __forceinline__ unsigned wsel4(unsigned a, unsigned b, unsigned c, unsigned d, int i)
+{
+    return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
+}
+
+/* Per type: BYTES per 256-value chunk of a row, and deq(p, t, v): lane
+ * t's 64 values of the chunk at shared address p, v[2s + e] = values
+ * 4s + 2e and 4s + 2e + 1 as a half2. */
+template <int T> struct qgemm;
+
+/* The 6-bit scales and mins of sub-blocks 2t and 2t+1 (q4_K, q5_K) from
+ * the 16-byte block header h: scale in sc[], -min in mn[]. */
+__device__ __forceinline__ void kq_scales(const unsigned (&h)[4], int t, __half2 (&sc)[2],
+                                          __half2 (&mn)[2])
+{
+    float d = __half2float(__ushort_as_half((unsigned short)h[0]));
+    float dmin = __half2float(__ushort_as_half((unsigned short)(h[0] >> 16)));
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int j = 2 * t + i; /* scales byte b is byte b % 4 of word 1 + b / 4 */
+        auto byte = [&](int b) {
+            return (int)((wsel4(h[1], h[2], h[3], h[3], b >> 2) >> (8 * (b & 3))) & 0xFF);
+        };
+        int s, m;
+        if (j < 4) {
+            s = byte(j) & 63;
+            m = byte(j + 4) & 63;
+        } else {
+            s = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+            m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+        }
+        sc[i] = __float2half2_rn(d * (float)s);
+        mn[i] = __float2half2_rn(-dmin * (float)m);
+    }
+}
+
+template <> struct qgemm<MINFER_TYPE_Q4_K> {
+    static constexpr int BYTES = 144;
+    /* sub-block 2t: low nibbles of qs[32t..32t+32); 2t+1: high nibbles */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        unsigned h[4], q[8];
+        __half2 sc[2], mn[2];
+        ldw(h, p);
+        ldw(q, p + 16 + 32 * t);
+        kq_scales(h, t, sc, mn);
+#pragma unroll
+        for (int s = 0; s < 16; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned n = (lanes2(q[s & 7], e) >> (s < 8 ? 0 : 4)) & 0x000F000Fu;
+                v[2 * s + e] = h2u(__hfma2(lanes_h2(n, 0.0f), sc[s >> 3], mn[s >> 3]));
+            }
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q5_K> {
+    static constexpr int BYTES = 176;
+    /* as q4_K plus the fifth bit: bit j of qh[l] for value l of sub-block j */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        unsigned h[4], qh[8], q[8];
+        __half2 sc[2], mn[2];
+        ldw(h, p);
+        ldw(qh, p + 16);
+        ldw(q, p + 48 + 32 * t);
+        kq_scales(h, t, sc, mn);
+#pragma unroll
+        for (int s = 0; s < 16; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned n = (lanes2(q[s & 7], e) >> (s < 8 ? 0 : 4)) & 0x000F000Fu;
+                unsigned hb = (lanes2(qh[s & 7], e) >> (2 * t + (s >> 3))) & 0x00010001u;
+                v[2 * s + e] = h2u(__hfma2(lanes_h2(n | hb << 4, 0.0f), sc[s >> 3], mn[s >> 3]));
+            }
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q6_K> {
+    static constexpr int BYTES = 210;
+    /* lane t: half hf = t / 2 of the block; t odd takes the high nibbles
+     * of ql[64 hf ..] and bits 4-7 of qh[32 hf ..], t even the low ones;
+     * one int8 scale per 16 values */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        int hf = t >> 1, u = t & 1;
+        unsigned ql[16], qh[8], sw[1], dw[1];
+        ldw(ql, p + 64 * hf);
+        ldw(qh, p + 128 + 32 * hf);
+        ldw(sw, p + 192 + 8 * hf + 4 * u);
+        ldw(dw, p + 208);
+        float d = __half2float(__ushort_as_half((unsigned short)dw[0]));
+        __half2 sc[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            sc[j] = __float2half2_rn(d * (float)(int8_t)(sw[0] >> (8 * j)));
+#pragma unroll
+        for (int s = 0; s < 16; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned n = (lanes2(ql[s], e) >> (4 * u)) & 0x000F000Fu;
+                unsigned hb = (lanes2(qh[s & 7], e) >> (4 * u + 2 * (s >> 3))) & 0x00030003u;
+                v[2 * s + e] = h2u(__hmul2(lanes_h2(n | hb << 4, 32.0f), sc[s >> 2]));
+            }
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q8_0> {
+    static constexpr int BYTES = 272;
+    /* lane t: blocks 2t and 2t+1, 68 contiguous bytes (d, 32 qs, d, 32 qs) */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        unsigned w[17];
+        ldw(w, p + 68 * t);
+        __half2 d0 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)w[0])));
+        __half2 d1 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)(w[8] >> 16))));
+#pragma unroll
+        for (int s = 0; s < 16; s++) {
+            unsigned q = s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned b = lanes2(q, e) ^ 0x00800080u; /* int8 + 128 */
+                v[2 * s + e] = h2u(__hmul2(lanes_h2(b, 128.0f), s < 8 ? d0 : d1));
+            }
+        }
+    }
+};
+
+template <int T> struct qshape {
+    /* shared bytes per row of a stage: the chunk plus the bytes before it
+     * in its first 16-byte unit, in whole units */
+    static constexpr int UNITS = (qgemm<T>::BYTES + 15 + 15) / 16;
+    static constexpr int PITCH = 16 * UNITS;
+};
+
+template <int T, int NJ> struct qsmem {
+    static constexpr int BM = 8 * NJ;
+    static constexpr int A = Q_BN * qshape<T>::PITCH;
+    static constexpr int STAGE = A + BM * Q_CHUNK * 2;
+    static constexpr int BYTES = STAGE * Q_STAGES;
+};
+
+template <int T, int NJ>
+__global__ void __launch_bounds__(Q_THREADS, 1)
+    gemm_q_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const __half *__restrict__ xh,
+                  int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
+                  int64_t split_nb)
+{
+    using Q = qgemm<T>;
+    using S = qsmem<T, NJ>;
+    constexpr int BM = S::BM, PITCH = qshape<T>::PITCH, UNITS = qshape<T>::UNITS;
+    extern __shared__ __align__(16) unsigned char smem[];
+
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * Q_BN, z = blockIdx.z;
+    const int nch = K / Q_CHUNK;
+    const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    dst = (float *)((char *)dst + z * split_nb);
+
+    /* rows past N read row N - 1 (valid memory; never stored) */
+    auto wrow = [&](int r) {
+        int n = n0 + r;
+        return W + (int64_t)(n < N ? n : N - 1) * w_nb1;
+    };
+    auto load = [&](int stage, int c) {
+        unsigned char *As = smem + stage * S::STAGE;
+        __half *Bs = (__half *)(As + S::A);
+        for (int i = tid; i < Q_BN * UNITS; i += Q_THREADS) {
+            int r = i / UNITS, u = i % UNITS;
+            const uint8_t *src = wrow(r) + (size_t)c * Q::BYTES;
+            const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
+            cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
+        }
+        for (int i = tid; i < BM * 32; i += Q_THREADS) {
+            int p = i / (BM * 4), tok = (i >> 2) % BM, t = i & 3, m = m0 + tok;
+            const __half *g = xh + (int64_t)(m < M ? m : 0) * K + (int64_t)c * Q_CHUNK + 64 * t + 8 * p;
+            cp16(Bs + (size_t)i * 8, g, m < M);
+        }
+    };
+
+    float acc[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc[j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < Q_STAGES - 1; s++) {
+        if (s < nc)
+            load(s, c0 + s);
+        cp_commit();
+    }
+    const int r0 = warp * 16 + gid;
+    const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
+    for (int i = 0; i < nc; i++) {
+        cp_wait<Q_STAGES - 2>();
+        __syncthreads(); /* chunk i landed; chunk i-1's stage is free */
+        int pf = i + Q_STAGES - 1;
+        if (pf < nc)
+            load(pf % Q_STAGES, c0 + pf);
+        cp_commit();
+
+        const unsigned char *As = smem + (i % Q_STAGES) * S::STAGE;
+        const __half *Bs = (const __half *)(As + S::A);
+        size_t cb = (size_t)(c0 + i) * Q::BYTES;
+        unsigned va[32], vb[32];
+        Q::deq(As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15), tig, va);
+        Q::deq(As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), tig, vb);
+#pragma unroll
+        for (int p = 0; p < 8; p++) {
+            uint4 b[NJ];
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+                b[j] = *(const uint4 *)(Bs + ((p * BM + 8 * j + gid) * 4 + tig) * 8);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int s = 2 * p + h;
+                unsigned a[4] = {va[2 * s], vb[2 * s], va[2 * s + 1], vb[2 * s + 1]};
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+                    mma16816(acc[j], a, h ? b[j].z : b[j].x, h ? b[j].w : b[j].y);
+            }
+        }
+    }
+    cp_wait<0>();
+
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int n = n0 + r0 + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
+            if (n < N && m < M)
+                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = acc[j][e];
+        }
+}
+
+/* ---- dispatch ---- */
+
+static int g_bm, g_splits; /* forced token tile (16 or 64) and split count; 0 = automatic */
+
+void gemm_q_tune(int bm, int splits)
+{
+    g_bm = bm == 16 || bm == 64 ? bm : 0;
+    g_splits = splits >= 1 && splits <= Q_MAX_SPLITS ? splits : 0;
+}
+
+bool gemm_q_eligible(uint32_t type, int64_t K)
+{
+    switch (type) {
+    case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K: case MINFER_TYPE_Q8_0:
+        return K % Q_CHUNK == 0;
+    default:
+        return false;
+    }
+}
+
+static int q_nj(int64_t M)
+{
+    int bm = g_bm ? g_bm : M <= 16 ? 16 : 64;
+    return bm / 8;
+}
+
+/* Splits of K (in whole chunks) until the tiles cover every SM once. */
+static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
+{
+    int64_t nch = K / Q_CHUNK, bm = 8 * q_nj(M);
+    if (g_splits)
+        return g_splits < nch ? g_splits : (int)nch;
+    int64_t tiles = (N + Q_BN - 1) / Q_BN * ((M + bm - 1) / bm);
+    int s = 1;
+    while (s * 2 <= Q_MAX_SPLITS && s * 2 <= nch && tiles * s < k->sm_count)
+        s *= 2;
+    return s;
+}
+
+size_t gemm_q_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
+{
+    int s = q_splits(k, K, N, M);
+    return s > 1 ? (size_t)s * (size_t)N * (size_t)M * 4 : 0;
+}
+
+template <int T, int NJ> static int q_optin_one(struct kctx *k)
+{
+    cudaError_t e = cudaFuncSetAttribute(gemm_q_kernel<T, NJ>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         qsmem<T, NJ>::BYTES);
+    if (e != cudaSuccess) {
+        snprintf(k->err, k->err_len,
+                 "gemm_q: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)",
+                 qsmem<T, NJ>::BYTES, cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+template <int T> static int q_optin(struct kctx *k)
+{
+    return q_optin_one<T, 2>(k) || q_optin_one<T, 8>(k);
+}
+
+int gemm_q_prepare(struct kctx *k)
+{
+    if (k->smem_optin < qsmem<MINFER_TYPE_Q8_0, 8>::BYTES) {
+        snprintf(k->err, k->err_len,
+                 "gemm_q: needs %d bytes of dynamic shared memory but device %d allows %d",
+                 qsmem<MINFER_TYPE_Q8_0, 8>::BYTES, k->device, k->smem_optin);
+        return -1;
+    }
+    return q_optin<MINFER_TYPE_Q4_K>(k) || q_optin<MINFER_TYPE_Q5_K>(k) ||
+           q_optin<MINFER_TYPE_Q6_K>(k) || q_optin<MINFER_TYPE_Q8_0>(k);
+}
+
+template <int T>
+static int q_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
+                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                    int64_t split_nb)
+{
+    const char *site = "gemm_q";
+    const int smem2 = qsmem<T, 2>::BYTES, smem8 = qsmem<T, 8>::BYTES;
+    if (q_nj(M) == 2) {
+        dim3 grid((unsigned)((M + 15) / 16), (unsigned)((N + Q_BN - 1) / Q_BN), (unsigned)splits);
+        KLAUNCH(k, site, (gemm_q_kernel<T, 2>), grid, Q_THREADS, smem2,
+                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                split_nb);
+    } else {
+        dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + Q_BN - 1) / Q_BN), (unsigned)splits);
+        KLAUNCH(k, site, (gemm_q_kernel<T, 8>), grid, Q_THREADS, smem8,
+                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                split_nb);
+    }
+    return 0;
+}
+
+int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+           const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part)
+{
+    if ((M + 15) / 16 > 65535 || (N + Q_BN - 1) / Q_BN > 65535)
+        return k_fail(k, "gemm_q", "too many tokens or rows for one launch");
+    int splits = q_splits(k, K, N, M);
+    if (splits > 1 && !part)
+        return k_fail(k, "gemm_q", "no scratch for the split-K planes was given");
+    float *out = splits > 1 ? (float *)part : dst;
+    int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
+    const __half *x = (const __half *)xh;
+    int rc;
+    switch (type) {
+    case MINFER_TYPE_Q4_K:
+        rc = q_launch<MINFER_TYPE_Q4_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
+        break;
+    case MINFER_TYPE_Q5_K:
+        rc = q_launch<MINFER_TYPE_Q5_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
+        break;
+    case MINFER_TYPE_Q6_K:
+        rc = q_launch<MINFER_TYPE_Q6_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
+        break;
+    case MINFER_TYPE_Q8_0:
+        rc = q_launch<MINFER_TYPE_Q8_0>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
+        break;
+    default:
+        return k_fail(k, "gemm_q", "weight type has no in-place GEMM");
+    }
+    if (rc || splits == 1)
+        return rc;
+    return gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0);
+}
