@@ -56,7 +56,7 @@ __device__ __forceinline__ void dm_stage(uint16_t *s, const uint8_t *__restrict_
         int j = e / PR, k = e % PR;
         int64_t c = c0 + j;
         bool ok = c < end;
-        fa_cp16(s + j * LD + k * 8, cache + (ok ? c : c0) * nb1 + (size_t)hk * HD * 2 + k * 16,
+        cp16(s + j * LD + k * 8, cache + (ok ? c : c0) * nb1 + (size_t)hk * HD * 2 + k * 16,
                 ok);
     }
 }
@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
     int64_t c0 = begin + warp * DM_TC;
     if (c0 < end) {
         dm_stage<HD>(Ks, kc, knb1, hk, c0, end, lane);
-        fa_commit();
+        cp_commit();
         dm_stage<HD>(Vs, vc, vnb1, hk, c0, end, lane);
-        fa_commit();
+        cp_commit();
     }
 
     /* Q as A fragments (rows g and g + 8 = query heads h0 + g, h0 + g + 8;
@@ -111,10 +111,10 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         const int d = ks * 16 + 2 * qd;
-        qf[ks][0] = qa ? fa_pack(qa[d] * qsc, qa[d + 1] * qsc) : 0u;
-        qf[ks][1] = qb ? fa_pack(qb[d] * qsc, qb[d + 1] * qsc) : 0u;
-        qf[ks][2] = qa ? fa_pack(qa[d + 8] * qsc, qa[d + 9] * qsc) : 0u;
-        qf[ks][3] = qb ? fa_pack(qb[d + 8] * qsc, qb[d + 9] * qsc) : 0u;
+        qf[ks][0] = qa ? pack_h2(qa[d] * qsc, qa[d + 1] * qsc) : 0u;
+        qf[ks][1] = qb ? pack_h2(qb[d] * qsc, qb[d + 1] * qsc) : 0u;
+        qf[ks][2] = qa ? pack_h2(qa[d + 8] * qsc, qa[d + 9] * qsc) : 0u;
+        qf[ks][3] = qb ? pack_h2(qb[d + 8] * qsc, qb[d + 9] * qsc) : 0u;
     }
 
     float o[OT][4];
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     for (; c0 < end; c0 += DM_STEP) {
         const int64_t cn = c0 + DM_STEP;
-        fa_wait<1>(); /* this K tile (its V tile may still be in flight) */
+        cp_wait<1>(); /* this K tile (its V tile may still be in flight) */
         __syncwarp();
         float s[NT][4];
 #pragma unroll
@@ -135,16 +135,16 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
 #pragma unroll
             for (int nt = 0; nt < NT; nt += 2) {
                 unsigned b[4];
-                fa_ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
                                 ((lane / 8) % 2) * 8);
-                fa_mma(s[nt], qf[ks], b[0], b[1]);
-                fa_mma(s[nt + 1], qf[ks], b[2], b[3]);
+                mma16816(s[nt], qf[ks], b[0], b[1]);
+                mma16816(s[nt + 1], qf[ks], b[2], b[3]);
             }
         }
         __syncwarp(); /* every lane has read the K tile */
         if (cn < end)
             dm_stage<HD>(Ks, kc, knb1, hk, cn, end, lane);
-        fa_commit(); /* possibly empty: keeps the group count uniform */
+        cp_commit(); /* possibly empty: keeps the group count uniform */
 
         if (c0 + DM_TC > end) { /* the share's last, partial tile */
 #pragma unroll
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
             float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
             ls0 += p0 + p1;
             ls1 += p2 + p3;
-            pf[nt / 2][(nt % 2) * 2] = fa_pack(p0, p1);
-            pf[nt / 2][(nt % 2) * 2 + 1] = fa_pack(p2, p3);
+            pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);
+            pf[nt / 2][(nt % 2) * 2 + 1] = pack_h2(p2, p3);
         }
         l0 = l0 * cr0 + ls0;
         l1 = l1 * cr1 + ls1;
@@ -189,25 +189,25 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
             o[i][3] *= cr1;
         }
 
-        fa_wait<1>(); /* this V tile (the next K tile may still be in flight) */
+        cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < NT / 2; j++) {
 #pragma unroll
             for (int ot = 0; ot < OT; ot += 2) {
                 unsigned b[4];
-                fa_ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
+                ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
                                  (lane / 16) * 8);
-                fa_mma(o[ot], pf[j], b[0], b[1]);
-                fa_mma(o[ot + 1], pf[j], b[2], b[3]);
+                mma16816(o[ot], pf[j], b[0], b[1]);
+                mma16816(o[ot + 1], pf[j], b[2], b[3]);
             }
         }
         __syncwarp(); /* every lane has read the V tile */
         if (cn < end)
             dm_stage<HD>(Vs, vc, vnb1, hk, cn, end, lane);
-        fa_commit();
+        cp_commit();
     }
-    fa_wait<0>();
+    cp_wait<0>();
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
