@@ -254,7 +254,8 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
         }
         /* every block writes all its rows (an empty one: zeros, max -inf),
          * so dm_combine never reads a stale value */
-        float *op = part + (((size_t)t * n_head + h0 + r) * n_splits + blockIdx.x) * (size_t)(HD + 2);
+        float *op = part + (((size_t)t * n_head + h0 + r) * n_splits + blockIdx.x) *
+                               (size_t)(HD + 2);
         op[d] = a;
         if (d == 0) {
             op[HD] = M == -INFINITY ? -INFINITY : M * 0.6931471805599453f; /* natural log */
