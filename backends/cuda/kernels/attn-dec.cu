@@ -31,13 +31,12 @@
 #define DM_ROWS 16                    /* query heads per block: the mma's M */
 #define DM_STEP (DM_WARPS * DM_TC)    /* cells per block step */
 #define DM_MAX_SPLITS 512             /* dm_combine's weight array */
-/* Blocks in all: 4 per SM of an H200 (8 warps). minfer-cuda-bench --attn
+/* Blocks in all: 2 per SM of an H200 (4 warps). minfer-cuda-bench --attn
  * on the H200, us per call at depths 1k/4k/16k/32k: 528 blocks 13.2/16.0/
  * 21.5/30.7, 264 blocks 11.3/13.6/20.1/29.2, 1056 blocks 16.2/19.0/29.0/
  * 38.4: more splits cost more in partials and combine than they gain in
- * bytes in flight. 528 is the setting the model benches and op tests ran
- * with on the H200; 264 is the next step, once a device run checks it. */
-#define DM_TARGET_BLOCKS 528
+ * bytes in flight. */
+#define DM_TARGET_BLOCKS 264
 #define DC_WARPS 8
 
 /* 0: DM_TARGET_BLOCKS; > 0: that many blocks; < 0: the kernel is off

@@ -34,7 +34,7 @@
 #define Q_BN (16 * Q_WARPS) /* weight rows per block */
 #define Q_CHUNK 256         /* K values per ring stage */
 #define Q_STAGES 3
-#define Q_MAX_SPLITS 16
+#define Q_MAX_SPLITS 8
 
 /* NW words of shared memory from a 2-byte aligned address: the aligned
  * words around it, funnel-shifted (reads one word past the last). */
@@ -329,7 +329,11 @@ static int q_nj(int64_t M)
     return bm / 8;
 }
 
-/* Splits of K (in whole chunks) until the tiles cover every SM once. */
+/* Splits of K (in whole chunks) until there are 3 blocks per SM. H200,
+ * q4_K at 16 and 64 tokens (docs/PERF.md): the 3584 x 18944 ffn product
+ * (148 tiles) takes 69/54 us unsplit/split 4 at 16 tokens, 128/111 at 64;
+ * 3584 x 3584 (28 tiles) 42/20 us unsplit/split 8 at 16 tokens. More than
+ * 8 planes cost more to write and add than they gain. */
 static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
     int64_t nch = K / Q_CHUNK, bm = 8 * q_nj(M);
@@ -337,7 +341,7 @@ static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
         return g_splits < nch ? g_splits : (int)nch;
     int64_t tiles = (N + Q_BN - 1) / Q_BN * ((M + bm - 1) / bm);
     int s = 1;
-    while (s * 2 <= Q_MAX_SPLITS && s * 2 <= nch && tiles * s < k->sm_count)
+    while (s * 2 <= Q_MAX_SPLITS && s * 2 <= nch && tiles * s < 3LL * k->sm_count)
         s *= 2;
     return s;
 }
