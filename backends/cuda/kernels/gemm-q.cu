@@ -18,7 +18,11 @@
  * the k16 slice made of each lane's values 4s..4s+3. The lane therefore
  * reads whole words of its own blocks, and the activations are staged in
  * the matching order: shared unit (p, token, tig) holds x[64 tig + 8p ..
- * +8], the B fragments of steps 2p and 2p+1 in one 16-byte load.
+ * +8], the B fragments of steps 2p and 2p+1 in one 16-byte load. Inside
+ * a step the pairs are values (0, 2) and (1, 3) of its 4 (k_gemm_act
+ * stores the activations so), because a 32-bit word holds bytes 0 and 2
+ * in the low bits of its two halves: one shift and one mask make a pair,
+ * no byte permute.
  *
  * Block: 8 warps x 16 weight rows, BM = 8 * NJ tokens (16 or 64), 3-stage
  * ring. Too few tiles to fill the GPU (small N, few tokens) split K over
@@ -50,10 +54,11 @@ template <int NW> __device__ __forceinline__ void ldw(unsigned (&w)[NW], const u
     }
 }
 
-/* Bytes 2e and 2e+1 of w in the low bytes of the two 16-bit lanes. */
-__device__ __forceinline__ unsigned lanes2(unsigned w, int e)
+/* Bits [sh, sh + 8) of bytes 0 and 2 of w >> 8e, i.e. of bytes e and e+2
+ * of w, in the low bits of the two 16-bit lanes (masked by the caller). */
+__device__ __forceinline__ unsigned lanes2(unsigned w, int e, int sh)
 {
-    return __byte_perm(w, 0, e ? 0x4342 : 0x4140);
+    return w >> (8 * e + sh);
 }
 /* Two 16-bit lanes holding integers below 1024, minus bias, as exact
  * halves: 0x6400 is 1024.0, so (q | 0x6400) is 1024 + q. */
@@ -73,7 +78,7 @@ __device__ __forceinline__ unsigned wsel4(unsigned a, unsigned b, unsigned c, un
 
 /* Per type: BYTES per 256-value chunk of a row, and deq(p, t, v): lane
  * t's 64 values of the chunk at shared address p, v[2s + e] = values
- * 4s + 2e and 4s + 2e + 1 as a half2. */
+ * 4s + e and 4s + e + 2 as a half2. */
 template <int T> struct qgemm;
 
 /* The 6-bit scales and mins of sub-blocks 2t and 2t+1 (q4_K, q5_K) from
@@ -116,7 +121,7 @@ template <> struct qgemm<MINFER_TYPE_Q4_K> {
         for (int s = 0; s < 16; s++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                unsigned n = (lanes2(q[s & 7], e) >> (s < 8 ? 0 : 4)) & 0x000F000Fu;
+                unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
                 v[2 * s + e] = h2u(__hfma2(lanes_h2(n, 0.0f), sc[s >> 3], mn[s >> 3]));
             }
     }
@@ -137,8 +142,8 @@ template <> struct qgemm<MINFER_TYPE_Q5_K> {
         for (int s = 0; s < 16; s++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                unsigned n = (lanes2(q[s & 7], e) >> (s < 8 ? 0 : 4)) & 0x000F000Fu;
-                unsigned hb = (lanes2(qh[s & 7], e) >> (2 * t + (s >> 3))) & 0x00010001u;
+                unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
+                unsigned hb = lanes2(qh[s & 7], e, 2 * t + (s >> 3)) & 0x00010001u;
                 v[2 * s + e] = h2u(__hfma2(lanes_h2(n | hb << 4, 0.0f), sc[s >> 3], mn[s >> 3]));
             }
     }
@@ -166,8 +171,8 @@ template <> struct qgemm<MINFER_TYPE_Q6_K> {
         for (int s = 0; s < 16; s++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                unsigned n = (lanes2(ql[s], e) >> (4 * u)) & 0x000F000Fu;
-                unsigned hb = (lanes2(qh[s & 7], e) >> (4 * u + 2 * (s >> 3))) & 0x00030003u;
+                unsigned n = lanes2(ql[s], e, 4 * u) & 0x000F000Fu;
+                unsigned hb = lanes2(qh[s & 7], e, 4 * u + 2 * (s >> 3)) & 0x00030003u;
                 v[2 * s + e] = h2u(__hmul2(lanes_h2(n | hb << 4, 32.0f), sc[s >> 2]));
             }
     }
@@ -187,7 +192,7 @@ template <> struct qgemm<MINFER_TYPE_Q8_0> {
             unsigned q = s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s];
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                unsigned b = lanes2(q, e) ^ 0x00800080u; /* int8 + 128 */
+                unsigned b = (lanes2(q, e, 0) & 0x00FF00FFu) ^ 0x00800080u; /* int8 + 128 */
                 v[2 * s + e] = h2u(__hmul2(lanes_h2(b, 128.0f), s < 8 ? d0 : d1));
             }
         }
@@ -329,19 +334,22 @@ static int q_nj(int64_t M)
     return bm / 8;
 }
 
-/* Splits of K (in whole chunks) until there are 3 blocks per SM. H200,
- * q4_K at 16 and 64 tokens (docs/PERF.md): the 3584 x 18944 ffn product
- * (148 tiles) takes 69/54 us unsplit/split 4 at 16 tokens, 128/111 at 64;
- * 3584 x 3584 (28 tiles) 42/20 us unsplit/split 8 at 16 tokens. More than
- * 8 planes cost more to write and add than they gain. */
+/* Splits of K (in whole chunks) until there are 3 blocks per SM with the
+ * 16-token tile (at most 8 splits), 2 with the 64-token one (at most 4:
+ * its planes are 4x larger). H200, q4_K (docs/PERF.md), us for 1/2/4/8
+ * splits: 3584 x 18944 (148 tiles) 69/60/54/54 at 16 tokens, 128/112/111/
+ * 117 at 64; 18944 x 3584 (28 tiles) 201/107/61/54 and 307/163/93/98;
+ * 3584 x 3584 (28 tiles) 42/26/20/20 and 62/38/28/30. */
 static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
     int64_t nch = K / Q_CHUNK, bm = 8 * q_nj(M);
     if (g_splits)
         return g_splits < nch ? g_splits : (int)nch;
     int64_t tiles = (N + Q_BN - 1) / Q_BN * ((M + bm - 1) / bm);
+    int64_t target = (bm == 16 ? 3LL : 2LL) * k->sm_count;
+    int maxs = bm == 16 ? Q_MAX_SPLITS : Q_MAX_SPLITS / 2;
     int s = 1;
-    while (s * 2 <= Q_MAX_SPLITS && s * 2 <= nch && tiles * s < 3LL * k->sm_count)
+    while (s * 2 <= maxs && s * 2 <= nch && tiles * s < target)
         s *= 2;
     return s;
 }

@@ -207,9 +207,10 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
 /* ---- activations and weights to f16 ---- */
 
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
- * f16(x - xh), the part f16 cannot hold. */
+ * f16(x - xh), the part f16 cannot hold. perm: each group of 4 stored in
+ * the order 0, 2, 1, 3 (gemm-q.cu's fragment order). */
 __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M,
-                                __half *__restrict__ xh, __half *__restrict__ xl)
+                                __half *__restrict__ xh, __half *__restrict__ xl, int perm)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
@@ -226,6 +227,14 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
 #pragma unroll
         for (int e = 0; e < 8; e++)
             v[e] = p[e];
+    }
+    if (perm) {
+#pragma unroll
+        for (int g = 0; g < 8; g += 4) {
+            float t = v[g + 1];
+            v[g + 1] = v[g + 2];
+            v[g + 2] = t;
+        }
     }
     __align__(16) __half h[8], lo[8];
 #pragma unroll
@@ -475,8 +484,8 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
     return wb + (pb > pl ? pb : pl);
 }
 
-extern "C" int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1,
-                          void *xh, void *xl)
+extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,
+                          int64_t M, int64_t x_nb1, void *xh, void *xl)
 {
     if (K % 32 || K > INT32_MAX || M > INT32_MAX)
         return k_fail(k, "gemm act", "K must be a multiple of 32 and K, M below 2^31");
@@ -484,7 +493,7 @@ extern "C" int k_gemm_act(struct kctx *k, const float *x, int64_t K, int64_t M, 
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
     int64_t n = K / 8 * M;
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
-            (int)K, (int)M, (__half *)xh, (__half *)xl);
+            (int)K, (int)M, (__half *)xh, (__half *)xl, (int)use_inplace(wtype, K, M, xl));
     return 0;
 }
 
