@@ -23,6 +23,30 @@
 #define L_MAX_HD 256
 #define L_TARGET_BLOCKS 1024
 #define L_MAX_G 8 /* query heads per KV head the grouped kernel takes */
+/* Splits are whole multiples of L_CHUNK entries, not of the 128-entry
+ * tile: a batched decode's lists are short (a few hundred cells) and few
+ * (n_kv_head x n_tokens blocks per split), so 128-entry splits left the
+ * H200 nearly idle (2 splits x 4 KV heads x 4 tokens = 32 blocks, 168 us
+ * per layer). The number of splits is a function of the shapes only
+ * (graph replay); lists_share deals each token's visible entries out. */
+#define L_CHUNK 32
+
+/* Entries [begin, end) of the visible [first, nv) that split `split` of
+ * n_splits takes: whole L_CHUNKs from the front, so the splits share the
+ * entries a token actually sees. (The grid is sized by the list capacity
+ * n_kv for graph replay; slicing that capacity instead left every split
+ * but the first idle on short lists: at 64 sequences of ~200 cells in a
+ * 16k context, one busy block of four per token and KV head, 95 us per
+ * layer on the H200.) */
+__device__ __forceinline__ void lists_share(int64_t first, int64_t nv, int split, int n_splits,
+                                            int64_t &begin, int64_t &end)
+{
+    int64_t share = ((nv - first + n_splits - 1) / n_splits + L_CHUNK - 1) / L_CHUNK * L_CHUNK;
+    begin = first + (int64_t)split * share;
+    end = begin + share < nv ? begin + share : nv;
+    if (begin > nv)
+        begin = nv;
+}
 
 /* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
 
@@ -109,7 +133,7 @@ __global__ void __launch_bounds__(L_THREADS)
                   int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                   const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                   const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists, float scale,
-                  int chunk, int n_splits, float *__restrict__ part, unsigned *flags, int vec)
+                  int n_splits, float *__restrict__ part, unsigned *flags, int vec)
 {
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
@@ -129,9 +153,8 @@ __global__ void __launch_bounds__(L_THREADS)
         li = 0;
     }
     const int32_t *list = lists + li * n_kv;
-    int64_t begin = (int64_t)split * chunk;
-    begin = begin > first ? begin : first;
-    int64_t end = (int64_t)split * chunk + chunk < nv ? (int64_t)split * chunk + chunk : nv;
+    int64_t begin, end;
+    lists_share(first, nv, split, n_splits, begin, end);
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
@@ -220,7 +243,7 @@ __global__ void __launch_bounds__(L_THREADS)
                     int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                     const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                     const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
-                    float scale, int chunk, int n_splits, float *__restrict__ part,
+                    float scale, int n_splits, float *__restrict__ part,
                     unsigned *flags, int vec)
 {
     const int split = blockIdx.x, hk = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
@@ -244,9 +267,8 @@ __global__ void __launch_bounds__(L_THREADS)
         li = 0;
     }
     const int32_t *list = lists + li * n_kv;
-    int64_t begin = (int64_t)split * chunk;
-    begin = begin > first ? begin : first;
-    int64_t end = (int64_t)split * chunk + chunk < nv ? (int64_t)split * chunk + chunk : nv;
+    int64_t begin, end;
+    lists_share(first, nv, split, n_splits, begin, end);
     __syncthreads();
 
     float m[L_MAX_G], l[L_MAX_G], acc0[L_MAX_G], acc1[L_MAX_G];
@@ -320,12 +342,6 @@ __global__ void __launch_bounds__(L_THREADS)
 
 /* ---- launch ---- */
 
-/* Splits are whole multiples of L_CHUNK entries, not of the 128-entry
- * tile: a batched decode's lists are short (a few hundred cells) and few
- * (n_kv_head x n_tokens blocks per split), so 128-entry splits left the
- * H200 nearly idle (2 splits x 4 KV heads x 4 tokens = 32 blocks, 168 us
- * per layer). Still a function of the shapes only (graph replay). */
-#define L_CHUNK 32
 
 extern "C" int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv)
 {
@@ -370,8 +386,6 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     int64_t heads = lists_heads(n_head, n_kv_head);
     bool grouped = heads == n_kv_head && group > 1;
     int splits = k_attn_lists_splits(heads, nt, n_kv);
-    int64_t per = (n_kv + splits - 1) / splits;
-    int chunk = (int)((per + L_CHUNK - 1) / L_CHUNK * L_CHUNK);
     dim3 grid((unsigned)splits, (unsigned)(grouped ? n_kv_head : n_head), (unsigned)nt);
     /* the wide K loads of ldot: every row start 16-byte aligned */
     int esz = kv_type == MINFER_TYPE_F32 ? 4 : 2, epv = 16 / esz;
@@ -383,14 +397,14 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
     case MINFER_TYPE_F32: {
         auto kf = grouped ? lists_partial_g<0> : lists_partial<0>;
         KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits, part,
                 k->flags, vec);
         break;
     }
     case MINFER_TYPE_F16: {
         auto kf = grouped ? lists_partial_g<1> : lists_partial<1>;
         KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits, part,
+                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits, part,
                 k->flags, vec);
         break;
     }
@@ -399,7 +413,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
             return k_fail(k, "attention_lists", "a Q8_0 cache needs head_dim % 32 == 0");
         auto kf = grouped ? lists_partial_g<2> : lists_partial<2>;
         KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
-                vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, chunk, splits,
+                vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits,
                 part, k->flags, vec);
         break;
     }
