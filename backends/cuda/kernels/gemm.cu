@@ -313,10 +313,11 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
 }
 
 /* The in-place kernel for this call? On the H200 (docs/PERF.md) it is
- * 1.3-2.4x faster at 16-64 tokens, where reading the weights is the cost,
- * and up to 2x slower from 256 tokens on, where the f16 kernel's larger
- * tiles win and the dequantization pass is amortized. */
-#define GQ_MAX_M 128
+ * 1.3-3x faster at 16-64 tokens, where reading the weights is the cost,
+ * even at 128 (two of its 64-token tiles, as from 65 tokens on) and up to
+ * 1.5x slower from 256 tokens on, where the f16 kernel's larger tiles win
+ * and its dequantization pass is amortized. */
+#define GQ_MAX_M 64
 static bool use_inplace(uint32_t type, int64_t K, int64_t M, const void *xl)
 {
     if (xl || g_inplace < 0 || !gemm_q_eligible(type, K))
