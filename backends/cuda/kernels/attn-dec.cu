@@ -132,20 +132,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
         cp_wait<1>(); /* this K tile (its V tile may still be in flight) */
         __syncwarp();
         float s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt += 2) {
-                unsigned b[4];
-                ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                                ((lane / 8) % 2) * 8);
-                mma16816(s[nt], qf[ks], b[0], b[1]);
-                mma16816(s[nt + 1], qf[ks], b[2], b[3]);
-            }
-        }
+        mma_qk_tile<LD>(s, qf, Ks, lane);
         __syncwarp(); /* every lane has read the K tile */
         if (cn < end)
             dm_stage<HD>(Ks, kc, knb1, hk, cn, end, lane);
@@ -159,54 +146,12 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
                     if (c0 + nt * 8 + 2 * qd + (e & 1) >= end)
                         s[nt][e] = -INFINITY;
         }
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float cr0 = exp2f(m0 - b0), cr1 = exp2f(m1 - b1);
-        m0 = mx0;
-        m1 = mx1;
         unsigned pf[NT / 2][4];
-        float ls0 = 0.0f, ls1 = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            float p0 = exp2f(s[nt][0] - b0), p1 = exp2f(s[nt][1] - b0);
-            float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
-            ls0 += p0 + p1;
-            ls1 += p2 + p3;
-            pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);
-            pf[nt / 2][(nt % 2) * 2 + 1] = pack_h2(p2, p3);
-        }
-        l0 = l0 * cr0 + ls0;
-        l1 = l1 * cr1 + ls1;
-#pragma unroll
-        for (int i = 0; i < OT; i++) {
-            o[i][0] *= cr0;
-            o[i][1] *= cr0;
-            o[i][2] *= cr1;
-            o[i][3] *= cr1;
-        }
+        mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
         cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
         __syncwarp();
-#pragma unroll
-        for (int j = 0; j < NT / 2; j++) {
-#pragma unroll
-            for (int ot = 0; ot < OT; ot += 2) {
-                unsigned b[4];
-                ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
-                                 (lane / 16) * 8);
-                mma16816(o[ot], pf[j], b[0], b[1]);
-                mma16816(o[ot + 1], pf[j], b[2], b[3]);
-            }
-        }
+        mma_pv_tile<LD>(o, pf, Vs, lane);
         __syncwarp(); /* every lane has read the V tile */
         if (cn < end)
             dm_stage<HD>(Vs, vc, vnb1, hk, cn, end, lane);
@@ -338,17 +283,8 @@ __global__ void __launch_bounds__(DC_WARPS * 32)
         a += acc[i][d];
     const float v = L > 0.0f ? a / L : 0.0f; /* no visible cell: zeros */
     ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[d] = v;
-    if (xq) {
-        int nbq = HD * n_head / 32, col = h * HD + d;
-        float amax = warp_max(fabsf(v));
-        float qd = amax / 127.0f;
-        int qv = qd != 0.0f ? __float2int_rn(v / qd) : 0;
-        float qs = warp_sum((float)qv);
-        uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
-        ((int8_t *)row)[col] = (int8_t)qv;
-        if (lane == 0)
-            ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
-    }
+    if (xq)
+        q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + d, v, lane);
 }
 
 extern "C" int k_attn_dec_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,

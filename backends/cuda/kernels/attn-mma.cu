@@ -145,20 +145,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
         __syncthreads();
         float s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt += 2) {
-                unsigned b[4];
-                ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                                ((lane / 8) % 2) * 8);
-                mma16816(s[nt], qf[ks], b[0], b[1]);
-                mma16816(s[nt + 1], qf[ks], b[2], b[3]);
-            }
-        }
+        mma_qk_tile<LD>(s, qf, Ks, lane);
         __syncthreads(); /* every warp has read the K tile */
         if (c0 + FA_BC < end)
             fa_stage<HD, L>(Ks, kc, knb1, hk, c0 + FA_BC, end);
@@ -178,55 +165,12 @@ __global__ void __launch_bounds__(FA_THREADS)
                 }
             }
         }
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* a row with nothing visible yet keeps a finite base: exp2(-inf) = 0 */
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float cr0 = exp2f(m0 - b0), cr1 = exp2f(m1 - b1);
-        m0 = mx0;
-        m1 = mx1;
         unsigned pf[NT / 2][4];
-        float ls0 = 0.0f, ls1 = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            float p0 = exp2f(s[nt][0] - b0), p1 = exp2f(s[nt][1] - b0);
-            float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
-            ls0 += p0 + p1;
-            ls1 += p2 + p3;
-            pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);
-            pf[nt / 2][(nt % 2) * 2 + 1] = pack_h2(p2, p3);
-        }
-        l0 = l0 * cr0 + ls0;
-        l1 = l1 * cr1 + ls1;
-#pragma unroll
-        for (int i = 0; i < OT; i++) {
-            o[i][0] *= cr0;
-            o[i][1] *= cr0;
-            o[i][2] *= cr1;
-            o[i][3] *= cr1;
-        }
+        mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
         cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < NT / 2; j++) {
-#pragma unroll
-            for (int ot = 0; ot < OT; ot += 2) {
-                unsigned b[4];
-                ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
-                                 (lane / 16) * 8);
-                mma16816(o[ot], pf[j], b[0], b[1]);
-                mma16816(o[ot + 1], pf[j], b[2], b[3]);
-            }
-        }
+        mma_pv_tile<LD>(o, pf, Vs, lane);
         __syncthreads(); /* every warp has read the V tile */
         if (c0 + FA_BC < end)
             fa_stage<HD, L>(Vs, vc, vnb1, hk, c0 + FA_BC, end);

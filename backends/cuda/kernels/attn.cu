@@ -405,17 +405,8 @@ __global__ void __launch_bounds__(128)
         }
         float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
         o[d] = v;
-        if (xq) {
-            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
-            float amax = warp_max(fabsf(v));
-            float qd = amax / 127.0f;
-            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
-            float qs = warp_sum((float)q);
-            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
-            ((int8_t *)row)[col] = (int8_t)q;
-            if (lane == 0)
-                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
-        }
+        if (xq)
+            q8_1_store_warp(xq, t, hd * n_head / 32, h * hd + d, v, d % 32);
     }
 }
 
@@ -447,17 +438,8 @@ __global__ void attn_combine_few(const float *__restrict__ part, int hd, int n_h
         }
         float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
         o[d] = v;
-        if (xq) {
-            int nbq = hd * n_head / 32, col = h * hd + d, lane = d % 32;
-            float amax = warp_max(fabsf(v));
-            float qd = amax / 127.0f;
-            int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
-            float qs = warp_sum((float)q);
-            uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
-            ((int8_t *)row)[col] = (int8_t)q;
-            if (lane == 0)
-                ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
-        }
+        if (xq)
+            q8_1_store_warp(xq, t, hd * n_head / 32, h * hd + d, v, d % 32);
     }
 }
 

@@ -27,4 +27,113 @@ template <int L> __device__ __forceinline__ float4 fa_load4(const uint8_t *row, 
                        d * (float)(int8_t)(v >> 16), d * (float)(int8_t)(v >> 24));
 }
 
+/* The combine passes' fused activation quantization: output v of column
+ * col into row t of the next product's q8_1 activations (k_quantize_q8_1's
+ * layout: nbq blocks of 32 int8, then nbq float2 (d, d * sum)). The 32
+ * lanes of the warp hold the 32 columns of one block. */
+__device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq, int col, float v,
+                                                int lane)
+{
+    float amax = warp_max(fabsf(v));
+    float qd = amax / 127.0f;
+    int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+    float qs = warp_sum((float)q);
+    uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+    ((int8_t *)row)[col] = (int8_t)q;
+    if (lane == 0)
+        ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+}
+
+/* ---- flash-attention steps on mma fragments (attn-mma.cu, attn-dec.cu) ---- */
+
+/* s = Q.K^T for one tile: Q as A fragments qf[KS] (16 of head_dim
+ * each), the tile's K rows in shared memory LD halves apart, NT groups of
+ * 8 cells. */
+template <int LD, int NT, int KS>
+__device__ __forceinline__ void mma_qk_tile(float (&s)[NT][4], const unsigned (&qf)[KS][4],
+                                            const void *ks_, int lane)
+{
+    const uint16_t *Ks = (const uint16_t *)ks_;
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+            unsigned b[4];
+            ldsm4(b, Ks + (nt * 8 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                            ((lane / 8) % 2) * 8);
+            mma16816(s[nt], qf[ks], b[0], b[1]);
+            mma16816(s[nt + 1], qf[ks], b[2], b[3]);
+        }
+    }
+}
+
+/* The online softmax of one tile of scores in log2 units: s[nt] is an
+ * m16n8 accumulator fragment (rows gid and gid+8 of the lane, NT tiles of
+ * 8 cells). Updates the running row maxima m0/m1 and sums l0/l1,
+ * rescales the output fragments o by the change of maximum, and returns
+ * P = exp2(s - max) as f16 A fragments for the P.V product. A row with
+ * nothing visible yet keeps a finite base: exp2(-inf) = 0. */
+template <int NT, int OT>
+__device__ __forceinline__ void mma_softmax_tile(const float (&s)[NT][4], float &m0, float &m1,
+                                                 float &l0, float &l1, float (&o)[OT][4],
+                                                 unsigned (&pf)[NT / 2][4])
+{
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float cr0 = exp2f(m0 - b0), cr1 = exp2f(m1 - b1);
+    m0 = mx0;
+    m1 = mx1;
+    float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float p0 = exp2f(s[nt][0] - b0), p1 = exp2f(s[nt][1] - b0);
+        float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
+        ls0 += p0 + p1;
+        ls1 += p2 + p3;
+        pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);
+        pf[nt / 2][(nt % 2) * 2 + 1] = pack_h2(p2, p3);
+    }
+    l0 = l0 * cr0 + ls0;
+    l1 = l1 * cr1 + ls1;
+#pragma unroll
+    for (int i = 0; i < OT; i++) {
+        o[i][0] *= cr0;
+        o[i][1] *= cr0;
+        o[i][2] *= cr1;
+        o[i][3] *= cr1;
+    }
+}
+
+/* o += P.V over one tile: P from mma_softmax_tile, V rows of the tile in
+ * shared memory LD halves apart, read transposed as B fragments. */
+template <int LD, int NP, int OT>
+__device__ __forceinline__ void mma_pv_tile(float (&o)[OT][4], const unsigned (&pf)[NP][4],
+                                            const void *vs, int lane)
+{
+    const uint16_t *Vs = (const uint16_t *)vs;
+#pragma unroll
+    for (int j = 0; j < NP; j++) {
+#pragma unroll
+        for (int ot = 0; ot < OT; ot += 2) {
+            unsigned b[4];
+            ldsm4t(b, Vs + (j * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ot * 8 +
+                             (lane / 16) * 8);
+            mma16816(o[ot], pf[j], b[0], b[1]);
+            mma16816(o[ot + 1], pf[j], b[2], b[3]);
+        }
+    }
+}
+
 #endif /* MINFER_CUDA_ATTN_CUH */

@@ -107,45 +107,43 @@ __device__ __forceinline__ void kq_scales(const unsigned (&h)[4], int t, __half2
     }
 }
 
+/* q4_K and q5_K: sub-block 2t is the low nibbles of qs[32t..32t+32),
+ * 2t+1 the high ones; q5_K adds the fifth bit, bit j of qh[l] for value l
+ * of sub-block j. */
+template <bool Q5>
+__device__ __forceinline__ void kq_deq(const uint8_t *p, int t, unsigned (&v)[32])
+{
+    unsigned h[4], qh[8], q[8];
+    __half2 sc[2], mn[2];
+    ldw(h, p);
+    if (Q5)
+        ldw(qh, p + 16);
+    ldw(q, p + (Q5 ? 48 : 16) + 32 * t);
+    kq_scales(h, t, sc, mn);
+#pragma unroll
+    for (int s = 0; s < 16; s++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
+            if (Q5)
+                n |= (lanes2(qh[s & 7], e, 2 * t + (s >> 3)) & 0x00010001u) << 4;
+            v[2 * s + e] = h2u(__hfma2(lanes_h2(n, 0.0f), sc[s >> 3], mn[s >> 3]));
+        }
+}
+
 template <> struct qgemm<MINFER_TYPE_Q4_K> {
     static constexpr int BYTES = 144;
-    /* sub-block 2t: low nibbles of qs[32t..32t+32); 2t+1: high nibbles */
     static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
     {
-        unsigned h[4], q[8];
-        __half2 sc[2], mn[2];
-        ldw(h, p);
-        ldw(q, p + 16 + 32 * t);
-        kq_scales(h, t, sc, mn);
-#pragma unroll
-        for (int s = 0; s < 16; s++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
-                v[2 * s + e] = h2u(__hfma2(lanes_h2(n, 0.0f), sc[s >> 3], mn[s >> 3]));
-            }
+        kq_deq<false>(p, t, v);
     }
 };
 
 template <> struct qgemm<MINFER_TYPE_Q5_K> {
     static constexpr int BYTES = 176;
-    /* as q4_K plus the fifth bit: bit j of qh[l] for value l of sub-block j */
     static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
     {
-        unsigned h[4], qh[8], q[8];
-        __half2 sc[2], mn[2];
-        ldw(h, p);
-        ldw(qh, p + 16);
-        ldw(q, p + 48 + 32 * t);
-        kq_scales(h, t, sc, mn);
-#pragma unroll
-        for (int s = 0; s < 16; s++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
-                unsigned hb = lanes2(qh[s & 7], e, 2 * t + (s >> 3)) & 0x00010001u;
-                v[2 * s + e] = h2u(__hfma2(lanes_h2(n | hb << 4, 0.0f), sc[s >> 3], mn[s >> 3]));
-            }
+        kq_deq<true>(p, t, v);
     }
 };
 
