@@ -239,6 +239,76 @@ START_TEST(llama3_and_gemma_turns)
 }
 END_TEST
 
+struct parsed {
+    int n;
+    char role[8][16];
+    char content[8][64];
+    bool complete[8];
+};
+
+static int collect(const char *role, const char *content, size_t len, bool complete, void *user)
+{
+    struct parsed *p = user;
+    if (p->n == 8)
+        return 1;
+    snprintf(p->role[p->n], sizeof p->role[0], "%s", role);
+    snprintf(p->content[p->n], sizeof p->content[0], "%.*s", (int)len, content);
+    p->complete[p->n++] = complete;
+    return 0;
+}
+
+/* Catches a resumed chat (a session file holds tokens, not messages)
+ * losing or garbling turns in any format: render -> parse gives the
+ * messages back (Gemma's system folded into the first user turn), a reply
+ * cut short comes back marked incomplete, a bare generation prompt is no
+ * message, and text before the first turn (a BOS) is ignored. */
+START_TEST(rendered_turns_parse_back)
+{
+    struct minfer_chat_msg m[] = {{"system", "Be brief."}, {"user", "hi"},
+                                  {"assistant", "Hello."}, {"user", "bye"}};
+    static const enum minfer_chat_format fmts[] = {MINFER_CHAT_CHATML, MINFER_CHAT_LLAMA3,
+                                                   MINFER_CHAT_GEMMA};
+    for (size_t f = 0; f < 3; f++) {
+        char text[1024];
+        snprintf(text, sizeof text, "<bos>%s", render(NULL, fmts[f], m, 4, true));
+        size_t base = strlen(text);
+        snprintf(text + base, sizeof text - base, "Good");
+        struct parsed p = {0};
+        char err[128];
+        ck_assert_int_eq(minfer_chat_parse(fmts[f], text, strlen(text), collect, &p, err,
+                                           sizeof err),
+                         MINFER_OK);
+        bool gemma = fmts[f] == MINFER_CHAT_GEMMA;
+        ck_assert_int_eq(p.n, gemma ? 4 : 5);
+        int k = 0;
+        if (!gemma) {
+            ck_assert_str_eq(p.role[k], "system");
+            ck_assert_str_eq(p.content[k++], "Be brief.");
+        }
+        ck_assert_str_eq(p.role[k], "user");
+        ck_assert_str_eq(p.content[k++], gemma ? "Be brief.\n\nhi" : "hi");
+        ck_assert_str_eq(p.role[k], "assistant");
+        ck_assert_str_eq(p.content[k++], "Hello.");
+        ck_assert_str_eq(p.role[k], "user");
+        ck_assert_str_eq(p.content[k++], "bye");
+        ck_assert(p.complete[k - 1]);
+        ck_assert_str_eq(p.role[k], "assistant");
+        ck_assert_str_eq(p.content[k], "Good");
+        ck_assert(!p.complete[k]);
+        /* the generation prompt alone is no message */
+        p = (struct parsed){0};
+        text[base] = 0;
+        ck_assert_int_eq(minfer_chat_parse(fmts[f], text, base, collect, &p, NULL, 0), MINFER_OK);
+        ck_assert_int_eq(p.n, gemma ? 3 : 4);
+    }
+    char err[128];
+    ck_assert_int_eq(minfer_chat_parse(MINFER_CHAT_UNKNOWN, "x", 1, collect, &(struct parsed){0},
+                                       err, sizeof err),
+                     MINFER_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "known: chatml"));
+}
+END_TEST
+
 START_TEST(buffer_sizing_and_bad_messages)
 {
     /* Catches writes past cap, a wrong needed size, and NULL fields read. */
@@ -271,6 +341,7 @@ Suite *chat_suite(void)
     tcase_add_test(tc, tool_turns_grouped);
     tcase_add_test(tc, unknown_template_reported_and_forcible);
     tcase_add_test(tc, llama3_and_gemma_turns);
+    tcase_add_test(tc, rendered_turns_parse_back);
     tcase_add_test(tc, buffer_sizing_and_bad_messages);
     suite_add_tcase(s, tc);
     return s;

@@ -268,39 +268,21 @@ out:
 
 /* ---- sessions: the conversation's tokens and KV cells in a file ---- */
 
-/* Rebuilds messages from ChatML text (<|im_start|>role\ncontent<|im_end|>):
- * a session file keeps tokens, not messages. A trailing unterminated turn
- * is a reply whose end token never entered the cache; an empty assistant
- * header alone is dropped. */
-static int conv_from_chatml(struct conv *c, const char *t)
+/* Rebuilds the messages from the text of a session's tokens (a session
+ * file keeps tokens, not messages), in the model's chat format. */
+static int conv_add_parsed(const char *role, const char *content, size_t len, bool complete,
+                           void *user)
 {
-    static const char start[] = "<|im_start|>", end[] = "<|im_end|>";
-    for (const char *p = strstr(t, start); p;) {
-        p += sizeof start - 1;
-        const char *nl = strchr(p, '\n');
-        if (!nl)
-            break;
-        char role[32];
-        snprintf(role, sizeof role, "%.*s", (int)(nl - p), p);
-        const char *body = nl + 1, *stop = strstr(body, end);
-        size_t len = stop ? (size_t)(stop - body) : strlen(body);
-        static const char *const roles[] = {"system", "user", "assistant", "tool"};
-        const char *r = NULL;
-        for (size_t i = 0; i < 4; i++)
-            if (!strcmp(role, roles[i]))
-                r = roles[i];
-        if (r && (stop || len)) {
-            char *text = strndup(body, len);
-            if (!text || conv_add(c, r, text)) {
-                free(text);
-                return 1;
-            }
-            free(text);
-            if (c->n == 1 && r == roles[0])
-                c->has_system = true;
-        }
-        p = stop ? strstr(stop, start) : NULL;
+    (void)complete; /* a reply cut short still is what the cache holds */
+    struct conv *c = user;
+    char *text = strndup(content, len);
+    if (!text || conv_add(c, role, text)) {
+        free(text);
+        return 1;
     }
+    free(text);
+    if (c->n == 1 && !strcmp(role, "system"))
+        c->has_system = true;
     return 0;
 }
 
@@ -341,7 +323,8 @@ static int chat_load(struct chat *ch, const char *path)
         text[len] = 0;
         /* out of memory here leaves fewer messages: the next turn then
          * renders less than the cache holds and recomputes from there */
-        (void)conv_from_chatml(&c, text);
+        (void)minfer_chat_parse(minfer_tokenizer_chat_format(ch->s->tok), text, len,
+                                conv_add_parsed, &c, NULL, 0);
     }
     free(text);
     /* the file's conversation replaces this one (the cache already did) */

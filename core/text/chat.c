@@ -379,3 +379,56 @@ minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *tok,
     }
     return render_done(&o, out, cap, n_out, err, err_len);
 }
+
+/* ---- reading rendered text back ---- */
+
+minfer_status minfer_chat_parse(enum minfer_chat_format fmt, const char *text, size_t len,
+                                minfer_chat_msg_fn fn, void *user, char *err, size_t err_len)
+{
+    if ((!text && len) || !fn)
+        return errf(err, err_len, MINFER_ERR_INVALID_ARG, "chat parse: NULL argument");
+    /* a turn: start marker, role up to role_end, content from after sep up
+     * to the end marker (or the end of the text: an unterminated turn) */
+    const char *start, *role_end, *sep, *end;
+    switch (fmt) {
+    case MINFER_CHAT_CHATML:
+        start = "<|im_start|>", role_end = "\n", sep = "", end = "<|im_end|>";
+        break;
+    case MINFER_CHAT_LLAMA3:
+        start = "<|start_header_id|>", role_end = "<|end_header_id|>", sep = "\n\n",
+        end = "<|eot_id|>";
+        break;
+    case MINFER_CHAT_GEMMA:
+        start = "<start_of_turn>", role_end = "\n", sep = "", end = "<end_of_turn>";
+        break;
+    default:
+        return errf(err, err_len, MINFER_ERR_UNSUPPORTED,
+                    "chat parse: format %d is not one this build reads (known: chatml, llama3, "
+                    "gemma)", (int)fmt);
+    }
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    const char *stop_at = text + len;
+    for (const char *p = find(text, len, start); p;) {
+        p += strlen(start);
+        const char *re = find(p, (size_t)(stop_at - p), role_end);
+        if (!re)
+            break; /* a header cut short: nothing of this turn is content yet */
+        size_t rl = (size_t)(re - p);
+        const char *body = re + strlen(role_end);
+        if (starts(body, (size_t)(stop_at - body), sep))
+            body += strlen(sep);
+        const char *stop = find(body, (size_t)(stop_at - body), end);
+        size_t bl = stop ? (size_t)(stop - body) : (size_t)(stop_at - body);
+        const char *r = NULL;
+        if (fmt == MINFER_CHAT_GEMMA && rl == 5 && !memcmp(p, "model", 5))
+            r = roles[2];
+        for (size_t i = 0; i < 4 && !r; i++)
+            if (strlen(roles[i]) == rl && !memcmp(p, roles[i], rl))
+                r = roles[i];
+        /* an unterminated empty turn is a generation prompt, not a message */
+        if (r && (stop || bl) && fn(r, body, bl, !!stop, user))
+            return errf(err, err_len, MINFER_ERR_STATE, "chat parse: stopped by the callback");
+        p = stop ? find(stop, (size_t)(stop_at - stop), start) : NULL;
+    }
+    return MINFER_OK;
+}

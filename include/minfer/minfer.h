@@ -329,6 +329,24 @@ MINFER_API minfer_status minfer_chat_render_opts(const struct minfer_tokenizer *
                                                  size_t cap, size_t *n_out, char *err,
                                                  size_t err_len);
 
+/* Reads text in a chat format back into messages: the inverse of
+ * minfer_chat_render for what a session file keeps (its tokens,
+ * detokenized with special tokens). fn gets each turn in order: its role
+ * ("system", "user", "assistant" or "tool"; Gemma's "model" is
+ * "assistant"), its content (not NUL-terminated, len bytes, borrowed for
+ * the call) and whether its end marker was seen (false: a last turn cut
+ * short, such as a reply whose end token was never cached). Turns of
+ * other roles and an empty unterminated turn (a generation prompt) are
+ * skipped. What a format folded cannot be split again: Gemma's system
+ * message comes back as the start of the first user turn. fn returning
+ * nonzero stops the parse with MINFER_ERR_STATE. A format this build does
+ * not read is MINFER_ERR_UNSUPPORTED (message in err). */
+typedef int (*minfer_chat_msg_fn)(const char *role, const char *content, size_t len,
+                                  bool complete, void *user);
+MINFER_API minfer_status minfer_chat_parse(enum minfer_chat_format fmt, const char *text,
+                                           size_t len, minfer_chat_msg_fn fn, void *user,
+                                           char *err, size_t err_len);
+
 /* ---- end tokens ---- */
 
 /* ---- sampling ---- */
