@@ -202,6 +202,21 @@ static void fuzz_gguf(const uint8_t *data, size_t size)
     minfer_tokenizer_free(t);
 }
 
+struct span_check {
+    const char *text;
+    size_t len;
+};
+
+static int span_inside(const char *role, const char *content, size_t len, bool complete,
+                       void *user)
+{
+    (void)complete;
+    const struct span_check *sc = user;
+    if (!role || content < sc->text || content + len > sc->text + sc->len)
+        abort();
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -275,6 +290,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tok_chat_init(&t);
     free(t.chat_default_system);
     free(tmpl);
+    /* and reading arbitrary text back as turns of each format: every
+     * content span lies inside the text */
+    for (int f = MINFER_CHAT_CHATML; f <= MINFER_CHAT_GEMMA; f++) {
+        struct span_check sc = {text, len};
+        if (minfer_chat_parse((enum minfer_chat_format)f, text, len, span_inside, &sc, NULL, 0) !=
+            MINFER_OK)
+            abort();
+    }
 
     free(chunk);
     free(dec);
