@@ -331,8 +331,9 @@ START_TEST(stages_match_full_sort_reference)
      * or penalties, block skipping in the top-k scan — by comparing the
      * candidates the sampler would draw from with a naive full-sort
      * implementation of the documented stage order, over 300 random
-     * parameter sets. */
-    enum { N = 3000, W = 16 };
+     * parameter sets. N is above the size where top-p without top-k
+     * buckets the weights instead of growing a sorted prefix. */
+    enum { N = 5000, W = 16 };
     float *logits = malloc(N * sizeof *logits), *l = malloc(N * sizeof *l);
     struct ref_cand *rc = malloc(N * sizeof *rc);
     double *w = malloc(N * sizeof *w);

@@ -312,6 +312,49 @@ static void select_top(const float *l, const int32_t *src, size_t n, int32_t *ca
     }
 }
 
+/* Top-p when top-k is off runs over the whole vocabulary. Rather than
+ * sorting a prefix that grows 8x until it holds the mass (each growth a
+ * pass over every candidate), the weights are summed per bucket of their
+ * log (TP_STEPS buckets per unit, the last one open-ended): the buckets
+ * follow the logit order, so the candidates of the first buckets that
+ * hold the mass (one more for the summation order) are exactly a prefix
+ * of the sorted order, and only they are sorted. On a flat 152k row
+ * (normal logits, sd 4, T 0.8, top-p 0.95; dev box) a sample went from
+ * 1.09 to 0.87 ms; what is left is the exp of every candidate, which the
+ * exact sum that top-p and the draw need does not let us skip. */
+#define TP_BUCKETS 1024
+#define TP_STEPS 32.0f
+#define TP_MIN_CANDIDATES 4096 /* below this the growing prefix is as fast */
+
+static int tp_bucket(float li, float mx, float inv_t)
+{
+    float d = (mx - li) * inv_t * TP_STEPS; /* monotone in li: ties share a bucket */
+    return d < (float)(TP_BUCKETS - 1) ? (int)d : TP_BUCKETS - 1;
+}
+
+/* Moves to cand[0..k) the candidates of the buckets that hold `want` of
+ * the weight (prob[] in cand order), the rest after them; returns k. */
+static size_t tp_prefix(struct minfer_sampler *s, const float *l, size_t m, float mx, float inv_t,
+                        double want)
+{
+    double bs[TP_BUCKETS] = {0};
+    for (size_t i = 0; i < m; i++)
+        bs[tp_bucket(l[s->cand[i]], mx, inv_t)] += s->prob[i];
+    double cum = 0;
+    int b = 0;
+    while (b < TP_BUCKETS - 1 && (cum += bs[b]) < want)
+        b++;
+    b = b + 1 < TP_BUCKETS ? b + 1 : b;
+    size_t k = 0;
+    for (size_t i = 0; i < m; i++)
+        if (tp_bucket(l[s->cand[i]], mx, inv_t) <= b) {
+            int32_t t = s->cand[k];
+            s->cand[k++] = s->cand[i];
+            s->cand[i] = t;
+        }
+    return k;
+}
+
 static void apply_penalties(struct minfer_sampler *s, float *l)
 {
     const struct minfer_sampler_params *p = &s->p;
@@ -405,7 +448,24 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
     if (p->top_p < 1.0f) {
         double want = (double)p->top_p * sum;
         size_t k = sorted ? m : 64;
-        for (;;) {
+        bool done = false;
+        if (!sorted && m >= TP_MIN_CANDIDATES) {
+            k = tp_prefix(s, l, m, mx, inv_t, want);
+            select_top(l, s->cand, k, s->cand, k);
+            double cum = 0;
+            size_t cut = 0;
+            for (size_t i = 0; i < k; i++)
+                s->prob[i] = expf((l[s->cand[i]] - mx) * inv_t);
+            while (cut < k && cum < want)
+                cum += s->prob[cut++];
+            if (cum >= want || k == m) {
+                m = cut ? cut : 1;
+                sorted = done = true;
+            } else {
+                k *= 8; /* summation order left the mass short: grow as below */
+            }
+        }
+        while (!done) {
             if (k > m)
                 k = m;
             if (!sorted || k < m) {
@@ -419,7 +479,7 @@ minfer_status sampler_candidates(struct minfer_sampler *s, const float *logits, 
                 cum += s->prob[cut++];
             if (cum >= want || k == m) {
                 m = cut ? cut : 1;
-                sorted = true;
+                sorted = done = true;
                 break;
             }
             k *= 8;
