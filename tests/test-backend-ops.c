@@ -862,6 +862,34 @@ START_TEST(kv_store_layouts)
 }
 END_TEST
 
+/* One ATTENTION node over caches kc and vc (ncell rows of kv type): nt
+ * query tokens at the last positions of kv_len visible cells, run on the
+ * plugin under test and the CPU reference and compared. */
+static void attention_case(int under, uint32_t kv, struct tt *kc, struct tt *vc, int hd, int nh,
+                           int nkv, int ncell, int kvlen, int nt, int window)
+{
+    struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+    struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
+    struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
+    tt_i32(len)[0] = kvlen;
+    for (int t = 0; t < nt; t++)
+        tt_i32(pos)[t] = kvlen - nt + t;
+    tt_place(q, NULL);
+    tt_place(len, NULL);
+    tt_place(pos, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_ATTENTION};
+    n.iparams[0] = nkv;
+    n.iparams[1] = window;
+    n.fparams[0] = 1.0f / sqrtf((float)hd);
+    struct tt *src[5] = {q, kc, vc, len, pos};
+    char what[128];
+    snprintf(what, sizeof what, "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d",
+             tn(kv), hd, nh, nkv, ncell, kvlen, nt, window);
+    run_both(&n, src, 5, dst, what);
+    compare(dst, "attention", what, tol_attn(under, kv, hd, ncell, nt));
+}
+
 /* Catches: causal masking off by one, kv_len not read at run time, GQA
  * head mapping, split-K combine errors (long KV spreads over many
  * splits), each cache layout, prefill with many query tokens (the tiled
@@ -909,31 +937,11 @@ START_TEST(attention_layouts)
             const int *cf = c < ncfg ? cfg[c] : win[c - ncfg];
             int hd = cf[0], nh = cf[1], nkv = cf[2], ncell = cf[3];
             int kvlen = cf[4], nt = cf[5], window = c < ncfg ? 0 : cf[6];
-            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
             struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
             struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
-            struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
-            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
-            tt_i32(len)[0] = kvlen;
-            for (int t = 0; t < nt; t++)
-                tt_i32(pos)[t] = kvlen - nt + t;
-            tt_place(q, NULL);
             tt_place(kc, NULL);
             tt_place(vc, NULL);
-            tt_place(len, NULL);
-            tt_place(pos, NULL);
-            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
-            struct minfer_node n = {.op = MINFER_OP_ATTENTION};
-            n.iparams[0] = nkv;
-            n.iparams[1] = window;
-            n.fparams[0] = 1.0f / sqrtf((float)hd);
-            struct tt *src[5] = {q, kc, vc, len, pos};
-            char what[128];
-            snprintf(what, sizeof what,
-                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
-                     hd, nh, nkv, ncell, kvlen, nt, window);
-            run_both(&n, src, 5, dst, what);
-            compare(dst, "attention", what, tol_attn(_i, kv[k], hd, ncell, nt));
+            attention_case(_i, kv[k], kc, vc, hd, nh, nkv, ncell, kvlen, nt, window);
         }
     }
     print_stats("attention");
@@ -964,27 +972,7 @@ START_TEST(attention_long)
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
             int hd = cfg[c][0], nh = cfg[c][1], nkv = cfg[c][2], kvlen = cfg[c][3];
             int nt = cfg[c][4], window = cfg[c][5];
-            struct tt *q = tt_new(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
-            struct tt *len = tt_new(MINFER_TYPE_I32, 1, 1, 1, 1, 0);
-            struct tt *pos = tt_new(MINFER_TYPE_I32, nt, 1, 1, 1, 0);
-            tt_i32(len)[0] = kvlen;
-            for (int t = 0; t < nt; t++)
-                tt_i32(pos)[t] = kvlen - nt + t;
-            tt_place(q, NULL);
-            tt_place(len, NULL);
-            tt_place(pos, NULL);
-            struct tt *dst = tt_out(MINFER_TYPE_F32, hd, nh, nt, 1, 0);
-            struct minfer_node n = {.op = MINFER_OP_ATTENTION};
-            n.iparams[0] = nkv;
-            n.iparams[1] = window;
-            n.fparams[0] = 1.0f / sqrtf((float)hd);
-            struct tt *src[5] = {q, kc, vc, len, pos};
-            char what[128];
-            snprintf(what, sizeof what,
-                     "attention %s hd=%d h=%d/%d cells=%d kv_len=%d nt=%d window=%d", tn(kv[k]),
-                     hd, nh, nkv, (int)CELLS, kvlen, nt, window);
-            run_both(&n, src, 5, dst, what);
-            compare(dst, "attention", what, tol_attn(_i, kv[k], hd, CELLS, nt));
+            attention_case(_i, kv[k], kc, vc, hd, nh, nkv, CELLS, kvlen, nt, window);
         }
     }
     print_stats("attention");
