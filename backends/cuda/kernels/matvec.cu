@@ -245,24 +245,15 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
     }
 };
 
-/* Q4_K: unit = group g of a super-block: 32 qs bytes = sub-blocks 2g (low
- * nibbles) and 2g+1 (high nibbles). 16-byte loads (blocks are 144 B). */
-template <> struct Unit<MINFER_TYPE_Q4_K> {
+/* Q4_K and Q5_K: unit = group g of a super-block, sub-blocks 2g and 2g+1;
+ * the two types share the header (d, dmin, 12 bytes of 6-bit scales and
+ * mins) and so the scales and the dot product. */
+struct UnitK45 {
     static constexpr int U = 64;
     float d0, d1, m0, m1; /* d*sc, dmin*m of the two sub-blocks */
     int lo[8], hi[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    __device__ __forceinline__ void load_scales(const uint8_t *b, int g)
     {
-        const uint8_t *b = row + 144 * (size_t)(u / 4);
-        int g = u % 4;
-        const int4 *qs = (const int4 *)(b + 16 + 32 * g);
-        int4 a = qs[0], c = qs[1];
-        int q[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            lo[i] = q[i] & 0x0F0F0F0F;
-            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
-        }
         uint32_t dd = *(const uint32_t *)b;
         float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
         uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
@@ -281,10 +272,27 @@ template <> struct Unit<MINFER_TYPE_Q4_K> {
     }
 };
 
-template <> struct Unit<MINFER_TYPE_Q5_K> {
-    static constexpr int U = 64;
-    float d0, d1, m0, m1;
-    int lo[8], hi[8];
+/* Q4_K: 32 qs bytes = sub-blocks 2g (low nibbles) and 2g+1 (high
+ * nibbles). 16-byte loads (blocks are 144 B). */
+template <> struct Unit<MINFER_TYPE_Q4_K> : UnitK45 {
+    __device__ __forceinline__ void load(const uint8_t *row, int u)
+    {
+        const uint8_t *b = row + 144 * (size_t)(u / 4);
+        int g = u % 4;
+        const int4 *qs = (const int4 *)(b + 16 + 32 * g);
+        int4 a = qs[0], c = qs[1];
+        int q[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = q[i] & 0x0F0F0F0F;
+            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
+        }
+        load_scales(b, g);
+    }
+};
+
+/* Q5_K: Q4_K's nibbles with a fifth bit from the 32 qh bytes. */
+template <> struct Unit<MINFER_TYPE_Q5_K> : UnitK45 {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 176 * (size_t)(u / 4);
@@ -300,21 +308,7 @@ template <> struct Unit<MINFER_TYPE_Q5_K> {
             lo[i] = (q[i] & 0x0F0F0F0F) | (((h[i] >> (2 * g)) & 0x01010101) << 4);
             hi[i] = ((q[i] >> 4) & 0x0F0F0F0F) | (((h[i] >> (2 * g + 1)) & 0x01010101) << 4);
         }
-        uint32_t dd = *(const uint32_t *)b;
-        float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
-        uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
-                 s2 = (uint32_t)ld_i32_a4(b + 12);
-        int a0, b0, a1, b1;
-        kscale_pair(s0, s1, s2, g, a0, b0, a1, b1);
-        d0 = d * a0; m0 = dmin * b0;
-        d1 = d * a1; m1 = dmin * b1;
-    }
-    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
-    {
-        int blk = 2 * u;
-        int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
-        float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
-        return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
+        load_scales(b, g);
     }
 };
 
@@ -382,10 +376,6 @@ static int rows_tpr(int64_t N, int64_t nunits)
     return tpr;
 }
 
-/* Sums acc[NT] over the tpr threads of a row; thread 0 of the row writes.
- * tpr <= 32: a segmented shuffle inside the warp; 64/128: the warps of the
- * row meet in shared memory. Every thread of the block reaches the
- * barrier (rows past N are computed on row N-1 and not written). */
 /* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written
  * instead of dst, add's columns add_nb1 bytes apart (0: one vector
  * broadcast). */
@@ -396,75 +386,11 @@ struct kepi_d {
     int64_t dst2_nb1;
 };
 
-template <int NT>
-__device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool live, int M,
-                                          int row, float *dst, int64_t dst_nb1, kepi_d e)
-{
-    __shared__ float red[NT][MV_THREADS / 32];
-    int span = tpr < 32 ? tpr : 32;
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-        for (int o = span / 2; o > 0; o >>= 1)
-            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-    if (tpr > 32) {
-        if (threadIdx.x % 32 == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                red[t][threadIdx.x / 32] = acc[t];
-        __syncthreads();
-        if (lane == 0) {
-            int w0 = threadIdx.x / 32, nw = tpr / 32;
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float v = 0.0f;
-                for (int w = 0; w < nw; w++)
-                    v += red[t][w0 + w];
-                acc[t] = v;
-            }
-        }
-    }
-    if (lane == 0 && live)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (NT == 1 || t < M) {
-                if (!e.dst2)
-                    *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = acc[t];
-                if (e.dst2)
-                    *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
-                        acc[t] + *(const float *)((const char *)e.add + t * e.add_nb1 +
-                                                  (int64_t)row * 4);
-            }
-}
-
-template <int T, int NT>
-__global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
-    mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                int nb, int nunits, int N, int M, float *dst, int64_t dst_nb1,
-                int tpr, kepi_d e)
-{
-    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
-    int lane = threadIdx.x % tpr;
-    bool live = row < N;
-    const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
-    const size_t xstride = (size_t)nb * 40;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = 0.0f;
-    for (int u = lane; u < nunits; u += tpr) {
-        Unit<T> w;
-        w.load(wr, u);
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (NT == 1 || t < M)
-                acc[t] += w.dot(xq + t * xstride, nb, u);
-    }
-    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
-}
-
 /* Sums acc[C] over the tpr threads of a row group; the sums are valid on
- * lane 0. Every thread of the block must call it (a barrier when tpr >
- * 32). */
+ * lane 0. tpr <= 32: a segmented shuffle inside the warp; 64/128: the
+ * warps of the group meet in shared memory. Every thread of the block
+ * must call it (a barrier when tpr > 32; rows past N are computed on row
+ * N-1 so that all threads reach it). */
 template <int C>
 __device__ __forceinline__ void group_sum(float *acc, int tpr, int lane)
 {
@@ -491,6 +417,56 @@ __device__ __forceinline__ void group_sum(float *acc, int tpr, int lane)
             }
         }
     }
+}
+
+/* Column t of row: v into dst, or v + add into dst2 with the epilogue. */
+__device__ __forceinline__ void store_col(float v, int t, int row, float *dst, int64_t dst_nb1,
+                                          const kepi_d &e)
+{
+    if (e.dst2)
+        *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
+            v + *(const float *)((const char *)e.add + t * e.add_nb1 + (int64_t)row * 4);
+    else
+        *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
+}
+
+/* Sums acc[NT] over the tpr threads of a row; thread 0 of the row writes. */
+template <int NT>
+__device__ __forceinline__ void row_store(float *acc, int tpr, int lane, bool live, int M,
+                                          int row, float *dst, int64_t dst_nb1, kepi_d e)
+{
+    group_sum<NT>(acc, tpr, lane);
+    if (lane == 0 && live)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                store_col(acc[t], t, row, dst, dst_nb1, e);
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
+    mmvq_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                int nb, int nunits, int N, int M, float *dst, int64_t dst_nb1,
+                int tpr, kepi_d e)
+{
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
+    int lane = threadIdx.x % tpr;
+    bool live = row < N;
+    const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
+    const size_t xstride = (size_t)nb * 40;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    for (int u = lane; u < nunits; u += tpr) {
+        Unit<T> w;
+        w.load(wr, u);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (NT == 1 || t < M)
+                acc[t] += w.dot(xq + t * xstride, nb, u);
+    }
+    row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
 /* nt = 2..8 with two rows per thread group (rows ra and ra + rpb): each
@@ -543,13 +519,7 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
         for (int t = 0; t < NT; t++) {
             if (t >= M)
                 break;
-            float v = acc[r * NT + t];
-            if (e.dst2)
-                *(float *)((char *)e.dst2 + t * e.dst2_nb1 + (int64_t)row * 4) =
-                    v + *(const float *)((const char *)e.add + t * e.add_nb1 +
-                                         (int64_t)row * 4);
-            else
-                *(float *)((char *)dst + t * dst_nb1 + (int64_t)row * 4) = v;
+            store_col(acc[r * NT + t], t, row, dst, dst_nb1, e);
         }
     }
 }
@@ -742,17 +712,29 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     }
 }
 
+/* The launchers' checks of the weights: K whole super-blocks for a
+ * K-quant, and the 16-byte aligned rows the int4 loads of Q4_K/Q5_K need
+ * (Wb: the second matrix of a fused product, or NULL). */
+template <int T>
+static int check_rows(struct kctx *k, const char *site, int64_t K, const void *Wa,
+                      const void *Wb, int64_t w_nb1)
+{
+    if (K % 256 && Unit<T>::U == 64)
+        return k_fail(k, site, "K is not a multiple of 256 for a K-quant");
+    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K;
+    if (A16 && (((uintptr_t)Wa % 16) || ((uintptr_t)Wb % 16) || (w_nb1 % 16)))
+        return k_fail(k, site, "K-quant weight rows are not 16-byte aligned");
+    return 0;
+}
+
 template <int T>
 static int launch_mmvq_glun(struct kctx *k, const void *Wg, const void *Wu, int64_t K,
                             int64_t N, int64_t w_nb1, const void *xq, int64_t M, float *dst,
                             int64_t dst_nb1)
 {
     constexpr int U = Unit<T>::U;
-    if (K % 256 && U == 64)
-        return k_fail(k, "matvec_q_glu", "K is not a multiple of 256 for a K-quant");
-    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K;
-    if (A16 && (((uintptr_t)Wg % 16) || ((uintptr_t)Wu % 16) || (w_nb1 % 16)))
-        return k_fail(k, "matvec_q_glu", "K-quant weight rows are not 16-byte aligned");
+    if (check_rows<T>(k, "matvec_q_glu", K, Wg, Wu, w_nb1))
+        return -1;
     if (M < 2 || M > 8)
         return k_fail(k, "matvec_q_glu", "2 to 8 columns");
     int nb = (int)(K / 32), nunits = (int)(K / U);
@@ -807,11 +789,8 @@ static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64
                            int64_t w_nb1, const void *xq, float *dst)
 {
     constexpr int U = Unit<T>::U;
-    if (K % 256 && U == 64)
-        return k_fail(k, "matvec_q_glu", "K is not a multiple of 256 for a K-quant");
-    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K;
-    if (A16 && (((uintptr_t)Wg % 16) || ((uintptr_t)Wu % 16) || (w_nb1 % 16)))
-        return k_fail(k, "matvec_q_glu", "K-quant weight rows are not 16-byte aligned");
+    if (check_rows<T>(k, "matvec_q_glu", K, Wg, Wu, w_nb1))
+        return -1;
     int nb = (int)(K / 32), nunits = (int)(K / U);
     int tpr = rows_tpr(N, nunits);
     int rpb = MV_THREADS / tpr;
@@ -853,11 +832,8 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
                        const void *xq, int64_t M, float *dst, int64_t dst_nb1, kepi_d e)
 {
     constexpr int U = Unit<T>::U;
-    if (K % 256 && U == 64)
-        return k_fail(k, "matvec_q", "K is not a multiple of 256 for a K-quant");
-    constexpr bool A16 = T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K; /* int4 loads */
-    if (A16 && (((uintptr_t)W % 16) || (w_nb1 % 16)))
-        return k_fail(k, "matvec_q", "K-quant weight rows are not 16-byte aligned");
+    if (check_rows<T>(k, "matvec_q", K, W, NULL, w_nb1))
+        return -1;
     int nb = (int)(K / 32), nunits = (int)(K / U);
     int tpr = rows_tpr(N, nunits);
     int rpb = MV_THREADS / tpr;
