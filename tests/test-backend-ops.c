@@ -684,15 +684,19 @@ START_TEST(gemm_every_variant)
     ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
     /* bn 128/256: the f16-scratch kernel; bn 16/64: the in-place quantized
      * one (gemm-q.cu: q4_K, q5_K, q6_K, q8_0 with K % 256 == 0) with that
-     * token tile, its 3-way split uneven over 2 or 3 chunks */
+     * token tile, its 3-way split uneven over 2 or 3 chunks; bn 1064/1128:
+     * the Hopper wgmma one (gemm-wg.cu, same types) with a 64/128-token
+     * tile, which runs only on a 9.0 device of an sm_90a build (elsewhere
+     * the hook leaves the choice automatic and these repeat other rows) */
     static const int variants[][3] = {{32, 1, 128}, {64, 1, 128}, {64, 3, 128}, {64, 8, 128},
                                       {64, 1, 256}, {32, 4, 256}, {0, 1, 16},   {0, 3, 16},
-                                      {0, 1, 64},   {0, 3, 64}};
+                                      {0, 1, 64},   {0, 3, 64},   {0, 1, 1064}, {0, 3, 1064},
+                                      {0, 1, 1128}, {0, 2, 1128}};
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_K,
                         MINFER_TYPE_F16};
     /* K % 64 == 32 in the second; 3 chunks of 256 and a 300-row tail in the third */
     int64_t shapes[][2] = {{512, 200}, {288, 130}, {768, 300}};
-    int Ms[] = {9, 67};
+    int Ms[] = {9, 67, 200};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         tune(variants[v][0], variants[v][1], variants[v][2]);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -701,7 +705,7 @@ START_TEST(gemm_every_variant)
                 if (K % 256 && types[ti] != MINFER_TYPE_Q8_0 && types[ti] != MINFER_TYPE_F16)
                     continue; /* K-quant rows are whole 256-blocks */
                 struct tt *w = tt_weight(types[ti], K, N, 0, "w");
-                for (size_t m = 0; m < 2; m++) {
+                for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
                     struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
                     tt_place(x, NULL);
                     struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);

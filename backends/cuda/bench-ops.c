@@ -9,10 +9,12 @@
  * Also the attention kernels: prefill TFLOP/s at 4k/16k/32k tokens and
  * decode GB/s of KV read at depths 1k..32k.
  *
- * usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--attn] [--matvec] [--multi]
+ * usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] [--matvec]
+ *        [--multi]
  * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
- * q8_0 at 16..2048 tokens; --attn: the
+ * q8_0 at 4..256 tokens; --gemmwg: the Hopper wgmma GEMM against both, 16
+ * to 2048 tokens; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
@@ -422,7 +424,8 @@ out:
 
 int main(int argc, char **argv)
 {
-    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0;
+    int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
+        gemmwg_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -436,10 +439,12 @@ int main(int argc, char **argv)
             multi_only = 1;
         } else if (strcmp(argv[i], "--gemmq") == 0) {
             gemmq_only = 1;
+        } else if (strcmp(argv[i], "--gemmwg") == 0) {
+            gemmwg_only = 1;
         } else {
             fprintf(stderr,
-                    "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--attn] [--matvec] "
-                    "[--multi]\n");
+                    "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
+                    "[--matvec] [--multi]\n");
             return 2;
         }
     }
@@ -497,6 +502,32 @@ int main(int argc, char **argv)
                     k_tune_gemm(cfg[0], cfg[1], cfg[2]);
                     fails += bench_gemm(c, MINFER_TYPE_Q4_K, shapes[si].K, shapes[si].N, m, 0,
                                         shapes[si].what) != 0;
+                }
+        memset(g_cfg, 0, sizeof g_cfg);
+        k_tune_gemm(0, 0, 0);
+        goto done;
+    }
+    if (gemmwg_only) {
+        /* the Hopper wgmma kernel (bn 1064 / 1128: 64 / 128 tokens per
+         * block) against the f16-scratch kernel (128) and gemm-q.cu's
+         * (16 / 64) from batched decode to prefill sizes; q4_K on the
+         * three 7B shapes, q6_K and q8_0 on the ffn one */
+        static const uint32_t wt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+        static const int wm[] = {16, 64, 128, 512, 2048};
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t si = 0; si < (ti ? 1 : 3); si++)
+                for (size_t mi = 0; mi < 5; mi++) {
+                    int m = wm[mi];
+                    int bns[4] = {128, m <= 16 ? 16 : 64, 1064, 1128};
+                    for (int v = 0; v < 4; v++) {
+                        if ((v == 1 && m > 64) || (v == 2 && m > 128))
+                            continue;
+                        int cfg[3] = {0, 0, bns[v]};
+                        memcpy(g_cfg, cfg, sizeof g_cfg);
+                        k_tune_gemm(cfg[0], cfg[1], cfg[2]);
+                        fails += bench_gemm(c, wt[ti], shapes[si].K, shapes[si].N, m, 0,
+                                            shapes[si].what) != 0;
+                    }
                 }
         memset(g_cfg, 0, sizeof g_cfg);
         k_tune_gemm(0, 0, 0);

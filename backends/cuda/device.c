@@ -349,6 +349,16 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
     if (e != cudaSuccess)
         goto out_stream;
     c->k.smem_optin = v;
+    int cc_major = 0, cc_minor = 0;
+    site = "cudaDeviceGetAttribute(ComputeCapabilityMajor)";
+    e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess)
+        goto out_stream;
+    site = "cudaDeviceGetAttribute(ComputeCapabilityMinor)";
+    e = cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess)
+        goto out_stream;
+    c->k.cc = 10 * cc_major + cc_minor;
     c->k.stream = c->stream;
     c->k.device = device;
     c->k.err = c->kerr;

@@ -206,11 +206,18 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
 
 /* ---- activations and weights to f16 ---- */
 
+/* Which kernel runs a call (path()), and so the k order of its f16
+ * activations: the f16-scratch kernel here, gemm-q.cu's in-place
+ * mma.sync kernel, or gemm-wg.cu's wgmma one. */
+enum gpath { PATH_F16, PATH_Q, PATH_WG };
+enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG };
+
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
- * f16(x - xh), the part f16 cannot hold. perm: each group of 4 stored in
- * the order 0, 2, 1, 3 (gemm-q.cu's fragment order). */
+ * f16(x - xh), the part f16 cannot hold. order (enum act_order): plain,
+ * each group of 4 stored as 0, 2, 1, 3 (gemm-q.cu's fragment order), or
+ * each 256-value chunk as gemm-wg.cu's core-matrix rows. */
 __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M,
-                                __half *__restrict__ xh, __half *__restrict__ xl, int perm)
+                                __half *__restrict__ xh, __half *__restrict__ xl, int order)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
@@ -219,7 +226,15 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
     int m = (int)(g / kg), k = 8 * (int)(g % kg);
     const float *p = (const float *)((const char *)x + (int64_t)m * x_nb1) + k;
     float v[8];
-    if (((uintptr_t)p & 15) == 0) {
+    if (order == ACT_WG) {
+        /* output unit k of a chunk: step s = (k % 256) / 16, half h; its
+         * value 2 tig + e is the lane tig's value 4 s + h + 2 e */
+        int c = k & ~(Q_CHUNK - 1), s = (k & (Q_CHUNK - 1)) >> 4, h = (k >> 3) & 1;
+        p = (const float *)((const char *)x + (int64_t)m * x_nb1) + c + 4 * s + h;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            v[e] = p[64 * (e >> 1) + 2 * (e & 1)];
+    } else if (((uintptr_t)p & 15) == 0) {
         float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
         v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -228,7 +243,7 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
         for (int e = 0; e < 8; e++)
             v[e] = p[e];
     }
-    if (perm) {
+    if (order == ACT_PAIRS) {
 #pragma unroll
         for (int g = 0; g < 8; g += 4) {
             float t = v[g + 1];
@@ -298,31 +313,58 @@ static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int6
  * benchmark and, through the plugin's "minfer_cuda_test_tune_gemm"
  * extension, by the op tests, which run every kernel variant. */
 static int g_bk, g_splits, g_bn;
-/* 1: gemm-q.cu's in-place kernel where it applies, -1: never, 0: by shape */
-static int g_inplace;
+/* The kernel forced for the types the in-place kernels cover (gpath + 1;
+ * 0: by shape) */
+static int g_path;
 
 /* bn 128 or 256 forces this file's kernel with that tile; bn 16 or 64
- * forces gemm-q.cu's with that token tile (for the types it covers). */
+ * forces gemm-q.cu's with that token tile; bn 1064 or 1128 gemm-wg.cu's
+ * with a 64- or 128-token tile where it can run (a 9.0 device and a
+ * build with sm_90a), else the choice stays automatic. */
 extern "C" void k_tune_gemm(int bk, int splits, int bn)
 {
     g_bk = bk == 32 || bk == 64 ? bk : 0;
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
     g_bn = bn == 128 || bn == 256 ? bn : 0;
-    g_inplace = bn == 16 || bn == 64 ? 1 : g_bn ? -1 : 0;
-    gemm_q_tune(g_inplace == 1 ? bn : 0, g_inplace == 1 ? splits : 0);
+    bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128;
+    g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : g_bn ? PATH_F16 + 1 : 0;
+    gemm_q_tune(q ? bn : 0, q ? splits : 0);
+    gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
 }
 
-/* The in-place kernel for this call? On the H200 (docs/PERF.md) it is
- * 1.3-3x faster at 16-64 tokens, where reading the weights is the cost,
- * even at 128 (two of its 64-token tiles, as from 65 tokens on) and up to
- * 1.5x slower from 256 tokens on, where the f16 kernel's larger tiles win
- * and its dequantization pass is amortized. */
-#define GQ_MAX_M 64
-static bool use_inplace(uint32_t type, int64_t K, int64_t M, const void *xl)
+/* Can gemm-wg.cu's kernel run here: built for sm_90a (MINFER_CUDA_WGMMA,
+ * set by CMakeLists.txt) and a compute capability 9.0 device. */
+static bool wg_ready(const struct kctx *k)
 {
-    if (xl || g_inplace < 0 || !gemm_q_eligible(type, K))
-        return false;
-    return g_inplace > 0 || M <= GQ_MAX_M;
+#ifdef MINFER_CUDA_WGMMA
+    return k->cc == 90;
+#else
+    (void)k;
+    return false;
+#endif
+}
+
+/* The kernel for a call, one decision for the activation order, the
+ * scratch size and the launch. By shape (H200, docs/PERF.md): the
+ * in-place kernels read quantized weights without the f16 scratch pass;
+ * gemm-q.cu's is fastest at 16 tokens or fewer (its 16-token tile),
+ * gemm-wg.cu's above where it can run; without it, gemm-q.cu's up to 64
+ * tokens (1.3-3x faster there) and the f16 kernel beyond, where its
+ * larger tiles win and the dequantization pass is amortized. xl (the
+ * hi/lo split of float weights) only the f16 kernel handles. */
+#define GQ_MAX_M 64
+#define GWG_MIN_M 17
+static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
+{
+    if (xl || !gemm_q_eligible(type, K))
+        return PATH_F16;
+    if (g_path == PATH_WG + 1 && wg_ready(k))
+        return PATH_WG;
+    if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1)
+        return (enum gpath)(g_path - 1);
+    if (wg_ready(k) && M >= GWG_MIN_M)
+        return PATH_WG;
+    return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
 }
 
 template <int BN, int BK> static int optin_one(struct kctx *k)
@@ -357,7 +399,7 @@ extern "C" int k_prepare(struct kctx *k)
         return -1;
     }
     if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
-        gemm_q_prepare(k))
+        gemm_q_prepare(k) || (wg_ready(k) && gemm_wg_prepare(k)))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;
@@ -477,8 +519,11 @@ extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
 extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W,
                                        int64_t K, int64_t N, int64_t M, int64_t w_nb1)
 {
-    if (use_inplace(type, K, M, NULL))
+    enum gpath pa = path(k, type, K, M, NULL);
+    if (pa == PATH_Q)
         return gemm_q_part_bytes(k, K, N, M);
+    if (pa == PATH_WG)
+        return gemm_wg_part_bytes(k, K, N, M);
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
     size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
@@ -493,8 +538,10 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
     int64_t n = K / 8 * M;
+    enum gpath pa = path(k, wtype, K, M, xl);
+    int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : ACT_PLAIN;
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
-            (int)K, (int)M, (__half *)xh, (__half *)xl, (int)use_inplace(wtype, K, M, xl));
+            (int)K, (int)M, (__half *)xh, (__half *)xl, order);
     return 0;
 }
 
@@ -513,8 +560,11 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
-    if (use_inplace(type, K, M, xl))
+    enum gpath pa = path(k, type, K, M, xl);
+    if (pa == PATH_Q)
         return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+    if (pa == PATH_WG)
+        return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
     bool direct = w_direct(type, W, w_nb1);
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = direct ? 0 : round256((size_t)rows * (size_t)K * 2);

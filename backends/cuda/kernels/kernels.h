@@ -28,6 +28,7 @@ struct kctx {
     void *stream;          /* cudaStream_t of the instance */
     int device;
     int sm_count;
+    int cc;                /* compute capability, 10 * major + minor */
     int smem_optin;        /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
     int gemm_optin_ok;     /* the GEMM's >48 KiB dynamic smem was opted in */
     unsigned *flags;       /* device word, KFLAG_* */

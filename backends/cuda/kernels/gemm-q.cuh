@@ -1,0 +1,187 @@
+/*
+ * gemm-q.cuh — the quantized-weight unpacking that gemm-q.cu (mma.sync,
+ * 9-64 tokens) and gemm-wg.cu (Hopper wgmma, larger token tiles) share.
+ *
+ * Both kernels copy each 256-value chunk of a weight row raw into shared
+ * memory (starting at the 16-byte unit that holds the chunk's first byte,
+ * so q6_K's and q8_0's 2-byte aligned blocks need no repacking), and lane
+ * tig of a warp unpacks values [64 tig, 64 tig + 64) of the chunk of its
+ * rows straight into f16 mma A fragments: v[2s + e] holds values 4s + e
+ * and 4s + e + 2 of the lane's 64 as a half2, the (0, 2) / (1, 3) pairs
+ * one shift and one mask extract from a 32-bit word. The activations are
+ * stored in the matching k order by k_gemm_act (gemm.cu).
+ */
+#ifndef MINFER_CUDA_GEMM_Q_CUH
+#define MINFER_CUDA_GEMM_Q_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "common.cuh"
+#include "gemm.cuh"
+
+/* NW words of shared memory from a 2-byte aligned address: the aligned
+ * words around it, funnel-shifted (reads one word past the last). */
+template <int NW> __device__ __forceinline__ void ldw(unsigned (&w)[NW], const uint8_t *p)
+{
+    const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+    unsigned sh = ((unsigned)(uintptr_t)p & 3) * 8, prev = a[0];
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        unsigned nx = a[i + 1];
+        w[i] = __funnelshift_r(prev, nx, sh);
+        prev = nx;
+    }
+}
+
+/* Bits [sh, sh + 8) of bytes 0 and 2 of w >> 8e, i.e. of bytes e and e+2
+ * of w, in the low bits of the two 16-bit lanes (masked by the caller). */
+__device__ __forceinline__ unsigned lanes2(unsigned w, int e, int sh)
+{
+    return w >> (8 * e + sh);
+}
+/* Two 16-bit lanes holding integers below 1024, minus bias, as exact
+ * halves: 0x6400 is 1024.0, so (q | 0x6400) is 1024 + q. */
+__device__ __forceinline__ __half2 lanes_h2(unsigned q, float bias)
+{
+    unsigned u = q | 0x64006400u;
+    return __hsub2(*(const __half2 *)&u, __float2half2_rn(1024.0f + bias));
+}
+__device__ __forceinline__ unsigned h2u(__half2 h)
+{
+    return *(const unsigned *)&h;
+}
+__device__ __forceinline__ unsigned wsel4(unsigned a, unsigned b, unsigned c, unsigned d, int i)
+{
+    return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
+}
+
+/* Per type: BYTES per 256-value chunk of a row, and deq(p, t, v): lane
+ * t's 64 values of the chunk at shared address p, v[2s + e] = values
+ * 4s + e and 4s + e + 2 as a half2. */
+template <int T> struct qgemm;
+
+/* The 6-bit scales and mins of sub-blocks 2t and 2t+1 (q4_K, q5_K) from
+ * the 16-byte block header h: scale in sc[], -min in mn[]. */
+__device__ __forceinline__ void kq_scales(const unsigned (&h)[4], int t, __half2 (&sc)[2],
+                                          __half2 (&mn)[2])
+{
+    float d = __half2float(__ushort_as_half((unsigned short)h[0]));
+    float dmin = __half2float(__ushort_as_half((unsigned short)(h[0] >> 16)));
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int j = 2 * t + i; /* scales byte b is byte b % 4 of word 1 + b / 4 */
+        auto byte = [&](int b) {
+            return (int)((wsel4(h[1], h[2], h[3], h[3], b >> 2) >> (8 * (b & 3))) & 0xFF);
+        };
+        int s, m;
+        if (j < 4) {
+            s = byte(j) & 63;
+            m = byte(j + 4) & 63;
+        } else {
+            s = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+            m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+        }
+        sc[i] = __float2half2_rn(d * (float)s);
+        mn[i] = __float2half2_rn(-dmin * (float)m);
+    }
+}
+
+/* q4_K and q5_K: sub-block 2t is the low nibbles of qs[32t..32t+32),
+ * 2t+1 the high ones; q5_K adds the fifth bit, bit j of qh[l] for value l
+ * of sub-block j. */
+template <bool Q5>
+__device__ __forceinline__ void kq_deq(const uint8_t *p, int t, unsigned (&v)[32])
+{
+    unsigned h[4], qh[8], q[8];
+    __half2 sc[2], mn[2];
+    ldw(h, p);
+    if (Q5)
+        ldw(qh, p + 16);
+    ldw(q, p + (Q5 ? 48 : 16) + 32 * t);
+    kq_scales(h, t, sc, mn);
+#pragma unroll
+    for (int s = 0; s < 16; s++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            unsigned n = lanes2(q[s & 7], e, s < 8 ? 0 : 4) & 0x000F000Fu;
+            if (Q5)
+                n |= (lanes2(qh[s & 7], e, 2 * t + (s >> 3)) & 0x00010001u) << 4;
+            v[2 * s + e] = h2u(__hfma2(lanes_h2(n, 0.0f), sc[s >> 3], mn[s >> 3]));
+        }
+}
+
+template <> struct qgemm<MINFER_TYPE_Q4_K> {
+    static constexpr int BYTES = 144;
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        kq_deq<false>(p, t, v);
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q5_K> {
+    static constexpr int BYTES = 176;
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        kq_deq<true>(p, t, v);
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q6_K> {
+    static constexpr int BYTES = 210;
+    /* lane t: half hf = t / 2 of the block; t odd takes the high nibbles
+     * of ql[64 hf ..] and bits 4-7 of qh[32 hf ..], t even the low ones;
+     * one int8 scale per 16 values */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        int hf = t >> 1, u = t & 1;
+        unsigned ql[16], qh[8], sw[1], dw[1];
+        ldw(ql, p + 64 * hf);
+        ldw(qh, p + 128 + 32 * hf);
+        ldw(sw, p + 192 + 8 * hf + 4 * u);
+        ldw(dw, p + 208);
+        float d = __half2float(__ushort_as_half((unsigned short)dw[0]));
+        __half2 sc[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            sc[j] = __float2half2_rn(d * (float)(int8_t)(sw[0] >> (8 * j)));
+#pragma unroll
+        for (int s = 0; s < 16; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned n = lanes2(ql[s], e, 4 * u) & 0x000F000Fu;
+                unsigned hb = lanes2(qh[s & 7], e, 4 * u + 2 * (s >> 3)) & 0x00030003u;
+                v[2 * s + e] = h2u(__hmul2(lanes_h2(n | hb << 4, 32.0f), sc[s >> 2]));
+            }
+    }
+};
+
+template <> struct qgemm<MINFER_TYPE_Q8_0> {
+    static constexpr int BYTES = 272;
+    /* lane t: blocks 2t and 2t+1, 68 contiguous bytes (d, 32 qs, d, 32 qs) */
+    static __device__ __forceinline__ void deq(const uint8_t *p, int t, unsigned (&v)[32])
+    {
+        unsigned w[17];
+        ldw(w, p + 68 * t);
+        __half2 d0 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)w[0])));
+        __half2 d1 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)(w[8] >> 16))));
+#pragma unroll
+        for (int s = 0; s < 16; s++) {
+            unsigned q = s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                unsigned b = (lanes2(q, e, 0) & 0x00FF00FFu) ^ 0x00800080u; /* int8 + 128 */
+                v[2 * s + e] = h2u(__hmul2(lanes_h2(b, 128.0f), s < 8 ? d0 : d1));
+            }
+        }
+    }
+};
+
+template <int T> struct qshape {
+    /* shared bytes per row of a stage: the chunk plus the bytes before it
+     * in its first 16-byte unit, in whole units */
+    static constexpr int UNITS = (qgemm<T>::BYTES + 15 + 15) / 16;
+    static constexpr int PITCH = 16 * UNITS;
+};
+
+#endif /* MINFER_CUDA_GEMM_Q_CUH */
