@@ -16,9 +16,10 @@
  * attention traffic. Kept apart from attn.cu so the single-sequence
  * kernels stay untouched.
  */
-#include "common.cuh"
+#include "attn.cuh"
 
 #define L_THREADS 128
+static_assert(L_THREADS == 128, "block_max128, partial_store128");
 #define L_TILE 128
 #define L_MAX_HD 256
 #define L_TARGET_BLOCKS 1024
@@ -48,17 +49,46 @@ __device__ __forceinline__ void lists_share(int64_t first, int64_t nv, int split
         begin = nv;
 }
 
-/* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
-
-template <int L> __device__ __forceinline__ float lload(const uint8_t *row, int idx)
+/* Token t's list and the entries [begin, end) of it that split `split`
+ * takes. A range or list index out of bounds is flagged and refused: no
+ * entry is read. */
+__device__ __forceinline__ const int32_t *lists_slice(const int32_t *__restrict__ range,
+                                                      const int32_t *__restrict__ qlist,
+                                                      const int32_t *__restrict__ lists,
+                                                      int64_t n_kv, int64_t n_lists, int t,
+                                                      int split, int n_splits, unsigned *flags,
+                                                      int64_t &begin, int64_t &end)
 {
-    if (L == 0)
-        return ((const float *)row)[idx];
-    if (L == 1)
-        return h2f(((const uint16_t *)row)[idx]);
-    const bq8_0 *b = (const bq8_0 *)row + idx / 32;
-    return h2f(b->d) * (float)b->qs[idx % 32];
+    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
+    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
+        if (threadIdx.x == 0 && flags)
+            atomicOr(flags, KFLAG_ATTN_LIST);
+        first = nv = 0;
+        li = 0;
+    }
+    const int32_t *list = lists + li * n_kv;
+    lists_share(first, nv, split, n_splits, begin, end);
+    return list;
 }
+
+/* The cell of entry j (-1 past end): a cell outside the cache is flagged
+ * and skipped (-1). */
+__device__ __forceinline__ int lists_cell(const int32_t *list, int64_t j, int64_t end,
+                                          int64_t n_cells, unsigned *flags)
+{
+    int c = -1;
+    if (j < end) {
+        c = list[j];
+        if (c < 0 || c >= n_cells) {
+            if (flags)
+                atomicOr(flags, KFLAG_ATTN_LIST);
+            c = -1;
+        }
+    }
+    return c;
+}
+
+/* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
 
 /* q . K row (head hk), q in shared memory. vec (the launcher checked the
  * cache base, the row stride and head_dim): 16-byte loads of 4 f32 or 8
@@ -98,31 +128,9 @@ __device__ __forceinline__ float ldot(const float *q, const uint8_t *row, int hk
         }
     } else {
         for (int i = 0; i < hd; i++)
-            s += q[i] * lload<L>(row, hk * hd + i);
+            s += q[i] * vload<L>(row, hk * hd + i);
     }
     return s;
-}
-
-__device__ __forceinline__ float lblock_max(float v, float *red)
-{
-    v = warp_max(v);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ float lblock_sum(float v, float *red)
-{
-    v = warp_sum(v);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = red[0] + red[1] + red[2] + red[3];
-    __syncthreads();
-    return r;
 }
 
 /* ---- partials ---- */
@@ -145,21 +153,16 @@ __global__ void __launch_bounds__(L_THREADS)
     const float *qr = (const float *)((const char *)q.data + h * q.nb[1] + t * q.nb[2]);
     for (int d = tid; d < hd; d += L_THREADS)
         qs[d] = qr[d] * scale;
-    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
-    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
-        if (tid == 0 && flags) /* refused: no entry is read */
-            atomicOr(flags, KFLAG_ATTN_LIST);
-        first = nv = 0;
-        li = 0;
-    }
-    const int32_t *list = lists + li * n_kv;
     int64_t begin, end;
-    lists_share(first, nv, split, n_splits, begin, end);
+    const int32_t *list = lists_slice(range, qlist, lists, n_kv, n_lists, t, split, n_splits,
+                                      flags, begin, end);
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     for (int64_t c0 = begin; c0 < end; c0 += L_TILE) {
         int64_t j = c0 + tid;
+        /* lists_cell's check, with the score in its valid branch: written
+         * out, as calling lists_cell compiles to other branches here */
         float s = -INFINITY;
         int c = -1;
         if (j < end) {
@@ -173,10 +176,10 @@ __global__ void __launch_bounds__(L_THREADS)
             }
         }
         cell[tid] = c;
-        float mn = fmaxf(m, lblock_max(s, red));
+        float mn = fmaxf(m, block_max128(s, red));
         float e = c >= 0 && mn != -INFINITY ? expf(s - mn) : 0.0f;
         p[tid] = e;
-        float ps = lblock_sum(e, red); /* its barriers publish p[] and cell[] */
+        float ps = block_sum128(e, red); /* its barriers publish p[] and cell[] */
         float corr = m != -INFINITY ? expf(m - mn) : 0.0f;
         l = l * corr + ps;
         acc0 *= corr;
@@ -189,48 +192,22 @@ __global__ void __launch_bounds__(L_THREADS)
             const uint8_t *vr = vc + (int64_t)cell[k] * vnb1;
             float pk = p[k];
             if (tid < hd)
-                acc0 += pk * lload<L>(vr, vi0);
+                acc0 += pk * vload<L>(vr, vi0);
             if (tid + L_THREADS < hd)
-                acc1 += pk * lload<L>(vr, vi1);
+                acc1 += pk * vload<L>(vr, vi1);
         }
         m = mn;
         __syncthreads(); /* p[] and cell[] are rewritten by the next tile */
     }
-    float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
-    if (tid < hd)
-        o[tid] = acc0;
-    if (tid + L_THREADS < hd)
-        o[tid + L_THREADS] = acc1;
-    if (tid == 0) {
-        o[hd] = m;
-        o[hd + 1] = l;
-    }
+    partial_store128(part, t, n_head, h, n_splits, split, hd, acc0, acc1, m, l);
 }
 
+/* Merges the partials of a query head and token: combine_few (no more than
+ * 64 splits here, k_attn_lists_splits). */
 __global__ void lists_combine(const float *__restrict__ part, int hd, int n_head, int n_splits,
                               kview dst)
 {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
-    float Lsum = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float *ps = base + s * (size_t)(hd + 2);
-        if (ps[hd] != -INFINITY)
-            Lsum += ps[hd + 1] * expf(ps[hd] - M);
-    }
-    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float *ps = base + s * (size_t)(hd + 2);
-            if (ps[hd] != -INFINITY)
-                a += ps[d] * expf(ps[hd] - M);
-        }
-        o[d] = Lsum > 0.0f ? a / Lsum : 0.0f;
-    }
+    combine_few(part, hd, n_head, n_splits, dst, NULL);
 }
 
 /* The same for the G = group query heads of KV head blockIdx.y at once:
@@ -259,16 +236,9 @@ __global__ void __launch_bounds__(L_THREADS)
         for (int d = tid; d < hd; d += L_THREADS)
             qs[g * hd + d] = qr[d] * scale;
     }
-    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
-    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
-        if (tid == 0 && flags) /* refused: no entry is read */
-            atomicOr(flags, KFLAG_ATTN_LIST);
-        first = nv = 0;
-        li = 0;
-    }
-    const int32_t *list = lists + li * n_kv;
     int64_t begin, end;
-    lists_share(first, nv, split, n_splits, begin, end);
+    const int32_t *list = lists_slice(range, qlist, lists, n_kv, n_lists, t, split, n_splits,
+                                      flags, begin, end);
     __syncthreads();
 
     float m[L_MAX_G], l[L_MAX_G], acc0[L_MAX_G], acc1[L_MAX_G];
@@ -279,15 +249,7 @@ __global__ void __launch_bounds__(L_THREADS)
     }
     for (int64_t c0 = begin; c0 < end; c0 += L_TILE) {
         int64_t j = c0 + tid;
-        int c = -1;
-        if (j < end) {
-            c = list[j];
-            if (c < 0 || c >= n_cells) { /* a cell outside the cache: flagged, skipped */
-                if (flags)
-                    atomicOr(flags, KFLAG_ATTN_LIST);
-                c = -1;
-            }
-        }
+        int c = lists_cell(list, j, end, n_cells, flags);
         cell[tid] = c;
 #pragma unroll
         for (int g = 0; g < L_MAX_G; g++) {
@@ -295,10 +257,10 @@ __global__ void __launch_bounds__(L_THREADS)
                 break;
             float s = c >= 0 ? ldot<L>(qs + g * hd, kc + (int64_t)c * knb1, hk, hd, vec != 0)
                              : -INFINITY;
-            float mn = fmaxf(m[g], lblock_max(s, red));
+            float mn = fmaxf(m[g], block_max128(s, red));
             float e = c >= 0 && mn != -INFINITY ? expf(s - mn) : 0.0f;
             p[g][tid] = e;
-            float ps = lblock_sum(e, red); /* its barriers publish p[g][] and cell[] */
+            float ps = block_sum128(e, red); /* its barriers publish p[g][] and cell[] */
             float corr = m[g] != -INFINITY ? expf(m[g] - mn) : 0.0f;
             l[g] = l[g] * corr + ps;
             acc0[g] *= corr;
@@ -311,8 +273,8 @@ __global__ void __launch_bounds__(L_THREADS)
             if (cell[k] < 0)
                 continue;
             const uint8_t *vr = vc + (int64_t)cell[k] * vnb1;
-            float v0 = tid < hd ? lload<L>(vr, vi0) : 0.0f;
-            float v1 = tid + L_THREADS < hd ? lload<L>(vr, vi1) : 0.0f;
+            float v0 = tid < hd ? vload<L>(vr, vi0) : 0.0f;
+            float v1 = tid + L_THREADS < hd ? vload<L>(vr, vi1) : 0.0f;
 #pragma unroll
             for (int g = 0; g < L_MAX_G; g++) {
                 if (g < group) {
@@ -327,16 +289,8 @@ __global__ void __launch_bounds__(L_THREADS)
     for (int g = 0; g < L_MAX_G; g++) {
         if (g >= group)
             break;
-        int h = hk * group + g;
-        float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
-        if (tid < hd)
-            o[tid] = acc0[g];
-        if (tid + L_THREADS < hd)
-            o[tid + L_THREADS] = acc1[g];
-        if (tid == 0) {
-            o[hd] = m[g];
-            o[hd + 1] = l[g];
-        }
+        partial_store128(part, t, n_head, hk * group + g, n_splits, split, hd, acc0[g], acc1[g],
+                         m[g], l[g]);
     }
 }
 
@@ -393,33 +347,28 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
               (uintptr_t)kc % 16 == 0 && knb1 % 16 == 0 && hd % epv == 0;
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     float *part = (float *)scratch;
+    decltype(&lists_partial<0>) kf; /* the kernel of the cache type */
+    const char *site;
     switch (kv_type) {
-    case MINFER_TYPE_F32: {
-        auto kf = grouped ? lists_partial_g<0> : lists_partial<0>;
-        KLAUNCH(k, "attention_lists.partial<f32>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits, part,
-                k->flags, vec);
+    case MINFER_TYPE_F32:
+        kf = grouped ? lists_partial_g<0> : lists_partial<0>;
+        site = "attention_lists.partial<f32>";
         break;
-    }
-    case MINFER_TYPE_F16: {
-        auto kf = grouped ? lists_partial_g<1> : lists_partial<1>;
-        KLAUNCH(k, "attention_lists.partial<f16>", kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits, part,
-                k->flags, vec);
+    case MINFER_TYPE_F16:
+        kf = grouped ? lists_partial_g<1> : lists_partial<1>;
+        site = "attention_lists.partial<f16>";
         break;
-    }
-    case MINFER_TYPE_Q8_0: {
+    case MINFER_TYPE_Q8_0:
         if (hd % 32)
             return k_fail(k, "attention_lists", "a Q8_0 cache needs head_dim % 32 == 0");
-        auto kf = grouped ? lists_partial_g<2> : lists_partial<2>;
-        KLAUNCH(k, "attention_lists.partial<q8_0>", kf, grid, L_THREADS, 0, q, K, V, knb1,
-                vnb1, n_cells, group, range, qlist, lists, n_kv, n_lists, scale, splits,
-                part, k->flags, vec);
+        kf = grouped ? lists_partial_g<2> : lists_partial<2>;
+        site = "attention_lists.partial<q8_0>";
         break;
-    }
     default:
         return k_fail(k, "attention_lists", "KV cache type is not F32, F16 or Q8_0");
     }
+    KLAUNCH(k, site, kf, grid, L_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, range, qlist,
+            lists, n_kv, n_lists, scale, splits, part, k->flags, vec);
     dim3 g2((unsigned)n_head, (unsigned)nt);
     KLAUNCH(k, "attention_lists.combine", lists_combine, g2, 128, 0, (const float *)part, (int)hd,
             (int)n_head, splits, dst);

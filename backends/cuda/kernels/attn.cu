@@ -19,6 +19,7 @@
 #define A_MAX_HD 256
 #define A_TARGET_BLOCKS 1024
 #define A_MAX_SPLITS 512 /* the combine pass's bound; both paths stay below */
+static_assert(A_THREADS == 128, "block_max128, partial_store128");
 
 /* ---- cache element access (L: 0 = F32, 1 = F16, 2 = Q8_0) ---- */
 
@@ -54,38 +55,6 @@ __device__ __forceinline__ float kdot(const float *q, const uint8_t *row, int hk
         }
     }
     return s;
-}
-
-template <int L> __device__ __forceinline__ float vload(const uint8_t *row, int idx)
-{
-    if (L == 0)
-        return ((const float *)row)[idx];
-    if (L == 1)
-        return h2f(((const uint16_t *)row)[idx]);
-    const bq8_0 *b = (const bq8_0 *)row + idx / 32;
-    return h2f(b->d) * (float)b->qs[idx % 32];
-}
-
-__device__ __forceinline__ float block_max128(float v, float *red)
-{
-    v = warp_max(v);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ float block_sum128(float v, float *red)
-{
-    v = warp_sum(v);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = red[0] + red[1] + red[2] + red[3];
-    __syncthreads();
-    return r;
 }
 
 /* ---- partials ---- */
@@ -144,15 +113,7 @@ __global__ void __launch_bounds__(A_THREADS)
         m = mn;
         __syncthreads(); /* p[] is rewritten by the next tile */
     }
-    float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
-    if (tid < hd)
-        o[tid] = acc0;
-    if (tid + A_THREADS < hd)
-        o[tid + A_THREADS] = acc1;
-    if (tid == 0) {
-        o[hd] = m;
-        o[hd + 1] = l;
-    }
+    partial_store128(part, t, n_head, h, n_splits, split, hd, acc0, acc1, m, l);
 }
 
 /* ---- decode: all query heads of a KV head in one pass over its cells ---- */
@@ -417,30 +378,7 @@ __global__ void __launch_bounds__(128)
 __global__ void attn_combine_few(const float *__restrict__ part, int hd, int n_head, int n_splits,
                              kview dst, uint8_t *xq)
 {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
-    float Lsum = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float *ps = base + s * (size_t)(hd + 2);
-        if (ps[hd] != -INFINITY)
-            Lsum += ps[hd + 1] * expf(ps[hd] - M);
-    }
-    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float *ps = base + s * (size_t)(hd + 2);
-            if (ps[hd] != -INFINITY)
-                a += ps[d] * expf(ps[hd] - M);
-        }
-        float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
-        o[d] = v;
-        if (xq)
-            q8_1_store_warp(xq, t, hd * n_head / 32, h * hd + d, v, d % 32);
-    }
+    combine_few(part, hd, n_head, n_splits, dst, xq);
 }
 
 /* ---- launch ---- */
@@ -625,26 +563,15 @@ extern "C" int k_attention_q(struct kctx *k, struct kview q, uint32_t kv_type, c
     } else {
         int chunk = attn_chunk(n_cells, splits);
         dim3 grid((unsigned)splits, (unsigned)n_head, (unsigned)nt);
-        switch (kv_type) {
-        case MINFER_TYPE_F32: {
-            auto kf = attn_partial<0>;
-            KLAUNCH(k, "attention.partial<f32>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
-            break;
-        }
-        case MINFER_TYPE_F16: {
-            auto kf = attn_partial<1>;
-            KLAUNCH(k, "attention.partial<f16>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
-            break;
-        }
-        default: {
-            auto kf = attn_partial<2>;
-            KLAUNCH(k, "attention.partial<q8_0>", kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1,
-                    n_cells, group, kv_len, pos, scale, window, chunk, splits, part);
-            break;
-        }
-        }
+        /* the kernel of the cache type (F32, F16 or Q8_0: checked above) */
+        auto kf = kv_type == MINFER_TYPE_F32   ? attn_partial<0>
+                  : kv_type == MINFER_TYPE_F16 ? attn_partial<1>
+                                               : attn_partial<2>;
+        const char *site = kv_type == MINFER_TYPE_F32   ? "attention.partial<f32>"
+                           : kv_type == MINFER_TYPE_F16 ? "attention.partial<f16>"
+                                                        : "attention.partial<q8_0>";
+        KLAUNCH(k, site, kf, grid, A_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len,
+                pos, scale, window, chunk, splits, part);
     }
     dim3 g2((unsigned)n_head, (unsigned)nt);
     if (path == 3) {

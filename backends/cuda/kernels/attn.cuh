@@ -1,7 +1,8 @@
 /*
  * attn.cuh — device helpers shared by the attention kernels (attn.cu,
- * attn-mma.cu): the KV cache element loads (the PTX wrappers are
- * mma.cuh's).
+ * attn-lists.cu, attn-mma.cu, attn-dec.cu): the KV cache element loads,
+ * the 128-thread block reductions, the few-split combine and the flash
+ * steps on mma fragments (the PTX wrappers are mma.cuh's).
  */
 #ifndef MINFER_CUDA_ATTN_CUH
 #define MINFER_CUDA_ATTN_CUH
@@ -27,6 +28,64 @@ template <int L> __device__ __forceinline__ float4 fa_load4(const uint8_t *row, 
                        d * (float)(int8_t)(v >> 16), d * (float)(int8_t)(v >> 24));
 }
 
+/* One value of a cache row, element idx (L as fa_load4's). */
+template <int L> __device__ __forceinline__ float vload(const uint8_t *row, int idx)
+{
+    if (L == 0)
+        return ((const float *)row)[idx];
+    if (L == 1)
+        return h2f(((const uint16_t *)row)[idx]);
+    const bq8_0 *b = (const bq8_0 *)row + idx / 32;
+    return h2f(b->d) * (float)b->qs[idx % 32];
+}
+
+/* ---- 128-thread blocks: reductions and the split-K partial (attn.cu, attn-lists.cu) ---- */
+
+/* The maximum and the sum of v over a block of 4 warps, on every thread;
+ * red: 4 floats of shared memory. Every thread of the block must call
+ * them (two barriers: red is free again when they return). */
+__device__ __forceinline__ float block_max128(float v, float *red)
+{
+    v = warp_max(v);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float block_sum128(float v, float *red)
+{
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = red[0] + red[1] + red[2] + red[3];
+    __syncthreads();
+    return r;
+}
+
+/* Writes the partial of split `split` of query head h and token t: rows
+ * of hd + 2 floats (acc[hd], max, sum) per (token, head, split). Thread
+ * threadIdx.x of the block of 128 holds dimensions threadIdx.x (acc0) and
+ * threadIdx.x + 128 (acc1). */
+__device__ __forceinline__ void partial_store128(float *part, int t, int n_head, int h,
+                                                 int n_splits, int split, int hd, float acc0,
+                                                 float acc1, float m, float l)
+{
+    const int tid = threadIdx.x;
+    float *o = part + (((size_t)t * n_head + h) * n_splits + split) * (size_t)(hd + 2);
+    if (tid < hd)
+        o[tid] = acc0;
+    if (tid + 128 < hd)
+        o[tid + 128] = acc1;
+    if (tid == 0) {
+        o[hd] = m;
+        o[hd + 1] = l;
+    }
+}
+
 /* The combine passes' fused activation quantization: output v of column
  * col into row t of the next product's q8_1 activations (k_quantize_q8_1's
  * layout: nbq blocks of 32 int8, then nbq float2 (d, d * sum)). The 32
@@ -42,6 +101,41 @@ __device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq,
     ((int8_t *)row)[col] = (int8_t)q;
     if (lane == 0)
         ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+}
+
+/* ---- the split-K combine for a few splits (attn.cu, attn-lists.cu) ---- */
+
+/* Merges the n_splits partials (acc[hd], max, sum) of query head
+ * blockIdx.x and token blockIdx.y into dst; every thread walks the splits
+ * itself, no block reductions or barriers. xq (NULL: none): also the
+ * output as q8_1 blocks, as attn_combine. */
+__device__ __forceinline__ void combine_few(const float *__restrict__ part, int hd, int n_head,
+                                            int n_splits, kview dst, uint8_t *xq)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *base = part + ((size_t)t * n_head + h) * n_splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        M = fmaxf(M, base[s * (size_t)(hd + 2) + hd]);
+    float Lsum = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *ps = base + s * (size_t)(hd + 2);
+        if (ps[hd] != -INFINITY)
+            Lsum += ps[hd + 1] * expf(ps[hd] - M);
+    }
+    float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *ps = base + s * (size_t)(hd + 2);
+            if (ps[hd] != -INFINITY)
+                a += ps[d] * expf(ps[hd] - M);
+        }
+        float v = Lsum > 0.0f ? a / Lsum : 0.0f; /* no visible cell: zeros */
+        o[d] = v;
+        if (xq)
+            q8_1_store_warp(xq, t, hd * n_head / 32, h * hd + d, v, d % 32);
+    }
 }
 
 /* ---- flash-attention steps on mma fragments (attn-mma.cu, attn-dec.cu) ---- */
