@@ -105,6 +105,15 @@ __device__ __forceinline__ void kscale(const uint8_t *q, int j, int &sc, int &m)
     }
 }
 
+/* Q4_K / Q5_K sub-block j's scale d * sc and min dmin * m. */
+template <typename B> __device__ __forceinline__ void ksub_scale(const B *b, int j, float &d, float &mm)
+{
+    int sc, m;
+    kscale(b->scales, j, sc, m);
+    d = h2f(b->d) * (float)sc;
+    mm = h2f(b->dmin) * (float)m;
+}
+
 /* ---- dequantize 8 consecutive elements [k0, k0+8) of a row ---- */
 
 /* k0 % 8 == 0. Every readable type (k_type_readable). */
@@ -179,23 +188,23 @@ template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q5_1>(const uint8_t 
         o[i] = d * (float)q + m;
     }
 }
-template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_0>(const uint8_t *row, int64_t k0, float *o)
+/* Q8_0 and Q8_1 (whose sum field dequantization does not read). */
+template <typename B> __device__ __forceinline__ void dq8_q8(const uint8_t *row, int64_t k0, float *o)
 {
-    const bq8_0 *b = (const bq8_0 *)row + k0 / 32;
+    const B *b = (const B *)row + k0 / 32;
     int j = (int)(k0 % 32);
     float d = h2f(b->d);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         o[i] = d * (float)b->qs[j + i];
 }
+template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_0>(const uint8_t *row, int64_t k0, float *o)
+{
+    dq8_q8<bq8_0>(row, k0, o);
+}
 template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_1>(const uint8_t *row, int64_t k0, float *o)
 {
-    const bq8_1 *b = (const bq8_1 *)row + k0 / 32;
-    int j = (int)(k0 % 32);
-    float d = h2f(b->d);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        o[i] = d * (float)b->qs[j + i];
+    dq8_q8<bq8_1>(row, k0, o);
 }
 template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q8_K>(const uint8_t *row, int64_t k0, float *o)
 {
@@ -210,9 +219,8 @@ template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q4_K>(const uint8_t 
     const bq4_K *b = (const bq4_K *)row + k0 / 256;
     int j = (int)(k0 % 256);
     int sub = j / 32, g = sub / 2, hi = sub & 1, l = j % 32;
-    int sc, m;
-    kscale(b->scales, sub, sc, m);
-    float d = h2f(b->d) * (float)sc, mm = h2f(b->dmin) * (float)m;
+    float d, mm;
+    ksub_scale(b, sub, d, mm);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         o[i] = d * (float)((b->qs[32 * g + l + i] >> (4 * hi)) & 0xF) - mm;
@@ -222,9 +230,8 @@ template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q5_K>(const uint8_t 
     const bq5_K *b = (const bq5_K *)row + k0 / 256;
     int j = (int)(k0 % 256);
     int sub = j / 32, g = sub / 2, hi = sub & 1, l = j % 32;
-    int sc, m;
-    kscale(b->scales, sub, sc, m);
-    float d = h2f(b->d) * (float)sc, mm = h2f(b->dmin) * (float)m;
+    float d, mm;
+    ksub_scale(b, sub, d, mm);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         int q = ((b->qs[32 * g + l + i] >> (4 * hi)) & 0xF) | (((b->qh[l + i] >> sub) & 1) << 4);
@@ -301,5 +308,21 @@ static inline int k_fail(struct kctx *k, const char *site, const char *why)
 #define K_TYPE_CASE(T, F, ...)                                                             \
     case T:                                                                                \
         return F<T>(__VA_ARGS__);
+
+/* K_TYPE_CASE for each float weight type, and for each quantized one
+ * (the types with a dp4a matvec unit and dq8). */
+#define K_FLOAT_CASES(F, ...)                                                              \
+    K_TYPE_CASE(MINFER_TYPE_F32, F, __VA_ARGS__)                                           \
+    K_TYPE_CASE(MINFER_TYPE_F16, F, __VA_ARGS__)                                           \
+    K_TYPE_CASE(MINFER_TYPE_BF16, F, __VA_ARGS__)
+#define K_QUANT_CASES(F, ...)                                                              \
+    K_TYPE_CASE(MINFER_TYPE_Q4_0, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q4_1, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q5_0, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q5_1, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q8_0, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q4_K, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q5_K, F, __VA_ARGS__)                                          \
+    K_TYPE_CASE(MINFER_TYPE_Q6_K, F, __VA_ARGS__)
 
 #endif /* MINFER_CUDA_COMMON_CUH */

@@ -763,22 +763,7 @@ extern "C" int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, c
                                 float *dst, int64_t dst_nb1)
 {
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
-        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst,
-                    dst_nb1)
+        K_QUANT_CASES(launch_mmvq_glun, k, Wg, Wu, K, N, w_nb1, xq, M, dst, dst_nb1)
     default:
         return k_fail(k, "matvec_q_glu", "weight type has no dp4a kernel");
     }
@@ -805,14 +790,7 @@ extern "C" int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, con
                               int64_t K, int64_t N, int64_t w_nb1, const void *xq, float *dst)
 {
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
-        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
+        K_QUANT_CASES(launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
     default:
         return k_fail(k, "matvec_q_glu", "weight type has no dp4a kernel");
     }
@@ -964,14 +942,7 @@ extern "C" int k_matvec_q_epi(struct kctx *k, uint32_t type, const void *W, int6
 {
     kepi_d e = epi_of(epi);
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
+        K_QUANT_CASES(launch_mmvq, k, W, K, N, w_nb1, xq, M, dst, dst_nb1, e)
     default:
         return k_fail(k, "matvec_q", "weight type has no dp4a kernel");
     }
@@ -1107,10 +1078,7 @@ extern "C" int k_matvec_f_epi(struct kctx *k, uint32_t type, const void *W, int6
 {
     kepi_d e = epi_of(epi);
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_F32, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_F16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, e)
-        K_TYPE_CASE(MINFER_TYPE_BF16, launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1,
-                    e)
+        K_FLOAT_CASES(launch_mmvf, k, W, K, N, w_nb1, x, x_nb1, M, dst, dst_nb1, e)
     default:
         return k_fail(k, "matvec_f", "weight type is not f32/f16/bf16");
     }

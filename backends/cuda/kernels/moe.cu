@@ -276,28 +276,10 @@ extern "C" int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_
     KLAUNCH(k, "mul_mat_id.route", mmid_route, 1, 1024, (size_t)n_expert * sizeof(int), ids,
             (int)n_expert, sc, k->flags);
     switch (type) {
-        K_TYPE_CASE(MINFER_TYPE_F32, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_F16, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_BF16, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q4_0, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q4_1, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q5_0, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q5_1, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q8_0, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q4_K, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q5_K, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
-        K_TYPE_CASE(MINFER_TYPE_Q6_K, launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk,
-                    (int)S, dst, sc)
+        K_FLOAT_CASES(launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk, (int)S, dst,
+                      sc)
+        K_QUANT_CASES(launch_mmid, k, W, K, N, n_expert, w_nb1, w_nb2, x, (int)kk, (int)S, dst,
+                      sc)
     default:
         return k_fail(k, "mul_mat_id", "weight type has no CUDA dequantization");
     }
