@@ -14,7 +14,8 @@
  * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
  * q8_0 at 4..256 tokens; --gemmwg: the Hopper wgmma GEMM against both, 16
- * to 2048 tokens; --attn: the
+ * to 2048 tokens; --gemm-one K N M BN: one q4_K GEMM shape and kernel
+ * (BN as k_tune_gemm's), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
@@ -425,7 +426,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        gemmwg_only = 0;
+        gemmwg_only = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0, one_exp = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -441,6 +442,13 @@ int main(int argc, char **argv)
             gemmq_only = 1;
         } else if (strcmp(argv[i], "--gemmwg") == 0) {
             gemmwg_only = 1;
+        } else if (strcmp(argv[i], "--gemm-one") == 0 && i + 4 < argc) {
+            /* one q4_K GEMM call: K N M bn (bn as k_tune_gemm), for profilers */
+            one_k = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_m = atoi(argv[i + 3]);
+            one_bn = atoi(argv[i + 4]);
+            i += 4;
+            if (i + 1 < argc && argv[i + 1][0] != '-')
+                one_exp = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
@@ -504,6 +512,14 @@ int main(int argc, char **argv)
                                         shapes[si].what) != 0;
                 }
         memset(g_cfg, 0, sizeof g_cfg);
+        k_tune_gemm(0, 0, 0);
+        goto done;
+    }
+    if (one_k > 0 && one_n > 0 && one_m > 0) {
+        int cfg[3] = {one_exp, 0, one_bn};
+        memcpy(g_cfg, cfg, sizeof g_cfg);
+        k_tune_gemm(cfg[0], cfg[1], cfg[2]);
+        fails += bench_gemm(c, MINFER_TYPE_Q4_K, one_k, one_n, one_m, 0, "one") != 0;
         k_tune_gemm(0, 0, 0);
         goto done;
     }

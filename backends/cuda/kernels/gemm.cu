@@ -330,6 +330,7 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
     g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : g_bn ? PATH_F16 + 1 : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
+    gemm_wg_exp(wg ? bk : 0);
 }
 
 /* Can gemm-wg.cu's kernel run here: built for sm_90a (MINFER_CUDA_WGMMA,
@@ -353,7 +354,7 @@ static bool wg_ready(const struct kctx *k)
  * larger tiles win and the dequantization pass is amortized. xl (the
  * hi/lo split of float weights) only the f16 kernel handles. */
 #define GQ_MAX_M 64
-#define GWG_MIN_M 17
+#define GWG_MAX_M 192
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
 {
     if (xl || !gemm_q_eligible(type, K))
@@ -362,9 +363,9 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M
         return PATH_WG;
     if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1)
         return (enum gpath)(g_path - 1);
-    if (wg_ready(k) && M >= GWG_MIN_M)
-        return PATH_WG;
-    return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
+    if (M <= GQ_MAX_M)
+        return PATH_Q;
+    return wg_ready(k) && M <= GWG_MAX_M ? PATH_WG : PATH_F16;
 }
 
 template <int BN, int BK> static int optin_one(struct kctx *k)
