@@ -86,16 +86,8 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
     const int g = lane / 4, qd = lane % 4;
     uint16_t *Ks = sm + warp * 2 * TILE, *Vs = Ks + TILE;
 
-    int64_t nvis = kv_len[0];
-    const int64_t lim = (int64_t)pos[t] + 1;
-    nvis = nvis < lim ? nvis : lim;
-    nvis = nvis < n_cells ? nvis : n_cells;
-    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0; /* a sliding window */
-    lo = lo > 0 ? lo : 0;
-    const int64_t nwin = nvis > lo ? nvis - lo : 0;
-    const int64_t chunk = ((nwin + n_splits - 1) / n_splits + DM_STEP - 1) / DM_STEP * DM_STEP;
-    const int64_t begin = lo + (int64_t)blockIdx.x * chunk;
-    const int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+    int64_t begin, end;
+    split_share(kv_len, pos, t, n_cells, window, blockIdx.x, n_splits, DM_STEP, begin, end);
 
     /* the warp's first K and V tiles load while Q is read */
     int64_t c0 = begin + warp * DM_TC;
@@ -158,10 +150,8 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
         cp_commit();
     }
     cp_wait<0>();
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
 
     /* merge the warps: rows of HD + 2 floats (values, max, sum) */
     __syncthreads(); /* every warp is done with its tiles */

@@ -178,10 +178,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     cp_wait<0>();
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     const int ta = t0 + warp * 16 + g, tb = ta + 8;
     const float ia = l0 > 0.0f ? 1.0f / l0 : 0.0f, ib = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     float *oa = ta < T ? (float *)((char *)dst.data + h * dst.nb[1] + (int64_t)ta * dst.nb[2])

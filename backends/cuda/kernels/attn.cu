@@ -76,10 +76,7 @@ __global__ void __launch_bounds__(A_THREADS)
     for (int d = tid; d < hd; d += A_THREADS)
         qs[d] = qr[d] * scale;
 
-    int64_t nvis = kv_len[0];
-    int64_t lim = (int64_t)pos[t] + 1;
-    nvis = nvis < lim ? nvis : lim;
-    nvis = nvis < n_cells ? nvis : n_cells;
+    const int64_t nvis = visible_cells(kv_len, pos, t, n_cells);
     int64_t begin = (int64_t)split * chunk;
     int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
     int64_t wlo = window > 0 ? (int64_t)pos[t] - window + 1 : 0; /* sliding window */
@@ -197,17 +194,8 @@ __global__ void __launch_bounds__(D_WARPS * 32)
     }
     __syncthreads();
 
-    int64_t nvis = kv_len[0];
-    int64_t lim = (int64_t)pos[t] + 1;
-    nvis = nvis < lim ? nvis : lim;
-    nvis = nvis < n_cells ? nvis : n_cells;
-    /* a sliding window: cells below pos - window + 1 are not read */
-    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0;
-    lo = lo > 0 ? lo : 0;
-    int64_t nwin = nvis > lo ? nvis - lo : 0;
-    int64_t chunk = ((nwin + n_splits - 1) / n_splits + 31) / 32 * 32;
-    int64_t begin = lo + (int64_t)split * chunk;
-    int64_t end = begin + chunk < nvis ? begin + chunk : nvis;
+    int64_t begin, end;
+    split_share(kv_len, pos, t, n_cells, window, split, n_splits, 32, begin, end);
 
     float m[D_G], l[D_G], acc[D_G][DC][4];
 #pragma unroll

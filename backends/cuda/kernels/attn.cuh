@@ -39,6 +39,40 @@ template <int L> __device__ __forceinline__ float vload(const uint8_t *row, int 
     return h2f(b->d) * (float)b->qs[idx % 32];
 }
 
+/* ---- the visible cells and a split's share of them ---- */
+
+/* Cells token t sees: the first kv_len[0], none past its position (causal)
+ * or the cache. */
+__device__ __forceinline__ int64_t visible_cells(const int32_t *kv_len, const int32_t *pos, int t,
+                                                 int64_t n_cells)
+{
+    int64_t nvis = kv_len[0];
+    int64_t lim = (int64_t)pos[t] + 1;
+    nvis = nvis < lim ? nvis : lim;
+    return nvis < n_cells ? nvis : n_cells;
+}
+
+/* Cells [begin, end) of the visible ones that split `split` of n_splits
+ * reads for token t: a share of ceil(window cells / n_splits) rounded
+ * up to gran, computed from kv_len in the kernel (the grid is a function of
+ * the shapes, so a captured launch replays, yet the splits share the work
+ * evenly at every depth). A sliding window: cells below pos - window + 1
+ * are not read. S: the split index's own type (int, or blockIdx.x's
+ * unsigned), widened as such. */
+template <typename S>
+__device__ __forceinline__ void split_share(const int32_t *kv_len, const int32_t *pos, int t,
+                                            int64_t n_cells, int window, S split, int n_splits,
+                                            int gran, int64_t &begin, int64_t &end)
+{
+    const int64_t nvis = visible_cells(kv_len, pos, t, n_cells);
+    int64_t lo = window > 0 ? (int64_t)pos[t] - window + 1 : 0;
+    lo = lo > 0 ? lo : 0;
+    const int64_t nwin = nvis > lo ? nvis - lo : 0;
+    const int64_t chunk = ((nwin + n_splits - 1) / n_splits + gran - 1) / gran * gran;
+    begin = lo + (int64_t)split * chunk;
+    end = begin + chunk < nvis ? begin + chunk : nvis;
+}
+
 /* ---- 128-thread blocks: reductions and the split-K partial (attn.cu, attn-lists.cu) ---- */
 
 /* The maximum and the sum of v over a block of 4 warps, on every thread;
@@ -139,6 +173,15 @@ __device__ __forceinline__ void combine_few(const float *__restrict__ part, int 
 }
 
 /* ---- flash-attention steps on mma fragments (attn-mma.cu, attn-dec.cu) ---- */
+
+/* The sum of v over the 4 lanes of a quad (the lanes that hold one row of
+ * an mma accumulator fragment). */
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
 
 /* s = Q.K^T for one tile: Q as A fragments qf[KS] (16 of head_dim
  * each), the tile's K rows in shared memory LD halves apart, NT groups of
