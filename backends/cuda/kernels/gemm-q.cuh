@@ -181,7 +181,11 @@ template <int T> struct qshape {
     /* shared bytes per row of a stage: the chunk plus the bytes before it
      * in its first 16-byte unit, in whole units */
     static constexpr int UNITS = (qgemm<T>::BYTES + 15 + 15) / 16;
-    static constexpr int PITCH = 16 * UNITS;
+    /* an odd number of units between rows: lane (gid, tig) reads word
+     * 4 tig' + PITCH / 4 * gid of its rows, and an even count of units
+     * put 8 of a warp's 32 loads on one bank (4 is the least 16-byte
+     * rows allow) */
+    static constexpr int PITCH = 16 * (UNITS | 1);
 };
 
 #endif /* MINFER_CUDA_GEMM_Q_CUH */

@@ -167,15 +167,19 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
         }
     };
-    /* 16-byte unit u (= 2 s + h) of token t's chunk -> row t % 8 of the
-     * core matrix (t / 8, h) of step s; tokens past M are zeros */
+    /* shared unit i is row t % 8 of core matrix (t / 8, h) of step s, i =
+     * ((s * NT / 8 + t / 8) * 2 + h) * 8 + t % 8, and holds 16-byte unit
+     * 2 s + h of token t's chunk: consecutive lanes write consecutive
+     * units (a lane order that follows the tokens' rows instead put a
+     * warp's 32 writes on the same four banks, and the copies, not the
+     * tensor cores, set the kernel's speed); tokens past M are zeros */
     auto load_x = [&](int stage, int c) {
         unsigned char *Bs = Xs + stage * S::XST;
         for (int i = tid; i < NT * 32; i += W_THREADS) {
-            int t = i >> 5, u = i & 31, m = m0 + t;
+            int t = (i >> 4) % (NT / 8) * 8 + (i & 7), u = (i >> 4) / (NT / 8) * 2 + ((i >> 3) & 1);
+            int m = m0 + t;
             const __half *g = xh + (int64_t)(m < M ? m : 0) * K + (int64_t)c * Q_CHUNK + 8 * u;
-            cp16(Bs + (u >> 1) * (NT * 32) + (t >> 3) * 256 + (u & 1) * 128 + (t & 7) * 16, g,
-                 m < M);
+            cp16(Bs + 16 * i, g, m < M);
         }
     };
 
