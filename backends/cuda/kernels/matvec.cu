@@ -469,6 +469,34 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     row_store<NT>(acc, tpr, lane, live, M, row, dst, dst_nb1, e);
 }
 
+/* acc[t] (row wa) and acc[NT + t] (row wb) for the first M of NT
+ * activation columns, each activation block loaded once for both rows, by
+ * the tpr threads of a row group (lane: index in it); then the group's
+ * reduction, the sums valid on lane 0. Every thread of the block must
+ * reach it (a barrier when tpr > 32). A macro, not a function: written as
+ * an inline function, the same code left nvcc with other register numbers
+ * and ptxas scheduled 48 of these kernels differently. */
+#define MV_DOT2N(T, NT, acc, wa, wb, xq, nb, nunits, M, lane, tpr)                             \
+    do {                                                                                       \
+        const size_t xstride_ = (size_t)(nb) * 40;                                             \
+        _Pragma("unroll")                                                                      \
+        for (int t_ = 0; t_ < 2 * (NT); t_++)                                                  \
+            (acc)[t_] = 0.0f;                                                                  \
+        for (int u_ = (lane); u_ < (nunits); u_ += (tpr)) {                                    \
+            Unit<T> w0_, w1_;                                                                  \
+            w0_.load((wa), u_);                                                                \
+            w1_.load((wb), u_);                                                                \
+            _Pragma("unroll")                                                                  \
+            for (int t_ = 0; t_ < (NT); t_++)                                                  \
+                if (t_ < (M)) {                                                                \
+                    const uint8_t *xr_ = (xq) + t_ * xstride_;                                 \
+                    (acc)[t_] += w0_.dot(xr_, (nb), u_);                                       \
+                    (acc)[(NT) + t_] += w1_.dot(xr_, (nb), u_);                                \
+                }                                                                              \
+        }                                                                                      \
+        group_sum<2 * (NT)>((acc), (tpr), (lane));                                             \
+    } while (0)
+
 /* nt = 2..8 with two rows per thread group (rows ra and ra + rpb): each
  * activation block loaded for a column serves both rows. With one row per
  * group the kernel read NT activation blocks (80 bytes each for a
@@ -490,24 +518,8 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     bool la = ra < N, lb = rb < N;
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
     const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
-    const size_t xstride = (size_t)nb * 40;
     float acc[2 * NT];
-#pragma unroll
-    for (int t = 0; t < 2 * NT; t++)
-        acc[t] = 0.0f;
-    for (int u = lane; u < nunits; u += tpr) {
-        Unit<T> w0, w1;
-        w0.load(wa, u);
-        w1.load(wb, u);
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < M) {
-                const uint8_t *xr = xq + t * xstride;
-                acc[t] += w0.dot(xr, nb, u);
-                acc[NT + t] += w1.dot(xr, nb, u);
-            }
-    }
-    group_sum<2 * NT>(acc, tpr, lane);
+    MV_DOT2N(T, NT, acc, wa, wb, xq, nb, nunits, M, lane, tpr);
     if (lane != 0)
         return;
 #pragma unroll
@@ -683,24 +695,8 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    const size_t xstride = (size_t)nb * 40;
     float acc[2 * NT];
-#pragma unroll
-    for (int t = 0; t < 2 * NT; t++)
-        acc[t] = 0.0f;
-    for (int u = lane; u < nunits; u += tpr) {
-        Unit<T> w0, w1;
-        w0.load(wa, u);
-        w1.load(wb, u);
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < M) {
-                const uint8_t *xr = xq + t * xstride;
-                acc[t] += w0.dot(xr, nb, u);
-                acc[NT + t] += w1.dot(xr, nb, u);
-            }
-    }
-    group_sum<2 * NT>(acc, tpr, lane);
+    MV_DOT2N(T, NT, acc, wa, wb, xq, nb, nunits, M, lane, tpr);
     if (lane != 0 || !live)
         return;
 #pragma unroll
