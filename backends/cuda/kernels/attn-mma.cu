@@ -208,28 +208,27 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
 {
     int64_t nt = q.ne[2];
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
+    decltype(&fa_prefill<HD, 0>) kf; /* the kernel of the cache type */
+    const char *site;
     switch (kv_type) {
-    case MINFER_TYPE_F32: {
-        auto kf = fa_prefill<HD, 0>;
-        KLAUNCH(k, "attention.prefill_mma<f32>", kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, window, dst);
-        return 0;
-    }
-    case MINFER_TYPE_F16: {
-        auto kf = fa_prefill<HD, 1>;
-        KLAUNCH(k, "attention.prefill_mma<f16>", kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, window, dst);
-        return 0;
-    }
-    case MINFER_TYPE_Q8_0: {
-        auto kf = fa_prefill<HD, 2>;
-        KLAUNCH(k, "attention.prefill_mma<q8_0>", kf, grid, FA_THREADS, 0, q, K, V, knb1,
-                vnb1, n_cells, group, kv_len, pos, scale, window, dst);
-        return 0;
-    }
+    case MINFER_TYPE_F32:
+        kf = fa_prefill<HD, 0>;
+        site = "attention.prefill_mma<f32>";
+        break;
+    case MINFER_TYPE_F16:
+        kf = fa_prefill<HD, 1>;
+        site = "attention.prefill_mma<f16>";
+        break;
+    case MINFER_TYPE_Q8_0:
+        kf = fa_prefill<HD, 2>;
+        site = "attention.prefill_mma<q8_0>";
+        break;
     default:
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     }
+    KLAUNCH(k, site, kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
+            scale, window, dst);
+    return 0;
 }
 
 extern "C" int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,
