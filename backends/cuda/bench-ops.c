@@ -426,7 +426,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        gemmwg_only = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0, one_exp = 0;
+        gemmwg_only = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -447,8 +447,6 @@ int main(int argc, char **argv)
             one_k = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_m = atoi(argv[i + 3]);
             one_bn = atoi(argv[i + 4]);
             i += 4;
-            if (i + 1 < argc && argv[i + 1][0] != '-')
-                one_exp = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
@@ -516,7 +514,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (one_k > 0 && one_n > 0 && one_m > 0) {
-        int cfg[3] = {one_exp, 0, one_bn};
+        int cfg[3] = {0, 0, one_bn};
         memcpy(g_cfg, cfg, sizeof g_cfg);
         k_tune_gemm(cfg[0], cfg[1], cfg[2]);
         fails += bench_gemm(c, MINFER_TYPE_Q4_K, one_k, one_n, one_m, 0, "one") != 0;
@@ -529,10 +527,10 @@ int main(int argc, char **argv)
          * (16 / 64) from batched decode to prefill sizes; q4_K on the
          * three 7B shapes, q6_K and q8_0 on the ffn one */
         static const uint32_t wt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
-        static const int wm[] = {16, 64, 128, 512, 2048};
+        static const int wm[] = {16, 64, 128, 256, 512, 2048};
         for (size_t ti = 0; ti < 3; ti++)
             for (size_t si = 0; si < (ti ? 1 : 3); si++)
-                for (size_t mi = 0; mi < 5; mi++) {
+                for (size_t mi = 0; mi < 6; mi++) {
                     int m = wm[mi];
                     int bns[4] = {128, m <= 16 ? 16 : 64, 1064, 1128};
                     for (int v = 0; v < 4; v++) {

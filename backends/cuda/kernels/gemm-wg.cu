@@ -31,6 +31,11 @@
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when the tiles do not cover the GPU once.
  *
+ * Measured on the H200 (docs/PERF.md, ADR cuda-hopper-gemm): the wgmmas
+ * alone would run a 2048-token ffn matrix at ~570 TFLOP/s, but copying
+ * the activation tiles from L2 through this one-deep pipeline bounds the
+ * kernel at ~210; it beats the f16-scratch kernel only at 65-256 tokens.
+ *
  * Built only for sm_90a (CMakeLists.txt compiles this file for that one
  * target when the plugin's architectures include 9.0); gemm.cu calls it
  * only on a 9.0 device and only when it was built (MINFER_CUDA_WGMMA).
@@ -138,7 +143,7 @@ template <int T, int NT>
 __global__ void __launch_bounds__(W_THREADS, 1)
     gemm_wg_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const __half *__restrict__ xh,
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                   int64_t split_nb, int exp)
+                   int64_t split_nb)
 {
 #ifdef WG_DEVICE
     using Q = qgemm<T>;
@@ -202,28 +207,21 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         cp_wait<0>();
         fence_async_smem();
         __syncthreads(); /* chunk i's activations and chunk i+1's weights landed */
-        if (i + 1 < nc && !(exp & 4))
+        if (i + 1 < nc)
             load_x((i + 1) & 1, c0 + i + 1);
-        if (i + 2 < nc && !(exp & 4))
+        if (i + 2 < nc)
             load_w(i & 1, c0 + i + 2);
         cp_commit();
         const unsigned char *Bs = Xs + (i & 1) * S::XST;
         wg_fence();
-        if (!(exp & 2)) {
 #pragma unroll
         for (int s = 0; s < 16; s++) {
             unsigned a[4] = {ca[2 * s], cb[2 * s], ca[2 * s + 1], cb[2 * s + 1]};
             wg_mma<NT>::run(acc, a, wg_desc(Bs + s * (NT * 32)));
         }
-        }
         wg_commit();
-        if (i + 1 < nc && !(exp & 1))
+        if (i + 1 < nc)
             unpack(c0 + i + 1, na, nb);
-        else if (exp & 1) {
-#pragma unroll
-            for (int e = 0; e < 32; e++)
-                na[e] = ca[e] ^ (unsigned)i, nb[e] = cb[e];
-        }
         wg_wait<0>();
     };
 
@@ -256,13 +254,6 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 /* ---- dispatch ---- */
 
 static int g_nt, g_splits; /* forced token tile (64 or 128) and split count; 0 = automatic */
-static int g_exp;
-
-void gemm_wg_exp(int e)
-{
-    g_exp = e;
-}
-
 void gemm_wg_tune(int nt, int splits)
 {
     g_nt = nt == 64 || nt == 128 ? nt : 0;
@@ -335,13 +326,13 @@ static int w_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *
         dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + W_BN - 1) / W_BN), (unsigned)splits);
         KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
                 (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb, g_exp);
+                split_nb);
     } else {
         dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
                   (unsigned)splits);
         KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
                 (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb, g_exp);
+                split_nb);
     }
     return 0;
 }

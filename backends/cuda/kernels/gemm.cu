@@ -330,7 +330,6 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
     g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : g_bn ? PATH_F16 + 1 : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
-    gemm_wg_exp(wg ? bk : 0);
 }
 
 /* Can gemm-wg.cu's kernel run here: built for sm_90a (MINFER_CUDA_WGMMA,
@@ -345,16 +344,17 @@ static bool wg_ready(const struct kctx *k)
 #endif
 }
 
-/* The kernel for a call, one decision for the activation order, the
- * scratch size and the launch. By shape (H200, docs/PERF.md): the
- * in-place kernels read quantized weights without the f16 scratch pass;
- * gemm-q.cu's is fastest at 16 tokens or fewer (its 16-token tile),
- * gemm-wg.cu's above where it can run; without it, gemm-q.cu's up to 64
- * tokens (1.3-3x faster there) and the f16 kernel beyond, where its
- * larger tiles win and the dequantization pass is amortized. xl (the
+/* The kernel for a call: one decision for the activation order, the
+ * scratch size and the launch. By shape, from minfer-cuda-bench --gemmwg
+ * on the H200 (docs/PERF.md): gemm-q.cu's in-place kernel up to 64
+ * tokens (1.3-3x the f16 kernel there; the wgmma kernel only ties it at
+ * 64 and loses below); gemm-wg.cu's wgmma kernel at 65-256 tokens (10-20%
+ * faster than the f16 kernel at 128) where it can run; the f16 kernel
+ * beyond, where its dequantization pass is amortized and the wgmma
+ * kernel, bound by copying its activation tiles, loses by 10-30%. xl (the
  * hi/lo split of float weights) only the f16 kernel handles. */
 #define GQ_MAX_M 64
-#define GWG_MAX_M 192
+#define GWG_MAX_M 256
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
 {
     if (xl || !gemm_q_eligible(type, K))

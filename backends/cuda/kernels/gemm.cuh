@@ -39,7 +39,6 @@ size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 int gemm_wg_prepare(struct kctx *k);
 /* Forces the token tile (64 or 128) and split count; 0 = automatic. */
 void gemm_wg_tune(int nt, int splits);
-void gemm_wg_exp(int e);
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part);
 
