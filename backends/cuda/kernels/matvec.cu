@@ -859,16 +859,24 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     return 0;
 }
 
-extern "C" int k_matvec_q_supported(uint32_t type)
+template <int T> static int unit_size()
+{
+    return Unit<T>::U;
+}
+
+/* Unit size of a quantized type (0: no dp4a kernel). */
+static int unit_of(uint32_t type)
 {
     switch (type) {
-    case MINFER_TYPE_Q4_0: case MINFER_TYPE_Q4_1: case MINFER_TYPE_Q5_0:
-    case MINFER_TYPE_Q5_1: case MINFER_TYPE_Q8_0: case MINFER_TYPE_Q4_K:
-    case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
-        return 1;
+        K_QUANT_CASES(unit_size)
     default:
         return 0;
     }
+}
+
+extern "C" int k_matvec_q_supported(uint32_t type)
+{
+    return unit_of(type) != 0;
 }
 
 static kepi_d epi_of(const struct kepi *epi)
@@ -881,20 +889,6 @@ static kepi_d epi_of(const struct kepi *epi)
         e.dst2_nb1 = epi->dst2_nb1;
     }
     return e;
-}
-
-/* Unit size of a quantized type (0: no dp4a kernel). */
-static int unit_of(uint32_t type)
-{
-    switch (type) {
-    case MINFER_TYPE_Q4_0: case MINFER_TYPE_Q4_1: case MINFER_TYPE_Q5_0:
-    case MINFER_TYPE_Q5_1: case MINFER_TYPE_Q8_0:
-        return 32;
-    case MINFER_TYPE_Q4_K: case MINFER_TYPE_Q5_K: case MINFER_TYPE_Q6_K:
-        return 64;
-    default:
-        return 0;
-    }
 }
 
 extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
