@@ -118,11 +118,35 @@ static __device__ __forceinline__ int dot8(const int *w, const int8_t *xs)
 
 template <int T> struct Unit;
 
-/* Q4_0: unit = one 18-byte block; ints unpacked to 8 x 4 int8 nibbles. */
-template <> struct Unit<MINFER_TYPE_Q4_0> {
+/* The 32-element types' units: one block, its quants unpacked to 8 x 4
+ * int8 in q. A Q4_0/Q5_0 weight is d * (q - OFF), OFF 8 or 16; a
+ * Q4_1/Q5_1 weight d * q + m. With the activation block's d * sum(x),
+ * OFF or m costs one term per block. */
+template <int OFF> struct UnitOff {
     static constexpr int U = 32;
     float d;
     int q[8];
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * (ds.x * (float)s - (float)OFF * ds.y);
+    }
+};
+struct UnitMin {
+    static constexpr int U = 32;
+    float d, m;
+    int q[8];
+    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
+    {
+        int s = dot8(q, xq_qs(xrow, u));
+        float2 ds = xq_ds(xrow, nb, u);
+        return d * ds.x * (float)s + m * ds.y;
+    }
+};
+
+/* Q4_0: 18-byte blocks, nibbles. */
+template <> struct Unit<MINFER_TYPE_Q4_0> : UnitOff<8> {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 18 * (size_t)u;
@@ -135,18 +159,10 @@ template <> struct Unit<MINFER_TYPE_Q4_0> {
             q[i + 4] = (v4[i] >> 4) & 0x0F0F0F0F;
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
-    {
-        int s = dot8(q, xq_qs(xrow, u));
-        float2 ds = xq_ds(xrow, nb, u);
-        return d * (ds.x * (float)s - 8.0f * ds.y);
-    }
 };
 
-template <> struct Unit<MINFER_TYPE_Q4_1> {
-    static constexpr int U = 32;
-    float d, m;
-    int q[8];
+/* Q4_1: 20-byte blocks, nibbles. */
+template <> struct Unit<MINFER_TYPE_Q4_1> : UnitMin {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 20 * (size_t)u;
@@ -160,12 +176,6 @@ template <> struct Unit<MINFER_TYPE_Q4_1> {
             q[i + 4] = (v >> 4) & 0x0F0F0F0F;
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
-    {
-        int s = dot8(q, xq_qs(xrow, u));
-        float2 ds = xq_ds(xrow, nb, u);
-        return d * ds.x * (float)s + m * ds.y;
-    }
 };
 
 /* bit j (j < 4) of h -> bit 4 of byte j */
@@ -174,10 +184,8 @@ static __device__ __forceinline__ int spread4(uint32_t h)
     return (int)(((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
 }
 
-template <> struct Unit<MINFER_TYPE_Q5_0> {
-    static constexpr int U = 32;
-    float d;
-    int q[8];
+/* Q5_0: 22-byte blocks, nibbles and a fifth bit from the 4 qh bytes. */
+template <> struct Unit<MINFER_TYPE_Q5_0> : UnitOff<16> {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 22 * (size_t)u;
@@ -192,18 +200,10 @@ template <> struct Unit<MINFER_TYPE_Q5_0> {
             q[i + 4] = ((v >> 4) & 0x0F0F0F0F) | spread4(qh >> (16 + 4 * i));
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
-    {
-        int s = dot8(q, xq_qs(xrow, u));
-        float2 ds = xq_ds(xrow, nb, u);
-        return d * (ds.x * (float)s - 16.0f * ds.y);
-    }
 };
 
-template <> struct Unit<MINFER_TYPE_Q5_1> {
-    static constexpr int U = 32;
-    float d, m;
-    int q[8];
+/* Q5_1: 24-byte blocks, as Q5_0. */
+template <> struct Unit<MINFER_TYPE_Q5_1> : UnitMin {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 24 * (size_t)u;
@@ -219,12 +219,6 @@ template <> struct Unit<MINFER_TYPE_Q5_1> {
             q[i] = (vv[i] & 0x0F0F0F0F) | spread4(qh >> (4 * i));
             q[i + 4] = ((vv[i] >> 4) & 0x0F0F0F0F) | spread4(qh >> (16 + 4 * i));
         }
-    }
-    __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
-    {
-        int s = dot8(q, xq_qs(xrow, u));
-        float2 ds = xq_ds(xrow, nb, u);
-        return d * ds.x * (float)s + m * ds.y;
     }
 };
 
