@@ -20,8 +20,8 @@ static void x_fail_next_capture(int n)
 }
 
 /* "minfer_cuda_test_tune_gemm": void f(int bk, int splits, int bn) — forces
- * the prefill GEMM's variant process-wide (0, 0, 0: the per-shape choice),
- * so the op tests can check every one. Tests only. */
+ * the prefill GEMM's variant process-wide (k_tune_gemm's meaning; 0, 0, 0:
+ * the per-shape choice), so the op tests can check every one. Tests only. */
 static void x_tune_gemm(int bk, int splits, int bn)
 {
     k_tune_gemm(bk, splits, bn);
