@@ -23,10 +23,11 @@
  *     8-token x 16-byte block per 128 bytes, no swizzle; k_gemm_act stores
  *     each 256-value chunk so that every 16 bytes of it is one row of one
  *     core matrix (order WG below), so each is one 16-byte cp.async.
- * Two stages of each. Iteration i: wait for chunk i's activations and
- * chunk i+1's weights, start loading chunk i+1's activations and chunk
- * i+2's weights, issue chunk i's 16 wgmmas, unpack chunk i+1's weights
- * into the other register set while they run, wait for them.
+ * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit).
+ * Iteration i: wait for chunk i's activations and chunk i+1's weights,
+ * start copying the next chunks', issue chunk i's 16 wgmmas, unpack chunk
+ * i+1's weights into the other register set while they run, wait for
+ * them.
  *
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when the tiles do not cover the GPU once.
@@ -51,9 +52,12 @@
 #define W_MAX_SPLITS 8
 
 template <int T, int NT> struct wsmem {
+    /* stages of each ring: chunk i + STAGES - 1's copies start while
+     * chunk i computes (3 fit in shared memory only with 64 tokens) */
+    static constexpr int STAGES = NT == 64 ? 3 : 2;
     static constexpr int XST = NT * Q_CHUNK * 2;           /* one activation stage */
     static constexpr int WST = W_BN * qshape<T>::PITCH;    /* one weight stage */
-    static constexpr int BYTES = 2 * XST + 2 * WST;
+    static constexpr int BYTES = STAGES * (XST + WST);
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -150,7 +154,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     using S = wsmem<T, NT>;
     constexpr int PITCH = qshape<T>::PITCH, UNITS = qshape<T>::UNITS;
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char *Xs = smem, *Ws = smem + 2 * S::XST;
+    constexpr int ST = S::STAGES, D = ST - 1; /* D: chunks copied ahead */
+    unsigned char *Xs = smem, *Ws = smem + ST * S::XST;
 
     const int m0 = blockIdx.x * NT, n0 = blockIdx.y * W_BN, z = blockIdx.z;
     const int nch = K / Q_CHUNK;
@@ -196,23 +201,29 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     const int r0 = warp * 16 + gid;
     const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
     auto unpack = [&](int c, unsigned (&va)[32], unsigned (&vb)[32]) {
-        const unsigned char *As = Ws + ((c - c0) & 1) * S::WST;
+        const unsigned char *As = Ws + ((c - c0) % ST) * S::WST;
         size_t cb = (size_t)c * Q::BYTES;
         Q::deq(As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15), tig, va);
         Q::deq(As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), tig, vb);
     };
-    /* chunk i: its weights are unpacked in (ca, cb); chunk i+1's go to (na, nb) */
+    /* chunk i: its weights are unpacked in (ca, cb); chunk i+1's go to
+     * (na, nb). Copy groups: one per chunk, {X(i + D), W(i + 1 + D)}
+     * committed in iteration i (the prologue's D groups hold X(0..D-1)
+     * and W(0..D)), so at the top of iteration i at most D - 1 newer
+     * groups may still be in flight. Stage reuse: X(i + D) replaces
+     * X(i - 1), whose wgmmas were waited for in iteration i - 1; W(i + 1
+     * + D) replaces W(i), unpacked in iteration i - 1. */
     auto step = [&](int i, unsigned (&ca)[32], unsigned (&cb)[32], unsigned (&na)[32],
                     unsigned (&nb)[32]) {
-        cp_wait<0>();
+        cp_wait<D - 1>();
         fence_async_smem();
         __syncthreads(); /* chunk i's activations and chunk i+1's weights landed */
-        if (i + 1 < nc)
-            load_x((i + 1) & 1, c0 + i + 1);
-        if (i + 2 < nc)
-            load_w(i & 1, c0 + i + 2);
+        if (i + D < nc)
+            load_x((i + D) % ST, c0 + i + D);
+        if (i + 1 + D < nc)
+            load_w((i + 1 + D) % ST, c0 + i + 1 + D);
         cp_commit();
-        const unsigned char *Bs = Xs + (i & 1) * S::XST;
+        const unsigned char *Bs = Xs + (i % ST) * S::XST;
         wg_fence();
 #pragma unroll
         for (int s = 0; s < 16; s++) {
@@ -226,11 +237,15 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     };
 
     load_w(0, c0);
-    if (nc > 1)
-        load_w(1, c0 + 1);
-    load_x(0, c0);
-    cp_commit();
-    cp_wait<0>();
+#pragma unroll
+    for (int j = 0; j < D; j++) {
+        if (j < nc)
+            load_x(j, c0 + j);
+        if (j + 1 < nc)
+            load_w(j + 1, c0 + j + 1);
+        cp_commit();
+    }
+    cp_wait<D - 1>();
     __syncthreads();
     unsigned a0[32], b0[32], a1[32], b1[32];
     unpack(c0, a0, b0);
@@ -305,10 +320,12 @@ template <int T> static int w_optin(struct kctx *k)
 
 int gemm_wg_prepare(struct kctx *k)
 {
-    if (k->smem_optin < wsmem<MINFER_TYPE_Q8_0, 128>::BYTES) {
+    const int a = wsmem<MINFER_TYPE_Q8_0, 64>::BYTES, b = wsmem<MINFER_TYPE_Q8_0, 128>::BYTES;
+    const int need = a > b ? a : b; /* q8_0 has the widest weight rows */
+    if (k->smem_optin < need) {
         snprintf(k->err, k->err_len,
                  "gemm_wg: needs %d bytes of dynamic shared memory but device %d allows %d",
-                 wsmem<MINFER_TYPE_Q8_0, 128>::BYTES, k->device, k->smem_optin);
+                 need, k->device, k->smem_optin);
         return -1;
     }
     return w_optin<MINFER_TYPE_Q4_K>(k) || w_optin<MINFER_TYPE_Q5_K>(k) ||
