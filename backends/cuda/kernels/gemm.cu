@@ -346,14 +346,17 @@ static bool wg_ready(const struct kctx *k)
 
 /* The kernel for a call: one decision for the activation order, the
  * scratch size and the launch. By shape, from minfer-cuda-bench --gemmwg
- * on the H200 (docs/PERF.md): gemm-q.cu's in-place kernel up to 64
- * tokens (1.3-3x the f16 kernel there; the wgmma kernel only ties it at
- * 64 and loses below); gemm-wg.cu's wgmma kernel at 65-256 tokens (10-20%
- * faster than the f16 kernel at 128) where it can run; the f16 kernel
- * beyond, where its dequantization pass is amortized and the wgmma
- * kernel, bound by copying its activation tiles, loses by 10-30%. xl (the
- * hi/lo split of float weights) only the f16 kernel handles. */
+ * on the H200 (docs/PERF.md): gemm-q.cu's in-place kernel up to 16
+ * tokens (its 16-token tile; the wgmma kernel wastes most of its 64-token
+ * tile there); gemm-wg.cu's wgmma kernel at 17-256 tokens where it can
+ * run (at 32-64 tokens 0-13% faster than gemm-q.cu, at 128 10-20% faster
+ * than the f16 kernel); without it gemm-q.cu up to 64 tokens (1.3-3x the
+ * f16 kernel there); the f16 kernel beyond, where its dequantization pass
+ * is amortized and the wgmma kernel, bound by copying its activation
+ * tiles, loses by 10-30%. xl (the hi/lo split of float weights) only the
+ * f16 kernel handles. */
 #define GQ_MAX_M 64
+#define GQ_WG_MAX_M 16
 #define GWG_MAX_M 256
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
 {
@@ -363,9 +366,9 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M
         return PATH_WG;
     if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1)
         return (enum gpath)(g_path - 1);
-    if (M <= GQ_MAX_M)
-        return PATH_Q;
-    return wg_ready(k) && M <= GWG_MAX_M ? PATH_WG : PATH_F16;
+    if (wg_ready(k))
+        return M <= GQ_WG_MAX_M ? PATH_Q : M <= GWG_MAX_M ? PATH_WG : PATH_F16;
+    return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
 }
 
 template <int BN, int BK> static int optin_one(struct kctx *k)
