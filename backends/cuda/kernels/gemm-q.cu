@@ -190,23 +190,13 @@ static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 
 size_t gemm_q_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    int s = q_splits(k, K, N, M);
-    return s > 1 ? (size_t)s * (size_t)N * (size_t)M * 4 : 0;
+    return gemm_planes_bytes(q_splits(k, K, N, M), N, M);
 }
 
 template <int T, int NJ> static int q_optin_one(struct kctx *k)
 {
-    cudaError_t e = cudaFuncSetAttribute(gemm_q_kernel<T, NJ>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         qsmem<T, NJ>::BYTES);
-    if (e != cudaSuccess) {
-        snprintf(k->err, k->err_len,
-                 "gemm_q: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)",
-                 qsmem<T, NJ>::BYTES, cudaGetErrorString(e), cudaGetErrorName(e));
-        cudaGetLastError();
-        return -1;
-    }
-    return 0;
+    return gemm_smem_optin(k, (const void *)gemm_q_kernel<T, NJ>, qsmem<T, NJ>::BYTES,
+                           "gemm_q");
 }
 template <int T> static int q_optin(struct kctx *k)
 {
@@ -246,35 +236,25 @@ static int q_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *
     return 0;
 }
 
+/* The launcher of each covered type (inplace_pick's L::run<T>). */
+struct q_launchers {
+    template <int T>
+    static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
+                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                   int64_t split_nb)
+    {
+        return q_launch<T>(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb);
+    }
+};
+
 int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part)
 {
     if ((M + 15) / 16 > 65535 || (N + Q_BN - 1) / Q_BN > 65535)
         return k_fail(k, "gemm_q", "too many tokens or rows for one launch");
-    int splits = q_splits(k, K, N, M);
-    if (splits > 1 && !part)
-        return k_fail(k, "gemm_q", "no scratch for the split-K planes was given");
-    float *out = splits > 1 ? (float *)part : dst;
-    int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
-    const __half *x = (const __half *)xh;
-    int rc;
-    switch (type) {
-    case MINFER_TYPE_Q4_K:
-        rc = q_launch<MINFER_TYPE_Q4_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q5_K:
-        rc = q_launch<MINFER_TYPE_Q5_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q6_K:
-        rc = q_launch<MINFER_TYPE_Q6_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q8_0:
-        rc = q_launch<MINFER_TYPE_Q8_0>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    default:
+    gemm_inplace_launch fn = inplace_pick<q_launchers>(type);
+    if (!fn)
         return k_fail(k, "gemm_q", "weight type has no in-place GEMM");
-    }
-    if (rc || splits == 1)
-        return rc;
-    return gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0);
+    return gemm_inplace_run(k, "gemm_q", fn, q_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
+                            K, N, M, dst, dst_nb1, part);
 }

@@ -108,10 +108,12 @@ template <> struct wg_mma<64> {
                      "%16, %17, %18, %19, %20, %21, %22, %23, "
                      "%24, %25, %26, %27, %28, %29, %30, %31"
                      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                       "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                       "+f"(d[30]), "+f"(d[31])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     }
 };
@@ -130,14 +132,17 @@ template <> struct wg_mma<128> {
                      "%48, %49, %50, %51, %52, %53, %54, %55, "
                      "%56, %57, %58, %59, %60, %61, %62, %63"
                      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                       "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                       "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                       "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                       "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                       "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                       "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
     }
 };
@@ -186,7 +191,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     auto load_x = [&](int stage, int c) {
         unsigned char *Bs = Xs + stage * S::XST;
         for (int i = tid; i < NT * 32; i += W_THREADS) {
-            int t = (i >> 4) % (NT / 8) * 8 + (i & 7), u = (i >> 4) / (NT / 8) * 2 + ((i >> 3) & 1);
+            int t = (i >> 4) % (NT / 8) * 8 + (i & 7);
+            int u = (i >> 4) / (NT / 8) * 2 + ((i >> 3) & 1);
             int m = m0 + t;
             const __half *g = xh + (int64_t)(m < M ? m : 0) * K + (int64_t)c * Q_CHUNK + 8 * u;
             cp16(Bs + 16 * i, g, m < M);
@@ -295,23 +301,13 @@ static int w_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 
 size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    int s = w_splits(k, K, N, M);
-    return s > 1 ? (size_t)s * (size_t)N * (size_t)M * 4 : 0;
+    return gemm_planes_bytes(w_splits(k, K, N, M), N, M);
 }
 
 template <int T, int NT> static int w_optin_one(struct kctx *k)
 {
-    cudaError_t e = cudaFuncSetAttribute(gemm_wg_kernel<T, NT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         wsmem<T, NT>::BYTES);
-    if (e != cudaSuccess) {
-        snprintf(k->err, k->err_len,
-                 "gemm_wg: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)",
-                 wsmem<T, NT>::BYTES, cudaGetErrorString(e), cudaGetErrorName(e));
-        cudaGetLastError();
-        return -1;
-    }
-    return 0;
+    return gemm_smem_optin(k, (const void *)gemm_wg_kernel<T, NT>, wsmem<T, NT>::BYTES,
+                           "gemm_wg");
 }
 template <int T> static int w_optin(struct kctx *k)
 {
@@ -354,35 +350,25 @@ static int w_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *
     return 0;
 }
 
+/* The launcher of each covered type (inplace_pick's L::run<T>). */
+struct w_launchers {
+    template <int T>
+    static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
+                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                   int64_t split_nb)
+    {
+        return w_launch<T>(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb);
+    }
+};
+
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part)
 {
     if ((M + 63) / 64 > 65535 || (N + W_BN - 1) / W_BN > 65535)
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
-    int splits = w_splits(k, K, N, M);
-    if (splits > 1 && !part)
-        return k_fail(k, "gemm_wg", "no scratch for the split-K planes was given");
-    float *out = splits > 1 ? (float *)part : dst;
-    int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
-    const __half *x = (const __half *)xh;
-    int rc;
-    switch (type) {
-    case MINFER_TYPE_Q4_K:
-        rc = w_launch<MINFER_TYPE_Q4_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q5_K:
-        rc = w_launch<MINFER_TYPE_Q5_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q6_K:
-        rc = w_launch<MINFER_TYPE_Q6_K>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    case MINFER_TYPE_Q8_0:
-        rc = w_launch<MINFER_TYPE_Q8_0>(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb);
-        break;
-    default:
+    gemm_inplace_launch fn = inplace_pick<w_launchers>(type);
+    if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
-    }
-    if (rc || splits == 1)
-        return rc;
-    return gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0);
+    return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
+                            K, N, M, dst, dst_nb1, part);
 }

@@ -204,6 +204,32 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
     return 0;
 }
 
+int gemm_smem_optin(struct kctx *k, const void *kernel, int bytes, const char *site)
+{
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         bytes);
+    if (e == cudaSuccess)
+        return 0;
+    snprintf(k->err, k->err_len,
+             "%s: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)", site,
+             bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    cudaGetLastError();
+    return -1;
+}
+
+int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
+                     const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
+                     int64_t M, float *dst, int64_t dst_nb1, void *part)
+{
+    if (splits > 1 && !part)
+        return k_fail(k, site, "no scratch for the split-K planes was given");
+    float *out = splits > 1 ? (float *)part : dst;
+    int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
+    if (launch(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb))
+        return -1;
+    return splits > 1 ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0) : 0;
+}
+
 /* ---- activations and weights to f16 ---- */
 
 /* Which kernel runs a call (path()), and so the k order of its f16

@@ -7,10 +7,12 @@
 #ifndef MINFER_CUDA_GEMM_CUH
 #define MINFER_CUDA_GEMM_CUH
 
+#include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
+#include "minfer/types.h"
 
 /* K values per chunk of the in-place kernels: one K-quant block */
 #define Q_CHUNK 256
@@ -19,6 +21,37 @@
  * each), in split order. */
 int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
                 int64_t dst_nb1, int accumulate);
+
+/* One in-place kernel's launch for one weight type: out (dst, or split
+ * planes split_nb bytes apart) from W and the f16 activations xh. */
+typedef int (*gemm_inplace_launch)(struct kctx *k, const void *W, int64_t w_nb1,
+                                   const __half *xh, int64_t K, int64_t N, int64_t M,
+                                   int splits, float *out, int64_t out_nb1, int64_t split_nb);
+/* What gemm_q and gemm_wg share: the split-K scratch check, the launch
+ * (into dst, or into `splits` planes of part) and the planes' fixed-order
+ * sum into dst. */
+int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
+                     const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
+                     int64_t M, float *dst, int64_t dst_nb1, void *part);
+/* The >48 KiB dynamic shared-memory opt-in of one kernel (0 = ok, else
+ * the reason in k->err, naming site). */
+int gemm_smem_optin(struct kctx *k, const void *kernel, int bytes, const char *site);
+/* Bytes of `splits` partial planes of N x M floats (0 without a split). */
+static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
+{
+    return splits > 1 ? (size_t)splits * (size_t)N * (size_t)M * 4 : 0;
+}
+/* L::run<T> for the types both in-place kernels cover, NULL for others. */
+template <class L> gemm_inplace_launch inplace_pick(uint32_t type)
+{
+    switch (type) {
+    case MINFER_TYPE_Q4_K: return L::template run<MINFER_TYPE_Q4_K>;
+    case MINFER_TYPE_Q5_K: return L::template run<MINFER_TYPE_Q5_K>;
+    case MINFER_TYPE_Q6_K: return L::template run<MINFER_TYPE_Q6_K>;
+    case MINFER_TYPE_Q8_0: return L::template run<MINFER_TYPE_Q8_0>;
+    default: return NULL;
+    }
+}
 
 /* gemm-q.cu: types and depths it reads in place (K a multiple of 256). */
 bool gemm_q_eligible(uint32_t type, int64_t K);
