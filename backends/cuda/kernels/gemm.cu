@@ -24,8 +24,8 @@
  * of 2 bytes per weight per call (~60 us of a 7B ffn matrix's ~335 us on
  * the H200); in exchange the inner loop is a pure f16 GEMM and the
  * template count stays small (11 dequant + 3 GEMM). A 256-row tile
- * (8 warps of 64 x 64, one block per SM) is kept for the benchmark only:
- * it measured slower on every 7B shape (docs/PERF.md).
+ * (8 warps of 64 x 64, one block per SM) runs from 4096 tokens, where it
+ * measured faster; at 512 it was slower on every 7B shape (docs/PERF.md).
  */
 #include <stdlib.h>
 
@@ -438,8 +438,10 @@ extern "C" int k_prepare(struct kctx *k)
 /* Slice depth and split count for n weight rows, M tokens, depth K.
  * Measured on the H200 (docs/PERF.md): 64-deep slices beat 32 on every
  * 7B shape; 128 x 128 tiles beat 128 x 64, 96 x 128 and 256 x 128 ones
- * (96 rows even where they fill the last wave better); splitting K pays
- * when the tiles do not cover every SM once. */
+ * (96 rows even where they fill the last wave better) up to 512 tokens,
+ * 256 x 128 from 4096; splitting K pays when the tiles do not cover
+ * every SM once. */
+#define G_BN256_MIN_M 4096
 struct gplan {
     int bn, bk, splits;
 };
@@ -450,7 +452,12 @@ static struct gplan plan(const struct kctx *k, int64_t K, int64_t n, int64_t M)
     p.bk = g_bk ? g_bk : 64;
     if (K % p.bk)
         p.bk = 32;
-    p.bn = p.bk == 64 && g_bn ? g_bn : G_BN; /* 256 rows: forced only, 64-deep slices */
+    p.bn = p.bk == 64 && g_bn ? g_bn : G_BN;
+    /* 256-row tiles from 4096 tokens: they copy 25% fewer operand bytes
+     * per product from L2, which bounds these long GEMMs (8192 tokens:
+     * ffn 3874 vs 4126-4458 us, pp8192 +8%); at 512 tokens they lost */
+    if (!g_bn && p.bk == 64 && M >= G_BN256_MIN_M)
+        p.bn = 256;
     int64_t tiles = (n + p.bn - 1) / p.bn * ((M + G_BM - 1) / G_BM);
     if (g_splits) {
         p.splits = g_splits;
