@@ -154,18 +154,27 @@ static uint64_t left(const struct parser *ps)
     return ps->size - ps->pos;
 }
 
+/* Refuses a field of `need` bytes that the file cuts off. */
+static minfer_status need_bytes(struct parser *ps, const struct where *w, const char *field,
+                                unsigned need)
+{
+    if (left(ps) >= need)
+        return MINFER_OK;
+    char ws[384];
+    where_str(w, ws, sizeof ws);
+    return perr(ps, MINFER_ERR_FORMAT,
+                "%s %s at offset 0x%" PRIx64 " is cut off: needs %u bytes, the file has %" PRIu64
+                " left",
+                ws, field, ps->pos, need, left(ps));
+}
+
 /* Reads a u32/u64 field, refusing a cut-off file. */
 static minfer_status take_u32(struct parser *ps, const struct where *w, const char *field,
                               uint32_t *v)
 {
-    if (left(ps) < 4) {
-        char ws[384];
-        where_str(w, ws, sizeof ws);
-        return perr(ps, MINFER_ERR_FORMAT,
-                    "%s %s at offset 0x%" PRIx64 " is cut off: needs 4 bytes, the file has %" PRIu64
-                    " left",
-                    ws, field, ps->pos, left(ps));
-    }
+    minfer_status st = need_bytes(ps, w, field, 4);
+    if (st)
+        return st;
     *v = gguf_rd_u32(ps->p + ps->pos);
     ps->pos += 4;
     return MINFER_OK;
@@ -174,14 +183,9 @@ static minfer_status take_u32(struct parser *ps, const struct where *w, const ch
 static minfer_status take_u64(struct parser *ps, const struct where *w, const char *field,
                               uint64_t *v)
 {
-    if (left(ps) < 8) {
-        char ws[384];
-        where_str(w, ws, sizeof ws);
-        return perr(ps, MINFER_ERR_FORMAT,
-                    "%s %s at offset 0x%" PRIx64 " is cut off: needs 8 bytes, the file has %" PRIu64
-                    " left",
-                    ws, field, ps->pos, left(ps));
-    }
+    minfer_status st = need_bytes(ps, w, field, 8);
+    if (st)
+        return st;
     *v = gguf_rd_u64(ps->p + ps->pos);
     ps->pos += 8;
     return MINFER_OK;
