@@ -236,17 +236,28 @@ static bool as_int(const struct gguf_kv *kv, bool *neg, uint64_t *mag)
     return true;
 }
 
-minfer_status minfer_gguf_get_i64(const struct minfer_gguf *g, const char *key, int64_t *out)
+/* The integer under key, as as_int() gives it; an error for a key that
+ * is absent or holds no integer. */
+static minfer_status int_named(const struct minfer_gguf *g, const char *key, bool *neg,
+                               uint64_t *mag)
 {
     minfer_status st;
     const struct gguf_kv *kv = kv_named(g, key, &st);
-    bool neg;
-    uint64_t mag;
     if (!kv)
         return st;
-    if (!as_int(kv, &neg, &mag))
+    if (!as_int(kv, neg, mag))
         return getter_fail(MINFER_ERR_FORMAT, "gguf: key '%s' is a %s, expected an integer",
                            key, minfer_gguf_type_name(kv->type));
+    return MINFER_OK;
+}
+
+minfer_status minfer_gguf_get_i64(const struct minfer_gguf *g, const char *key, int64_t *out)
+{
+    bool neg;
+    uint64_t mag;
+    minfer_status st = int_named(g, key, &neg, &mag);
+    if (st)
+        return st;
     if (!neg && mag > (uint64_t)INT64_MAX)
         return getter_fail(MINFER_ERR_RANGE, "gguf: key '%s' value %" PRIu64 " exceeds int64",
                            key, mag);
@@ -256,15 +267,11 @@ minfer_status minfer_gguf_get_i64(const struct minfer_gguf *g, const char *key, 
 
 minfer_status minfer_gguf_get_u64(const struct minfer_gguf *g, const char *key, uint64_t *out)
 {
-    minfer_status st;
-    const struct gguf_kv *kv = kv_named(g, key, &st);
     bool neg;
     uint64_t mag;
-    if (!kv)
+    minfer_status st = int_named(g, key, &neg, &mag);
+    if (st)
         return st;
-    if (!as_int(kv, &neg, &mag))
-        return getter_fail(MINFER_ERR_FORMAT, "gguf: key '%s' is a %s, expected an integer",
-                           key, minfer_gguf_type_name(kv->type));
     if (neg)
         return getter_fail(MINFER_ERR_RANGE, "gguf: key '%s' is negative (-%" PRIu64 ")", key,
                            mag);
@@ -327,17 +334,29 @@ minfer_status minfer_gguf_get_str(const struct minfer_gguf *g, const char *key, 
     return MINFER_OK;
 }
 
+/* The index of key for the array getters, which answer by index; -1 with
+ * *st set when there is no handle, no key or no such key. */
+static int64_t index_named(const struct minfer_gguf *g, const char *key, minfer_status *st)
+{
+    int64_t i = g && key ? minfer_gguf_find_key(g, key) : -1;
+    *st = MINFER_OK;
+    if (i < 0)
+        *st = getter_fail(g && key ? MINFER_ERR_NOT_FOUND : MINFER_ERR_INVALID_ARG,
+                          "gguf: key '%s' is absent", key ? key : "(null)");
+    return i;
+}
+
 minfer_status minfer_gguf_get_arr(const struct minfer_gguf *g, const char *key,
                                   enum minfer_gguf_type *elem_type, uint64_t *n, const void **data)
 {
-    int64_t i = g && key ? minfer_gguf_find_key(g, key) : -1;
+    minfer_status st;
+    int64_t i = index_named(g, key, &st);
     if (i < 0) {
         if (data)
             *data = NULL;
         if (n)
             *n = 0;
-        return getter_fail(g && key ? MINFER_ERR_NOT_FOUND : MINFER_ERR_INVALID_ARG,
-                           "gguf: key '%s' is absent", key ? key : "(null)");
+        return st;
     }
     return minfer_gguf_kv_arr(g, i, elem_type, n, data);
 }
@@ -345,12 +364,12 @@ minfer_status minfer_gguf_get_arr(const struct minfer_gguf *g, const char *key,
 minfer_status minfer_gguf_get_arr_str(const struct minfer_gguf *g, const char *key, uint64_t i,
                                       const char **s, size_t *len)
 {
-    int64_t k = g && key ? minfer_gguf_find_key(g, key) : -1;
+    minfer_status st;
+    int64_t k = index_named(g, key, &st);
     if (k < 0) {
         *s = NULL;
         *len = 0;
-        return getter_fail(g && key ? MINFER_ERR_NOT_FOUND : MINFER_ERR_INVALID_ARG,
-                           "gguf: key '%s' is absent", key ? key : "(null)");
+        return st;
     }
     return minfer_gguf_kv_arr_str(g, k, i, s, len);
 }
