@@ -333,6 +333,26 @@ static void deq_q8_K(const struct minfer_block_q8_K *x, float *y, int64_t nb)
 
 /* ---- dispatch ---- */
 
+/* F16 and BF16 rows: 2-byte values that need not be 2-byte aligned. */
+static void halves_to_f32(const void *src, float *dst, int64_t n, float (*cvt)(uint16_t))
+{
+    const uint8_t *p = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        dst[i] = cvt(h);
+    }
+}
+
+static void f32_to_halves(const float *src, void *dst, int64_t n, uint16_t (*cvt)(float))
+{
+    uint8_t *p = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = cvt(src[i]);
+        memcpy(p + 2 * i, &h, 2);
+    }
+}
+
 static minfer_status check_args(uint32_t type, const void *a, const void *b, int64_t n,
                                 int64_t *nb)
 {
@@ -355,24 +375,8 @@ static minfer_status dequantize_aligned(uint32_t type, const void *src, float *d
     case MINFER_TYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
-    case MINFER_TYPE_F16: {
-        const uint8_t *p = src;
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = minfer_fp16_to_fp32(h);
-        }
-        break;
-    }
-    case MINFER_TYPE_BF16: {
-        const uint8_t *p = src;
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = minfer_bf16_to_fp32(h);
-        }
-        break;
-    }
+    case MINFER_TYPE_F16: halves_to_f32(src, dst, n, minfer_fp16_to_fp32); break;
+    case MINFER_TYPE_BF16: halves_to_f32(src, dst, n, minfer_bf16_to_fp32); break;
     case MINFER_TYPE_Q4_0: deq_q4_0(src, dst, nb); break;
     case MINFER_TYPE_Q4_1: deq_q4_1(src, dst, nb); break;
     case MINFER_TYPE_Q5_0: deq_q5_0(src, dst, nb); break;
@@ -399,22 +403,8 @@ static minfer_status quantize_aligned(uint32_t type, const float *src, void *dst
     case MINFER_TYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
-    case MINFER_TYPE_F16: {
-        uint8_t *p = dst;
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = minfer_fp32_to_fp16(src[i]);
-            memcpy(p + 2 * i, &h, 2);
-        }
-        break;
-    }
-    case MINFER_TYPE_BF16: {
-        uint8_t *p = dst;
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = minfer_fp32_to_bf16(src[i]);
-            memcpy(p + 2 * i, &h, 2);
-        }
-        break;
-    }
+    case MINFER_TYPE_F16: f32_to_halves(src, dst, n, minfer_fp32_to_fp16); break;
+    case MINFER_TYPE_BF16: f32_to_halves(src, dst, n, minfer_fp32_to_bf16); break;
     case MINFER_TYPE_Q4_0: quant_q4_0(src, dst, nb); break;
     case MINFER_TYPE_Q4_1: quant_q4_1(src, dst, nb); break;
     case MINFER_TYPE_Q5_0: quant_q5_0(src, dst, nb); break;
