@@ -69,6 +69,26 @@ static void min_max(const float *x, int n, float *mn, float *mx)
 
 /* ---- 32-element block quantizers ---- */
 
+/* Element j (low nibble) and j + 16 (high nibble) of a 4-bit block,
+ * each clamped to 15. */
+static uint8_t pack_q4(int lo, int hi)
+{
+    lo = lo < 15 ? lo : 15;
+    hi = hi < 15 ? hi : 15;
+    return (uint8_t)(lo | hi << 4);
+}
+
+/* The same for 5-bit blocks, whose fifth bits go to bits j and j + 16
+ * of qh. */
+static void pack_q5(uint8_t *qs, uint32_t *qh, int j, int lo, int hi)
+{
+    lo = lo < 31 ? lo : 31;
+    hi = hi < 31 ? hi : 31;
+    qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+    *qh |= (uint32_t)(lo >> 4 & 1) << j;
+    *qh |= (uint32_t)(hi >> 4 & 1) << (j + 16);
+}
+
 static void quant_q4_0(const float *x, struct minfer_block_q4_0 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += 32) {
@@ -80,9 +100,7 @@ static void quant_q4_0(const float *x, struct minfer_block_q4_0 *y, int64_t nb)
         for (int j = 0; j < 16; j++) {
             int lo = (int8_t)(x[j] * id + 8.5f);
             int hi = (int8_t)(x[j + 16] * id + 8.5f);
-            lo = lo < 15 ? lo : 15;
-            hi = hi < 15 ? hi : 15;
-            y[i].qs[j] = (uint8_t)(lo | hi << 4);
+            y[i].qs[j] = pack_q4(lo, hi);
         }
     }
 }
@@ -99,9 +117,7 @@ static void quant_q4_1(const float *x, struct minfer_block_q4_1 *y, int64_t nb)
         for (int j = 0; j < 16; j++) {
             int lo = (int8_t)((x[j] - mn) * id + 0.5f);
             int hi = (int8_t)((x[j + 16] - mn) * id + 0.5f);
-            lo = lo < 15 ? lo : 15;
-            hi = hi < 15 ? hi : 15;
-            y[i].qs[j] = (uint8_t)(lo | hi << 4);
+            y[i].qs[j] = pack_q4(lo, hi);
         }
     }
 }
@@ -118,11 +134,7 @@ static void quant_q5_0(const float *x, struct minfer_block_q5_0 *y, int64_t nb)
         for (int j = 0; j < 16; j++) {
             int lo = (int8_t)(x[j] * id + 16.5f);
             int hi = (int8_t)(x[j + 16] * id + 16.5f);
-            lo = lo < 31 ? lo : 31;
-            hi = hi < 31 ? hi : 31;
-            y[i].qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
-            qh |= (uint32_t)(lo >> 4 & 1) << j;
-            qh |= (uint32_t)(hi >> 4 & 1) << (j + 16);
+            pack_q5(y[i].qs, &qh, j, lo, hi);
         }
         put_u32(y[i].qh, qh);
     }
@@ -139,13 +151,10 @@ static void quant_q5_1(const float *x, struct minfer_block_q5_1 *y, int64_t nb)
         y[i].d = minfer_fp32_to_fp16(d);
         y[i].m = minfer_fp32_to_fp16(mn);
         for (int j = 0; j < 16; j++) {
+            /* llama.cpp casts to uint8_t here (int8_t in Q5_0) */
             int lo = (uint8_t)((x[j] - mn) * id + 0.5f);
             int hi = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
-            lo = lo < 31 ? lo : 31;
-            hi = hi < 31 ? hi : 31;
-            y[i].qs[j] = (uint8_t)((lo & 15) | (hi & 15) << 4);
-            qh |= (uint32_t)(lo >> 4 & 1) << j;
-            qh |= (uint32_t)(hi >> 4 & 1) << (j + 16);
+            pack_q5(y[i].qs, &qh, j, lo, hi);
         }
         put_u32(y[i].qh, qh);
     }
