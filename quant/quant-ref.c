@@ -193,6 +193,21 @@ static void quant_q8_1(const float *x, struct minfer_block_q8_1 *y, int64_t nb)
 
 /* ---- dequantizers ---- */
 
+/* The 5-bit values of elements j and j + 16 of a Q5_0/Q5_1 block. */
+static void unpack_q5(const uint8_t *qs, uint32_t qh, int j, int *lo, int *hi)
+{
+    *lo = (qs[j] & 15) | (int)(qh >> j & 1) << 4;
+    *hi = (qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+}
+
+/* Q8_0 and Q8_1 blocks share d and qs; Q8_1's sum s is not needed here. */
+static void deq_q8_block(uint16_t d16, const int8_t *qs, float *y)
+{
+    float d = f16(d16);
+    for (int j = 0; j < 32; j++)
+        y[j] = (float)qs[j] * d;
+}
+
 static void deq_q4_0(const struct minfer_block_q4_0 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += 32) {
@@ -221,8 +236,8 @@ static void deq_q5_0(const struct minfer_block_q5_0 *x, float *y, int64_t nb)
         float d = f16(x[i].d);
         uint32_t qh = get_u32(x[i].qh);
         for (int j = 0; j < 16; j++) {
-            int lo = (x[i].qs[j] & 15) | (int)(qh >> j & 1) << 4;
-            int hi = (x[i].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+            int lo, hi;
+            unpack_q5(x[i].qs, qh, j, &lo, &hi);
             y[j] = (float)(lo - 16) * d;
             y[j + 16] = (float)(hi - 16) * d;
         }
@@ -235,8 +250,8 @@ static void deq_q5_1(const struct minfer_block_q5_1 *x, float *y, int64_t nb)
         float d = f16(x[i].d), m = f16(x[i].m);
         uint32_t qh = get_u32(x[i].qh);
         for (int j = 0; j < 16; j++) {
-            int lo = (x[i].qs[j] & 15) | (int)(qh >> j & 1) << 4;
-            int hi = (x[i].qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+            int lo, hi;
+            unpack_q5(x[i].qs, qh, j, &lo, &hi);
             y[j] = (float)lo * d + m;
             y[j + 16] = (float)hi * d + m;
         }
@@ -245,20 +260,14 @@ static void deq_q5_1(const struct minfer_block_q5_1 *x, float *y, int64_t nb)
 
 static void deq_q8_0(const struct minfer_block_q8_0 *x, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += 32) {
-        float d = f16(x[i].d);
-        for (int j = 0; j < 32; j++)
-            y[j] = (float)x[i].qs[j] * d;
-    }
+    for (int64_t i = 0; i < nb; i++, y += 32)
+        deq_q8_block(x[i].d, x[i].qs, y);
 }
 
 static void deq_q8_1(const struct minfer_block_q8_1 *x, float *y, int64_t nb)
 {
-    for (int64_t i = 0; i < nb; i++, y += 32) {
-        float d = f16(x[i].d);
-        for (int j = 0; j < 32; j++)
-            y[j] = (float)x[i].qs[j] * d;
-    }
+    for (int64_t i = 0; i < nb; i++, y += 32)
+        deq_q8_block(x[i].d, x[i].qs, y);
 }
 
 void minfer_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
