@@ -60,6 +60,31 @@ static uint32_t mix_type(uint32_t ftype, bool has_output, int n_layer, const cha
     return minfer_mix_tensor_type(&m, name, ne1 > 1 ? 2 : 1, ne, MINFER_TYPE_F16);
 }
 
+/* One tensor of an F16 model and the type the mix must give it. */
+struct mix_case {
+    uint32_t ftype;
+    bool has_output; /* false: tied, token_embd is the output */
+    int n_layer;
+    const char *name;
+    int64_t ne0, ne1;
+    uint32_t want;
+};
+
+/* A table rather than one assertion per case so that a failure names the
+ * case (tensor, shape, mix, model) and both types by name. */
+static void check_mix_cases(const struct mix_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t got = mix_type(c[i].ftype, c[i].has_output, c[i].n_layer, c[i].name, c[i].ne0,
+                                c[i].ne1);
+        ck_assert_msg(got == c[i].want,
+                      "%s [%lld, %lld] of a %d-layer %s model (%s output): %s, expected %s",
+                      c[i].name, (long long)c[i].ne0, (long long)c[i].ne1, c[i].n_layer,
+                      minfer_ftype_name(c[i].ftype), c[i].has_output ? "own" : "tied",
+                      minfer_type_name(got), minfer_type_name(c[i].want));
+    }
+}
+
 /* Catches a mix that differs from llama-quantize's Q4_K_M for a 28-layer
  * model (qwen2.5-7b): the layers getting Q6_K attn_v/ffn_down are the
  * first 3, the last 4 and every third in between (use_more_bits). */
@@ -83,15 +108,14 @@ START_TEST(mix_q4_k_m_layers)
         ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, q, 3584, 3584),
                           MINFER_TYPE_Q4_K);
     }
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "output.weight", 3584,
-                               152064),
-                      MINFER_TYPE_Q6_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "token_embd.weight", 3584,
-                               152064),
-                      MINFER_TYPE_Q4_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "blk.0.attn_norm.weight",
-                               3584, 1),
-                      MINFER_TYPE_F32);
+    static const struct mix_case rest[] = {
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "output.weight", 3584, 152064, MINFER_TYPE_Q6_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "token_embd.weight", 3584, 152064,
+         MINFER_TYPE_Q4_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "blk.0.attn_norm.weight", 3584, 1,
+         MINFER_TYPE_F32},
+    };
+    check_mix_cases(rest, sizeof rest / sizeof rest[0]);
 }
 END_TEST
 
@@ -99,54 +123,35 @@ END_TEST
  * 256-block (qwen2.5-0.5b's 896), and of the _S mixes and --pure. */
 START_TEST(mix_fallbacks_and_variants)
 {
-    /* tied: token_embd is the output; 896 % 256 != 0 -> Q8_0 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "token_embd.weight", 896,
-                               151936),
-                      MINFER_TYPE_Q8_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 28, "token_embd.weight", 1536,
-                               151936),
-                      MINFER_TYPE_Q6_K);
-    /* Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1 when the row does not fit */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.3.attn_q.weight",
-                               896, 896),
-                      MINFER_TYPE_Q5_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.0.attn_v.weight",
-                               896, 128),
-                      MINFER_TYPE_Q8_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q5_K_S, false, 24, "blk.3.attn_q.weight",
-                               896, 896),
-                      MINFER_TYPE_Q5_1);
-    /* rows that fit nothing quantized -> F16 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "blk.0.attn_q.weight", 40, 8),
-                      MINFER_TYPE_F16);
-    /* Q4_K_S: attn_v < 4 and ffn_down in the first eighth get Q5_K */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.attn_v.weight", 4096,
-                               1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.attn_v.weight", 4096,
-                               1024),
-                      MINFER_TYPE_Q4_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.ffn_down.weight",
-                               4096, 1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.ffn_down.weight",
-                               4096, 1024),
-                      MINFER_TYPE_Q4_K);
-    /* 80 layers (llama.cpp's 70B class): attn_v Q4_K -> Q5_K, Q6_K stays */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.40.attn_v.weight",
-                               8192, 1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.0.attn_v.weight",
-                               8192, 1024),
-                      MINFER_TYPE_Q6_K);
-    /* Q4_0 and Q8_0 files: output Q6_K resp. stays Q8_0 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_Q6_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q8_0, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_Q8_0);
-    /* plain float targets: every matrix the same */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_BF16, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_BF16);
+    static const struct mix_case cases[] = {
+        /* tied: token_embd is the output; 896 % 256 != 0 -> Q8_0 */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "token_embd.weight", 896, 151936, MINFER_TYPE_Q8_0},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 28, "token_embd.weight", 1536, 151936,
+         MINFER_TYPE_Q6_K},
+        /* Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1 when the row does not fit */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.3.attn_q.weight", 896, 896, MINFER_TYPE_Q5_0},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.0.attn_v.weight", 896, 128, MINFER_TYPE_Q8_0},
+        {MINFER_FTYPE_MOSTLY_Q5_K_S, false, 24, "blk.3.attn_q.weight", 896, 896, MINFER_TYPE_Q5_1},
+        /* rows that fit nothing quantized -> F16 */
+        {MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "blk.0.attn_q.weight", 40, 8, MINFER_TYPE_F16},
+        /* Q4_K_S: attn_v < 4 and ffn_down in the first eighth get Q5_K */
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.attn_v.weight", 4096, 1024, MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.attn_v.weight", 4096, 1024, MINFER_TYPE_Q4_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.ffn_down.weight", 4096, 1024,
+         MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.ffn_down.weight", 4096, 1024,
+         MINFER_TYPE_Q4_K},
+        /* 80 layers (llama.cpp's 70B class): attn_v Q4_K -> Q5_K, Q6_K stays */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.40.attn_v.weight", 8192, 1024,
+         MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.0.attn_v.weight", 8192, 1024, MINFER_TYPE_Q6_K},
+        /* Q4_0 and Q8_0 files: output Q6_K resp. stays Q8_0 */
+        {MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "output.weight", 4096, 100, MINFER_TYPE_Q6_K},
+        {MINFER_FTYPE_MOSTLY_Q8_0, true, 4, "output.weight", 4096, 100, MINFER_TYPE_Q8_0},
+        /* plain float targets: every matrix the same */
+        {MINFER_FTYPE_MOSTLY_BF16, true, 4, "output.weight", 4096, 100, MINFER_TYPE_BF16},
+    };
+    check_mix_cases(cases, sizeof cases / sizeof cases[0]);
     /* pure */
     struct minfer_mix m = {.ftype = MINFER_FTYPE_MOSTLY_Q4_K_M, .pure = true, .has_output = true,
                            .n_attn_v = 28, .n_layer = 28};
