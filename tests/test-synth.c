@@ -535,10 +535,6 @@ END_TEST
 
 /* ---- quantize ---- */
 
-/* Catches quantize writing bytes that differ from the reference quantizer
- * applied to the dequantized input row by row (wrong row offsets across
- * windows and threads, a tensor paired with another's callback), a
- * general.file_type not updated, and missing tensors. */
 /* Checks every tensor of out against in: the type the mix gives it and
  * bytes equal to the reference quantizer applied row by row. */
 static void check_quantized(const char *in, const char *out, uint32_t ftype)
