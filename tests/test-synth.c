@@ -49,6 +49,20 @@ static struct minfer_synth_opts small_opts(const char *arch, uint32_t ftype)
     return o;
 }
 
+/* Synthesizes o in memory and opens the result, failing the test with the
+ * architecture and the message when either step fails. The caller closes
+ * the file, then frees *mem with minfer_synth_mem_free. */
+static struct minfer_gguf *synth_open(const struct minfer_synth_opts *o, void **mem, size_t *size)
+{
+    char err[512];
+    ck_assert_msg(minfer_synth(o, NULL, mem, size, err, sizeof err) == MINFER_OK, "%s: %s",
+                  o->shape.arch, err);
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open_memory(*mem, *size, &st, err, sizeof err);
+    ck_assert_msg(g, "%s: the synthesized file does not open: %s", o->shape.arch, err);
+    return g;
+}
+
 /* ---- the mix rule ---- */
 
 static uint32_t mix_type(uint32_t ftype, bool has_output, int n_layer, const char *name,
@@ -230,11 +244,7 @@ START_TEST(synth_valid_blocks)
     struct minfer_synth_opts o = small_opts(_i % 2 ? "qwen2" : "qwen3", fts[_i]);
     void *mem;
     size_t size;
-    char err[512];
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
-    minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_msg(g != NULL, "%s", err);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     int64_t n = minfer_gguf_tensor_count(g);
     for (int64_t i = 0; i < n; i++) {
         const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
@@ -277,11 +287,7 @@ START_TEST(synth_metadata_and_names)
     o.shape.tied = false;
     void *mem;
     size_t size;
-    char err[512];
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
-    minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_ptr_nonnull(g);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     const char *s;
     size_t len;
     int64_t v;
@@ -334,9 +340,7 @@ START_TEST(synth_metadata_and_names)
 
     /* qwen2: biases, no q/k norms, tied output */
     o = small_opts("qwen2", MINFER_FTYPE_MOSTLY_Q8_0);
-    ck_assert_int_eq(minfer_synth(&o, NULL, &mem, &size, err, sizeof err), MINFER_OK);
-    g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_ptr_nonnull(g);
+    g = synth_open(&o, &mem, &size);
     ck_assert_ptr_nonnull(minfer_gguf_find_tensor(g, "blk.0.attn_v.bias"));
     ck_assert_ptr_null(minfer_gguf_find_tensor(g, "blk.0.attn_q_norm.weight"));
     ck_assert_ptr_null(minfer_gguf_find_tensor(g, "output.weight"));
@@ -383,9 +387,8 @@ START_TEST(synth_tokenizer_copy_and_refusals)
     o.tokenizer_gguf = path;
     void *mem;
     size_t size;
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
     struct minfer_gguf *ref = minfer_gguf_open(path, &st, err, sizeof err);
     ck_assert(g && ref);
     enum minfer_gguf_type et;
@@ -800,11 +803,8 @@ START_TEST(synth_model_families)
                          MINFER_OK);
         void *mem;
         size_t size;
-        ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s: %s",
-                      fam[f][0], err);
+        struct minfer_gguf *g = synth_open(&o, &mem, &size);
         minfer_status st;
-        struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-        ck_assert_ptr_nonnull(g);
         const char *sv;
         size_t len;
         ck_assert_int_eq(minfer_gguf_get_str(g, "tokenizer.ggml.model", &sv, &len), MINFER_OK);
