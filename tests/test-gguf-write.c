@@ -55,6 +55,19 @@ static minfer_status fill_pattern(void *user, uint64_t offset, void *dst, size_t
     return MINFER_OK;
 }
 
+/* A writer holding one f32 tensor whose bytes fill_pattern streams from
+ * fs: the start of every test of the streaming path. */
+static struct minfer_gguf_writer *streaming_writer(const char *name, int n_dims, const int64_t *ne,
+                                                   struct fill_state *fs)
+{
+    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, name, MINFER_TYPE_F32, n_dims, ne, NULL,
+                                                   fill_pattern, fs),
+                     MINFER_OK);
+    return w;
+}
+
 START_TEST(writer_round_trip)
 {
     /* Catches any value type, array kind or tensor field the writer
@@ -288,12 +301,9 @@ START_TEST(writer_fill_chunks_large_tensor)
     char *dir = temp_dir();
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/big.gguf", dir);
-    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     int64_t ne[2] = {1024, 9 * 256}; /* f32: 9 MiB */
     struct fill_state fs = {.seed = 3};
-    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "big", MINFER_TYPE_F32, 2, ne, NULL,
-                                                   fill_pattern, &fs),
-                     MINFER_OK);
+    struct minfer_gguf_writer *w = streaming_writer("big", 2, ne, &fs);
     ck_assert_msg(minfer_gguf_writer_write(w, path, err, sizeof err) == MINFER_OK, "%s", err);
     ck_assert_int_ge(fs.calls, 3);
     minfer_gguf_writer_free(w);
@@ -318,12 +328,10 @@ START_TEST(writer_failure_leaves_no_file)
     char *dir = temp_dir();
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/fail.gguf", dir);
-    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     int64_t ne[2] = {1024, 4096}; /* 16 MiB: several chunks */
-    struct fill_state fs = {.seed = 1, .fail_at_call = 3, .w = w};
-    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "x", MINFER_TYPE_F32, 2, ne, NULL,
-                                                   fill_pattern, &fs),
-                     MINFER_OK);
+    struct fill_state fs = {.seed = 1, .fail_at_call = 3};
+    struct minfer_gguf_writer *w = streaming_writer("x", 2, ne, &fs);
+    fs.w = w;
     ck_assert_ptr_null(minfer_gguf_writer_temp_path(w));
     ck_assert_int_eq(minfer_gguf_writer_write(w, path, err, sizeof err), MINFER_ERR_BACKEND);
     ck_assert_ptr_null(minfer_gguf_writer_temp_path(w));
@@ -343,12 +351,10 @@ START_TEST(writer_temporary_is_unnamed)
     char *dir = temp_dir();
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/anon.gguf", dir);
-    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     int64_t ne[2] = {1024, 2048}; /* 8 MiB: the callback runs mid-write */
-    struct fill_state fs = {.seed = 3, .w = w, .empty_dir = dir};
-    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "x", MINFER_TYPE_F32, 2, ne, NULL,
-                                                   fill_pattern, &fs),
-                     MINFER_OK);
+    struct fill_state fs = {.seed = 3, .empty_dir = dir};
+    struct minfer_gguf_writer *w = streaming_writer("x", 2, ne, &fs);
+    fs.w = w;
     minfer_status st = minfer_gguf_writer_write(w, path, err, sizeof err);
     ck_assert_msg(st == MINFER_OK, "%s", err);
     ck_assert_int_eq(dir_entries(dir), 1);
@@ -406,12 +412,9 @@ START_TEST(writer_disk_full_reports_errno)
     char *dir = temp_dir();
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/full.gguf", dir);
-    struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
     int64_t ne[1] = {1 << 20}; /* 4 MiB of f32 */
     struct fill_state fs = {.seed = 1};
-    ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "x", MINFER_TYPE_F32, 1, ne, NULL,
-                                                   fill_pattern, &fs),
-                     MINFER_OK);
+    struct minfer_gguf_writer *w = streaming_writer("x", 1, ne, &fs);
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit rl = {1 << 20, 1 << 20};
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0); /* this forked test only */

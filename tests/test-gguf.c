@@ -462,6 +462,15 @@ START_TEST(unsupported_tensor_type_named)
 }
 END_TEST
 
+/* Writes m to path: minfer_gguf_open_flags reads files, not memory. */
+static void write_image(const char *path, const struct img *m)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(m->b, 1, m->n, f), m->n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
 START_TEST(any_type_flag_opens_unsupported)
 {
     /* Catches MINFER_GGUF_OPEN_ANY_TYPE either not working (info could not
@@ -475,9 +484,7 @@ START_TEST(any_type_flag_opens_unsupported)
     char *dir = temp_dir();
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/q2k.gguf", dir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_uint_eq(fwrite(m.b, 1, m.n, f), m.n);
-    fclose(f);
+    write_image(path, &m);
     minfer_status st;
     ck_assert_ptr_null(minfer_gguf_open(path, &st, err, sizeof err));
     ck_assert_int_eq(st, MINFER_ERR_UNSUPPORTED);
@@ -489,9 +496,7 @@ START_TEST(any_type_flag_opens_unsupported)
     minfer_gguf_close(g);
     /* a block-size violation is still refused */
     set_u64(&m, L.t0_ne0, 128);
-    f = fopen(path, "wb");
-    ck_assert_uint_eq(fwrite(m.b, 1, m.n, f), m.n);
-    fclose(f);
+    write_image(path, &m);
     ck_assert_ptr_null(minfer_gguf_open_flags(path, MINFER_GGUF_OPEN_ANY_TYPE, &st, err, sizeof err));
     ck_assert_ptr_nonnull(strstr(err, "block size 256"));
     free(m.b);

@@ -49,6 +49,20 @@ static struct minfer_synth_opts small_opts(const char *arch, uint32_t ftype)
     return o;
 }
 
+/* Synthesizes o in memory and opens the result, failing the test with the
+ * architecture and the message when either step fails. The caller closes
+ * the file, then frees *mem with minfer_synth_mem_free. */
+static struct minfer_gguf *synth_open(const struct minfer_synth_opts *o, void **mem, size_t *size)
+{
+    char err[512];
+    ck_assert_msg(minfer_synth(o, NULL, mem, size, err, sizeof err) == MINFER_OK, "%s: %s",
+                  o->shape.arch, err);
+    minfer_status st;
+    struct minfer_gguf *g = minfer_gguf_open_memory(*mem, *size, &st, err, sizeof err);
+    ck_assert_msg(g, "%s: the synthesized file does not open: %s", o->shape.arch, err);
+    return g;
+}
+
 /* ---- the mix rule ---- */
 
 static uint32_t mix_type(uint32_t ftype, bool has_output, int n_layer, const char *name,
@@ -58,6 +72,31 @@ static uint32_t mix_type(uint32_t ftype, bool has_output, int n_layer, const cha
                            .n_layer = n_layer};
     int64_t ne[2] = {ne0, ne1};
     return minfer_mix_tensor_type(&m, name, ne1 > 1 ? 2 : 1, ne, MINFER_TYPE_F16);
+}
+
+/* One tensor of an F16 model and the type the mix must give it. */
+struct mix_case {
+    uint32_t ftype;
+    bool has_output; /* false: tied, token_embd is the output */
+    int n_layer;
+    const char *name;
+    int64_t ne0, ne1;
+    uint32_t want;
+};
+
+/* A table rather than one assertion per case so that a failure names the
+ * case (tensor, shape, mix, model) and both types by name. */
+static void check_mix_cases(const struct mix_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t got = mix_type(c[i].ftype, c[i].has_output, c[i].n_layer, c[i].name, c[i].ne0,
+                                c[i].ne1);
+        ck_assert_msg(got == c[i].want,
+                      "%s [%lld, %lld] of a %d-layer %s model (%s output): %s, expected %s",
+                      c[i].name, (long long)c[i].ne0, (long long)c[i].ne1, c[i].n_layer,
+                      minfer_ftype_name(c[i].ftype), c[i].has_output ? "own" : "tied",
+                      minfer_type_name(got), minfer_type_name(c[i].want));
+    }
 }
 
 /* Catches a mix that differs from llama-quantize's Q4_K_M for a 28-layer
@@ -83,15 +122,14 @@ START_TEST(mix_q4_k_m_layers)
         ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, q, 3584, 3584),
                           MINFER_TYPE_Q4_K);
     }
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "output.weight", 3584,
-                               152064),
-                      MINFER_TYPE_Q6_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "token_embd.weight", 3584,
-                               152064),
-                      MINFER_TYPE_Q4_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "blk.0.attn_norm.weight",
-                               3584, 1),
-                      MINFER_TYPE_F32);
+    static const struct mix_case rest[] = {
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "output.weight", 3584, 152064, MINFER_TYPE_Q6_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "token_embd.weight", 3584, 152064,
+         MINFER_TYPE_Q4_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 28, "blk.0.attn_norm.weight", 3584, 1,
+         MINFER_TYPE_F32},
+    };
+    check_mix_cases(rest, sizeof rest / sizeof rest[0]);
 }
 END_TEST
 
@@ -99,54 +137,35 @@ END_TEST
  * 256-block (qwen2.5-0.5b's 896), and of the _S mixes and --pure. */
 START_TEST(mix_fallbacks_and_variants)
 {
-    /* tied: token_embd is the output; 896 % 256 != 0 -> Q8_0 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "token_embd.weight", 896,
-                               151936),
-                      MINFER_TYPE_Q8_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 28, "token_embd.weight", 1536,
-                               151936),
-                      MINFER_TYPE_Q6_K);
-    /* Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1 when the row does not fit */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.3.attn_q.weight",
-                               896, 896),
-                      MINFER_TYPE_Q5_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.0.attn_v.weight",
-                               896, 128),
-                      MINFER_TYPE_Q8_0);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q5_K_S, false, 24, "blk.3.attn_q.weight",
-                               896, 896),
-                      MINFER_TYPE_Q5_1);
-    /* rows that fit nothing quantized -> F16 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "blk.0.attn_q.weight", 40, 8),
-                      MINFER_TYPE_F16);
-    /* Q4_K_S: attn_v < 4 and ffn_down in the first eighth get Q5_K */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.attn_v.weight", 4096,
-                               1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.attn_v.weight", 4096,
-                               1024),
-                      MINFER_TYPE_Q4_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.ffn_down.weight",
-                               4096, 1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.ffn_down.weight",
-                               4096, 1024),
-                      MINFER_TYPE_Q4_K);
-    /* 80 layers (llama.cpp's 70B class): attn_v Q4_K -> Q5_K, Q6_K stays */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.40.attn_v.weight",
-                               8192, 1024),
-                      MINFER_TYPE_Q5_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.0.attn_v.weight",
-                               8192, 1024),
-                      MINFER_TYPE_Q6_K);
-    /* Q4_0 and Q8_0 files: output Q6_K resp. stays Q8_0 */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_Q6_K);
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_Q8_0, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_Q8_0);
-    /* plain float targets: every matrix the same */
-    ck_assert_uint_eq(mix_type(MINFER_FTYPE_MOSTLY_BF16, true, 4, "output.weight", 4096, 100),
-                      MINFER_TYPE_BF16);
+    static const struct mix_case cases[] = {
+        /* tied: token_embd is the output; 896 % 256 != 0 -> Q8_0 */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "token_embd.weight", 896, 151936, MINFER_TYPE_Q8_0},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 28, "token_embd.weight", 1536, 151936,
+         MINFER_TYPE_Q6_K},
+        /* Q4_K -> Q5_0, Q6_K -> Q8_0, Q5_K -> Q5_1 when the row does not fit */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.3.attn_q.weight", 896, 896, MINFER_TYPE_Q5_0},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, false, 24, "blk.0.attn_v.weight", 896, 128, MINFER_TYPE_Q8_0},
+        {MINFER_FTYPE_MOSTLY_Q5_K_S, false, 24, "blk.3.attn_q.weight", 896, 896, MINFER_TYPE_Q5_1},
+        /* rows that fit nothing quantized -> F16 */
+        {MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "blk.0.attn_q.weight", 40, 8, MINFER_TYPE_F16},
+        /* Q4_K_S: attn_v < 4 and ffn_down in the first eighth get Q5_K */
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.attn_v.weight", 4096, 1024, MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.attn_v.weight", 4096, 1024, MINFER_TYPE_Q4_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.3.ffn_down.weight", 4096, 1024,
+         MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_S, true, 32, "blk.4.ffn_down.weight", 4096, 1024,
+         MINFER_TYPE_Q4_K},
+        /* 80 layers (llama.cpp's 70B class): attn_v Q4_K -> Q5_K, Q6_K stays */
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.40.attn_v.weight", 8192, 1024,
+         MINFER_TYPE_Q5_K},
+        {MINFER_FTYPE_MOSTLY_Q4_K_M, true, 80, "blk.0.attn_v.weight", 8192, 1024, MINFER_TYPE_Q6_K},
+        /* Q4_0 and Q8_0 files: output Q6_K resp. stays Q8_0 */
+        {MINFER_FTYPE_MOSTLY_Q4_0, true, 4, "output.weight", 4096, 100, MINFER_TYPE_Q6_K},
+        {MINFER_FTYPE_MOSTLY_Q8_0, true, 4, "output.weight", 4096, 100, MINFER_TYPE_Q8_0},
+        /* plain float targets: every matrix the same */
+        {MINFER_FTYPE_MOSTLY_BF16, true, 4, "output.weight", 4096, 100, MINFER_TYPE_BF16},
+    };
+    check_mix_cases(cases, sizeof cases / sizeof cases[0]);
     /* pure */
     struct minfer_mix m = {.ftype = MINFER_FTYPE_MOSTLY_Q4_K_M, .pure = true, .has_output = true,
                            .n_attn_v = 28, .n_layer = 28};
@@ -225,11 +244,7 @@ START_TEST(synth_valid_blocks)
     struct minfer_synth_opts o = small_opts(_i % 2 ? "qwen2" : "qwen3", fts[_i]);
     void *mem;
     size_t size;
-    char err[512];
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
-    minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_msg(g != NULL, "%s", err);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     int64_t n = minfer_gguf_tensor_count(g);
     for (int64_t i = 0; i < n; i++) {
         const struct minfer_gguf_tensor *t = minfer_gguf_tensor(g, i);
@@ -272,11 +287,7 @@ START_TEST(synth_metadata_and_names)
     o.shape.tied = false;
     void *mem;
     size_t size;
-    char err[512];
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
-    minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_ptr_nonnull(g);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     const char *s;
     size_t len;
     int64_t v;
@@ -329,9 +340,7 @@ START_TEST(synth_metadata_and_names)
 
     /* qwen2: biases, no q/k norms, tied output */
     o = small_opts("qwen2", MINFER_FTYPE_MOSTLY_Q8_0);
-    ck_assert_int_eq(minfer_synth(&o, NULL, &mem, &size, err, sizeof err), MINFER_OK);
-    g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-    ck_assert_ptr_nonnull(g);
+    g = synth_open(&o, &mem, &size);
     ck_assert_ptr_nonnull(minfer_gguf_find_tensor(g, "blk.0.attn_v.bias"));
     ck_assert_ptr_null(minfer_gguf_find_tensor(g, "blk.0.attn_q_norm.weight"));
     ck_assert_ptr_null(minfer_gguf_find_tensor(g, "output.weight"));
@@ -378,9 +387,8 @@ START_TEST(synth_tokenizer_copy_and_refusals)
     o.tokenizer_gguf = path;
     void *mem;
     size_t size;
-    ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s", err);
+    struct minfer_gguf *g = synth_open(&o, &mem, &size);
     minfer_status st;
-    struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
     struct minfer_gguf *ref = minfer_gguf_open(path, &st, err, sizeof err);
     ck_assert(g && ref);
     enum minfer_gguf_type et;
@@ -530,10 +538,6 @@ END_TEST
 
 /* ---- quantize ---- */
 
-/* Catches quantize writing bytes that differ from the reference quantizer
- * applied to the dequantized input row by row (wrong row offsets across
- * windows and threads, a tensor paired with another's callback), a
- * general.file_type not updated, and missing tensors. */
 /* Checks every tensor of out against in: the type the mix gives it and
  * bytes equal to the reference quantizer applied row by row. */
 static void check_quantized(const char *in, const char *out, uint32_t ftype)
@@ -799,11 +803,8 @@ START_TEST(synth_model_families)
                          MINFER_OK);
         void *mem;
         size_t size;
-        ck_assert_msg(minfer_synth(&o, NULL, &mem, &size, err, sizeof err) == MINFER_OK, "%s: %s",
-                      fam[f][0], err);
+        struct minfer_gguf *g = synth_open(&o, &mem, &size);
         minfer_status st;
-        struct minfer_gguf *g = minfer_gguf_open_memory(mem, size, &st, err, sizeof err);
-        ck_assert_ptr_nonnull(g);
         const char *sv;
         size_t len;
         ck_assert_int_eq(minfer_gguf_get_str(g, "tokenizer.ggml.model", &sv, &len), MINFER_OK);
