@@ -762,6 +762,22 @@ static minfer_status set_id(struct minfer_gguf_writer *w, const char *key, int64
     return minfer_gguf_writer_set(w, key, MINFER_GGUF_UINT32, &v);
 }
 
+/* The keys after a byte-level BPE ("gpt2") vocabulary's arrays, shared by
+ * a given and the built-in one; an id below 0 is left out. */
+static minfer_status set_gpt2_keys(struct minfer_gguf_writer *w, const char *pre, int64_t bos,
+                                   int64_t eos, int64_t pad)
+{
+    minfer_status st;
+    bool no_bos = false; /* Qwen's tokenizers add no BOS */
+    if ((st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4)) ||
+        (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) ||
+        (st = set_id(w, "tokenizer.ggml.bos_token_id", bos)) ||
+        (st = set_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
+        (st = set_id(w, "tokenizer.ggml.padding_token_id", pad)))
+        return st;
+    return minfer_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", MINFER_GGUF_BOOL, &no_bos);
+}
+
 static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct minfer_synth_opts *o,
                                      struct minfer_gguf **tok_g, char *err, size_t err_len)
 {
@@ -836,14 +852,7 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
                                                  sv->merge_lens, sv->n_merges)) != MINFER_OK)
             goto out;
         const char *pre = sv->pre ? sv->pre : "qwen2";
-        bool no_bos = false; /* Qwen's tokenizers add no BOS */
-        if ((st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4)) ||
-            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) ||
-            (st = set_id(w, "tokenizer.ggml.bos_token_id", sv->bos_id)) ||
-            (st = set_id(w, "tokenizer.ggml.eos_token_id", sv->eos_id)) ||
-            (st = set_id(w, "tokenizer.ggml.padding_token_id", sv->pad_id)) ||
-            (st = minfer_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", MINFER_GGUF_BOOL,
-                                         &no_bos)))
+        if ((st = set_gpt2_keys(w, pre, sv->bos_id, sv->eos_id, sv->pad_id)))
             goto out;
         if (sv->chat_template &&
             (st = minfer_gguf_writer_set_str(w, "tokenizer.chat_template", sv->chat_template,
@@ -874,17 +883,10 @@ static minfer_status write_tokenizer(struct minfer_gguf_writer *w, const struct 
         uint64_t sp;
         if (!builtin_vocab(&v, n_vocab, &sp))
             goto nomem;
-        bool add_bos = false;
         /* Llama 3's byte-level BPE splits as llama-bpe; Qwen's as qwen2 */
         const char *pre = strcmp(o->shape.arch, "llama") ? "qwen2" : "llama-bpe";
         if ((st = write_vocab_arrays(w, &v)) ||
-            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4)) ||
-            (st = minfer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) ||
-            (st = set_id(w, "tokenizer.ggml.bos_token_id", (int64_t)sp)) ||
-            (st = set_id(w, "tokenizer.ggml.eos_token_id", (int64_t)sp + 2)) ||
-            (st = set_id(w, "tokenizer.ggml.padding_token_id", (int64_t)sp)) ||
-            (st = minfer_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", MINFER_GGUF_BOOL,
-                                         &add_bos)) ||
+            (st = set_gpt2_keys(w, pre, (int64_t)sp, (int64_t)sp + 2, (int64_t)sp)) ||
             (st = minfer_gguf_writer_set_str(w, "tokenizer.chat_template", chatml_template,
                                              strlen(chatml_template))))
             goto out;
