@@ -281,17 +281,24 @@ void minfer_k4_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
     }
 }
 
+/* Scale and min of sub-block j of a Q4_K/Q5_K super-block. */
+static void k4_sub(const uint8_t *scales, int j, float d, float dmin, float *dj, float *mj)
+{
+    uint8_t sc, m;
+    minfer_k4_scale_min(j, scales, &sc, &m);
+    *dj = d * sc;
+    *mj = dmin * m;
+}
+
 static void deq_q4_K(const struct minfer_block_q4_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
         const uint8_t *q = x[i].qs;
         for (int g = 0; g < 4; g++, q += 32) {
-            uint8_t sc, m;
-            minfer_k4_scale_min(2 * g, x[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
-            minfer_k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
+            float d1, m1, d2, m2;
+            k4_sub(x[i].scales, 2 * g, d, dmin, &d1, &m1);
+            k4_sub(x[i].scales, 2 * g + 1, d, dmin, &d2, &m2);
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (float)(q[l] & 15) - m1;
             for (int l = 0; l < 32; l++)
@@ -306,12 +313,10 @@ static void deq_q5_K(const struct minfer_block_q5_K *x, float *y, int64_t nb)
         float d = f16(x[i].d), dmin = f16(x[i].dmin);
         const uint8_t *ql = x[i].qs, *qh = x[i].qh;
         for (int g = 0; g < 4; g++, ql += 32) {
-            uint8_t sc, m;
             uint8_t b1 = (uint8_t)(1u << (2 * g)), b2 = (uint8_t)(2u << (2 * g));
-            minfer_k4_scale_min(2 * g, x[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
-            minfer_k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
+            float d1, m1, d2, m2;
+            k4_sub(x[i].scales, 2 * g, d, dmin, &d1, &m1);
+            k4_sub(x[i].scales, 2 * g + 1, d, dmin, &d2, &m2);
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (float)((ql[l] & 15) + (qh[l] & b1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
