@@ -327,13 +327,10 @@ static minfer_status take_value(struct parser *ps, struct where *w, struct gguf_
                         "%s value type %" PRIu32 " at offset 0x%" PRIx64 " is not a GGUF type (0..12)",
                         ws, kv->type, type_at);
         }
-        if (left(ps) < esz) {
-            where_str(w, ws, sizeof ws);
-            return perr(ps, MINFER_ERR_FORMAT,
-                        "%s %s value at offset 0x%" PRIx64 " is cut off: needs %" PRIu32
-                        " bytes, the file has %" PRIu64 " left",
-                        ws, minfer_gguf_type_name(kv->type), ps->pos, esz, left(ps));
-        }
+        char field[32];
+        snprintf(field, sizeof field, "%s value", minfer_gguf_type_name(kv->type));
+        if ((st = need_bytes(ps, w, field, esz)))
+            return st;
         kv->data = ps->p + ps->pos;
         kv->n = 1;
         ps->pos += esz;
