@@ -215,27 +215,6 @@ int gemm_q_prepare(struct kctx *k)
            q_optin<MINFER_TYPE_Q6_K>(k) || q_optin<MINFER_TYPE_Q8_0>(k);
 }
 
-template <int T>
-static int q_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
-                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                    int64_t split_nb)
-{
-    const char *site = "gemm_q";
-    const int smem2 = qsmem<T, 2>::BYTES, smem8 = qsmem<T, 8>::BYTES;
-    if (q_nj(M) == 2) {
-        dim3 grid((unsigned)((M + 15) / 16), (unsigned)((N + Q_BN - 1) / Q_BN), (unsigned)splits);
-        KLAUNCH(k, site, (gemm_q_kernel<T, 2>), grid, Q_THREADS, smem2,
-                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb);
-    } else {
-        dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + Q_BN - 1) / Q_BN), (unsigned)splits);
-        KLAUNCH(k, site, (gemm_q_kernel<T, 8>), grid, Q_THREADS, smem8,
-                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb);
-    }
-    return 0;
-}
-
 /* The launcher of each covered type (inplace_pick's L::run<T>). */
 struct q_launchers {
     template <int T>
@@ -243,7 +222,22 @@ struct q_launchers {
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb)
     {
-        return q_launch<T>(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb);
+        const char *site = "gemm_q";
+        const int smem2 = qsmem<T, 2>::BYTES, smem8 = qsmem<T, 8>::BYTES;
+        if (q_nj(M) == 2) {
+            dim3 grid((unsigned)((M + 15) / 16), (unsigned)((N + Q_BN - 1) / Q_BN),
+                      (unsigned)splits);
+            KLAUNCH(k, site, (gemm_q_kernel<T, 2>), grid, Q_THREADS, smem2,
+                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    split_nb);
+        } else {
+            dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + Q_BN - 1) / Q_BN),
+                      (unsigned)splits);
+            KLAUNCH(k, site, (gemm_q_kernel<T, 8>), grid, Q_THREADS, smem8,
+                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    split_nb);
+        }
+        return 0;
     }
 };
 

@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 
     const int m0 = blockIdx.x * NT, n0 = blockIdx.y * W_BN, z = blockIdx.z;
     const int nch = K / Q_CHUNK;
-    const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    const int c0 = (int)((int64_t)nch * z / splits);
+    const int nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     dst = (float *)((char *)dst + z * split_nb);
 
@@ -328,28 +329,6 @@ int gemm_wg_prepare(struct kctx *k)
            w_optin<MINFER_TYPE_Q6_K>(k) || w_optin<MINFER_TYPE_Q8_0>(k);
 }
 
-template <int T>
-static int w_launch(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
-                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                    int64_t split_nb)
-{
-    const char *site = "gemm_wg";
-    const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
-    if (w_nt(M) == 64) {
-        dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + W_BN - 1) / W_BN), (unsigned)splits);
-        KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
-                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb);
-    } else {
-        dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
-                  (unsigned)splits);
-        KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
-                (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                split_nb);
-    }
-    return 0;
-}
-
 /* The launcher of each covered type (inplace_pick's L::run<T>). */
 struct w_launchers {
     template <int T>
@@ -357,7 +336,22 @@ struct w_launchers {
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb)
     {
-        return w_launch<T>(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb);
+        const char *site = "gemm_wg";
+        const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
+        if (w_nt(M) == 64) {
+            dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + W_BN - 1) / W_BN),
+                      (unsigned)splits);
+            KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
+                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    split_nb);
+        } else {
+            dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
+                      (unsigned)splits);
+            KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
+                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    split_nb);
+        }
+        return 0;
     }
 };
 
