@@ -952,6 +952,42 @@ START_TEST(attention_layouts)
 }
 END_TEST
 
+/* Catches a tensor-core prefill attention variant that is only right
+ * when the default picks it (its register budget, tile shapes or staging
+ * differ): each is forced in turn through the plugin's test hook on
+ * whole prompts with partial query and cell tiles, a continuation, a
+ * window and every cache type, and must match the CPU like the default. */
+START_TEST(attention_prefill_variants)
+{
+    UNDER_TEST(UT_CUDA);
+    typedef void (*tune_fn)(int v);
+    tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_attn_prefill");
+    ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_attn_prefill");
+    static const int variants[] = {1, 3, 4};
+    /* hd, n_head, n_kv, n_cells, kv_len, nt, window */
+    static const int cfg[][7] = {{128, 8, 2, 600, 517, 517, 0}, {64, 14, 2, 600, 517, 517, 0},
+                                 {128, 4, 2, 300, 299, 130, 0}, {64, 7, 1, 300, 191, 127, 0},
+                                 {128, 8, 2, 600, 517, 517, 128}};
+    uint32_t kv[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        tune(variants[v]);
+        for (int k = 0; k < 3; k++) {
+            for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+                const int *cf = cfg[c];
+                struct tt *kc = tt_new(kv[k], (int64_t)cf[0] * cf[2], cf[3], 1, 1, 0);
+                struct tt *vc = tt_new(kv[k], (int64_t)cf[0] * cf[2], cf[3], 1, 1, 0);
+                tt_place(kc, NULL);
+                tt_place(vc, NULL);
+                attention_case(UT_CUDA, kv[k], kc, vc, cf[0], cf[1], cf[2], cf[3], cf[4], cf[5],
+                               cf[6]);
+            }
+        }
+    }
+    tune(0);
+    print_stats("attention_prefill_variants");
+}
+END_TEST
+
 /* Catches: index arithmetic that overflows or drifts at long contexts
  * (32k cells), a split share or tile count wrong when the visible length
  * is not a multiple of it, the causal limit of a long prefill's last
@@ -1169,6 +1205,7 @@ Suite *backend_ops_suite(void)
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);
+    tcase_add_test(tc, attention_prefill_variants);
     tcase_add_loop_test(tc, attention_lists_layouts, 0, UT_COUNT);
     tcase_add_test(tc, oom_then_next_op_runs);
     tcase_add_test(tc, bad_id_reported_at_sync);

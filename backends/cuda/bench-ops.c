@@ -328,8 +328,11 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         cu_write(c, q, hq, (size_t)AT_HD * AT_NH * cells * 4) ||
         cu_write(c, pos, hpos, (size_t)cells * 4))
         goto kerr_dev;
-    for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0]; i++) {
-        int64_t T = prefill_t[i];
+    /* the prefill kernel at each launch-bounds variant (1 = the default) */
+    const int minbs[] = {1, 3, 4};
+    for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0] * 3; i++) {
+        int64_t T = prefill_t[i / 3];
+        k_tune_attn_prefill(minbs[i % 3]);
         int32_t kl = (int32_t)T;
         struct kview qv = at_view(q, AT_HD, AT_NH, T), ov = at_view(o, AT_HD, AT_NH, T);
         size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, T,
@@ -349,12 +352,13 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
             goto kerr_dev;
         double sec = ms * 1e-3 / reps;
         double flop = 4.0 * AT_HD * AT_NH * (double)T * (double)T / 2;
-        printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld %9.2f ms  %6.1f TFLOP/s\n",
-               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, sec * 1e3,
-               flop / sec / 1e12);
+        printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld minb=%d %9.2f ms  %6.1f TFLOP/s\n",
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, minbs[i % 3],
+               sec * 1e3, flop / sec / 1e12);
         cu_pool_free(c, part);
         part = NULL;
     }
+    k_tune_attn_prefill(0);
     /* F16: the tensor-core decode kernel at its default block target and
      * two others, then the scalar GQA kernel (k_tune_attn_dec(-1)) */
     const int tunes[] = {0, 264, 1056, -1};

@@ -27,6 +27,14 @@ static void x_tune_gemm(int bk, int splits, int bn)
     k_tune_gemm(bk, splits, bn);
 }
 
+/* "minfer_cuda_test_tune_attn_prefill": void f(int v) — forces the
+ * tensor-core prefill attention's variant process-wide
+ * (k_tune_attn_prefill's meaning; 0: the default). Tests only. */
+static void x_tune_attn_prefill(int v)
+{
+    k_tune_attn_prefill(v);
+}
+
 /* "minfer_cuda_test_fail_nth": void f(uint64_t n) — the n-th device-layer
  * call from now fails once (device.h, cu_test_fail_nth); 0 disarms.
  * "minfer_cuda_test_device_calls": uint64_t f(void) — device-layer calls
@@ -98,6 +106,8 @@ void *cuda_get_proc(const char *name)
         return NULL;
     if (!strcmp(name, "minfer_cuda_test_tune_gemm"))
         return (void *)x_tune_gemm;
+    if (!strcmp(name, "minfer_cuda_test_tune_attn_prefill"))
+        return (void *)x_tune_attn_prefill;
     if (!strcmp(name, "minfer_cuda_test_fail_next_capture"))
         return (void *)x_fail_next_capture;
     if (!strcmp(name, "minfer_cuda_test_fail_nth"))

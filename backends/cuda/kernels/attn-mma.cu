@@ -18,6 +18,7 @@
 #define FA_BQ 64
 #define FA_BC 64
 #define FA_THREADS 128
+#define FA_MINB 1
 
 /* Four q8_0 values (packed int8) times d, as four halves. */
 __device__ __forceinline__ uint2 fa_q8x4(float d, int v)
@@ -78,8 +79,9 @@ __device__ __forceinline__ void fa_stage(uint16_t *sm, const uint8_t *__restrict
     }
 }
 
-template <int HD, int L>
-__global__ void __launch_bounds__(FA_THREADS)
+/* MINB: blocks per SM the register budget must allow (launch bounds) */
+template <int HD, int L, int MINB>
+__global__ void __launch_bounds__(FA_THREADS, MINB)
     fa_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                const int32_t *kv_len, const int32_t *pos, float scale, int window, kview dst)
@@ -200,6 +202,28 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
 }
 
+/* minfer-cuda-bench and the op tests: the prefill kernel's blocks per SM
+ * (0 = the default, FA_MINB) */
+static int g_fa_minb;
+
+extern "C" void k_tune_attn_prefill(int minb)
+{
+    g_fa_minb = minb;
+}
+
+template <int HD, int MINB>
+static decltype(&fa_prefill<HD, 0, MINB>) fa_kernel(uint32_t kv_type)
+{
+    switch (kv_type) {
+    case MINFER_TYPE_F32:
+        return fa_prefill<HD, 0, MINB>;
+    case MINFER_TYPE_F16:
+        return fa_prefill<HD, 1, MINB>;
+    default:
+        return fa_prefill<HD, 2, MINB>;
+    }
+}
+
 template <int HD>
 static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K,
                      const uint8_t *V, int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
@@ -208,24 +232,24 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
 {
     int64_t nt = q.ne[2];
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
-    decltype(&fa_prefill<HD, 0>) kf; /* the kernel of the cache type */
     const char *site;
     switch (kv_type) {
     case MINFER_TYPE_F32:
-        kf = fa_prefill<HD, 0>;
         site = "attention.prefill_mma<f32>";
         break;
     case MINFER_TYPE_F16:
-        kf = fa_prefill<HD, 1>;
         site = "attention.prefill_mma<f16>";
         break;
     case MINFER_TYPE_Q8_0:
-        kf = fa_prefill<HD, 2>;
         site = "attention.prefill_mma<q8_0>";
         break;
     default:
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     }
+    int minb = g_fa_minb ? g_fa_minb : FA_MINB;
+    auto kf = minb >= 4 ? fa_kernel<HD, 4>(kv_type)
+              : minb == 3 ? fa_kernel<HD, 3>(kv_type)
+                          : fa_kernel<HD, 1>(kv_type);
     KLAUNCH(k, site, kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
             scale, window, dst);
     return 0;

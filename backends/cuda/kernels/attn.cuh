@@ -207,6 +207,16 @@ __device__ __forceinline__ void mma_qk_tile(float (&s)[NT][4], const unsigned (&
     }
 }
 
+/* 2^x as the one MUFU instruction: exp2f's non-ftz form adds a range
+ * fix-up for results below 2^-126, which P (rounded to f16 right after)
+ * and the rescale factors never need: they flush to 0 here. */
+__device__ __forceinline__ float ex2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* The online softmax of one tile of scores in log2 units: s[nt] is an
  * m16n8 accumulator fragment (rows gid and gid+8 of the lane, NT tiles of
  * 8 cells). Updates the running row maxima m0/m1 and sums l0/l1,
@@ -229,14 +239,14 @@ __device__ __forceinline__ void mma_softmax_tile(const float (&s)[NT][4], float 
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float cr0 = exp2f(m0 - b0), cr1 = exp2f(m1 - b1);
+    const float cr0 = ex2_ftz(m0 - b0), cr1 = ex2_ftz(m1 - b1);
     m0 = mx0;
     m1 = mx1;
     float ls0 = 0.0f, ls1 = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float p0 = exp2f(s[nt][0] - b0), p1 = exp2f(s[nt][1] - b0);
-        float p2 = exp2f(s[nt][2] - b1), p3 = exp2f(s[nt][3] - b1);
+        float p0 = ex2_ftz(s[nt][0] - b0), p1 = ex2_ftz(s[nt][1] - b0);
+        float p2 = ex2_ftz(s[nt][2] - b1), p3 = ex2_ftz(s[nt][3] - b1);
         ls0 += p0 + p1;
         ls1 += p2 + p3;
         pf[nt / 2][(nt % 2) * 2] = pack_h2(p0, p1);

@@ -264,6 +264,9 @@ int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, i
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
+/* minfer-cuda-bench and the op tests: the tensor-core prefill kernel's
+ * blocks per SM in its launch bounds (0 = default; 1, 3 or 4). */
+void k_tune_attn_prefill(int minb);
 /* Causal GQA attention: many tokens on tensor cores (flash attention, one
  * pass), few tokens by GQA split-K partials and a combine pass.
  * q, dst: [hd, n_head, n_tokens]; K/V caches [hd*n_kv, n_cells] of kv_type
