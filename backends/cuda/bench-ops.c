@@ -328,8 +328,9 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         cu_write(c, q, hq, (size_t)AT_HD * AT_NH * cells * 4) ||
         cu_write(c, pos, hpos, (size_t)cells * 4))
         goto kerr_dev;
-    /* the prefill kernel at each launch-bounds variant (1 = the default) */
-    const int minbs[] = {1, 3, 4};
+    /* the prefill kernel in each variant (k_tune_attn_prefill: mma.sync with
+     * launch bounds of 1 or 3 blocks per SM, wgmma where it runs) */
+    const int minbs[] = {1, 3, 9};
     for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0] * 3; i++) {
         int64_t T = prefill_t[i / 3];
         k_tune_attn_prefill(minbs[i % 3]);
@@ -352,7 +353,7 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
             goto kerr_dev;
         double sec = ms * 1e-3 / reps;
         double flop = 4.0 * AT_HD * AT_NH * (double)T * (double)T / 2;
-        printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld minb=%d %9.2f ms  %6.1f TFLOP/s\n",
+        printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld v=%d %9.2f ms  %6.1f TFLOP/s\n",
                minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, minbs[i % 3],
                sec * 1e3, flop / sec / 1e12);
         cu_pool_free(c, part);

@@ -17,6 +17,19 @@
 #include "kernels.h"
 #include "minfer/ir.h"
 
+/* Can the sm_90a kernels (gemm-wg.cu, attn-wg.cu) run here: built
+ * (MINFER_CUDA_WGMMA, set by CMakeLists.txt for the plugin's own units)
+ * and a compute capability 9.0 device. */
+static inline bool wg_ready(const struct kctx *k)
+{
+#ifdef MINFER_CUDA_WGMMA
+    return k->cc == 90;
+#else
+    (void)k;
+    return false;
+#endif
+}
+
 /* ---- block layouts (GGUF, packed, little-endian) ---- */
 
 struct bq4_0 { uint16_t d; uint8_t qs[16]; };

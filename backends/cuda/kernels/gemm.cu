@@ -358,18 +358,6 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
 }
 
-/* Can gemm-wg.cu's kernel run here: built for sm_90a (MINFER_CUDA_WGMMA,
- * set by CMakeLists.txt) and a compute capability 9.0 device. */
-static bool wg_ready(const struct kctx *k)
-{
-#ifdef MINFER_CUDA_WGMMA
-    return k->cc == 90;
-#else
-    (void)k;
-    return false;
-#endif
-}
-
 /* The kernel for a call: one decision for the activation order, the
  * scratch size and the launch. By shape, from minfer-cuda-bench --gemmwg
  * on the H200 (docs/PERF.md): gemm-q.cu's in-place kernel up to 16

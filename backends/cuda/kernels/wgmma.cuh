@@ -1,0 +1,110 @@
+/*
+ * wgmma.cuh — Hopper warpgroup MMA (wgmma) pieces shared by the sm_90a
+ * kernels (gemm-wg.cu, attn-wg.cu): shared-memory matrix descriptors
+ * without swizzle, the fence / commit / wait steps, and m64nNk16 f16
+ * products with f32 accumulators whose A operand comes from registers.
+ * Everything here exists only when compiling for sm_90a (WG_DEVICE).
+ */
+#ifndef MINFER_CUDA_WGMMA_CUH
+#define MINFER_CUDA_WGMMA_CUH
+
+#include "mma.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_DEVICE 1
+#endif
+
+#ifdef WG_DEVICE
+/* The shared-memory matrix descriptor of an operand stored as core
+ * matrices (8 rows x 16 bytes, 128 contiguous bytes each) without
+ * swizzle: lbo is the byte distance between core matrices adjacent in K
+ * and sbo between those adjacent in M/N, for K-major operands (a core
+ * matrix row is 8 values of K) and MN-major ones alike (trans-b: a row is
+ * 8 values of N; the PTX ISA's canonical layouts of wgmma). */
+__device__ __forceinline__ uint64_t wg_desc(const void *s, unsigned lbo, unsigned sbo)
+{
+    uint64_t a = smem_u32(s);
+    return ((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Makes this thread's shared-memory writes (st.shared, cp.async) visible
+ * to the async proxy that wgmma reads its shared operand through. */
+__device__ __forceinline__ void fence_async_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* d[64 x N] (+)= a[64 x 16] (registers, per warp mma.sync's m16n8k16 A
+ * layout) * b[16 x N] (shared, descriptor b; TB = 1: b is MN-major), f16
+ * in, f32 accumulators; acc = 0 overwrites d. d[4j + e] of a lane is
+ * (row 16 w + gid + 8 (e / 2), column 8j + 2 tig + e % 2). */
+#define WG_D32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_OUT32(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+    "+f"(d[30]), "+f"(d[31])
+#define WG_D64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, " \
+    "%8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, " \
+    "%56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_OUT64(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+    "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+    "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+    "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+template <int N, int TB> struct wg_mma;
+template <int TB> struct wg_mma<64, TB> {
+    static __device__ __forceinline__ void run(float (&d)[32], const unsigned (&a)[4], uint64_t b,
+                                               int acc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{" WG_D32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     : WG_OUT32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB));
+    }
+};
+template <int TB> struct wg_mma<128, TB> {
+    static __device__ __forceinline__ void run(float (&d)[64], const unsigned (&a)[4], uint64_t b,
+                                               int acc)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{" WG_D64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                     : WG_OUT64(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB));
+    }
+};
+#endif /* WG_DEVICE */
+
+#endif /* MINFER_CUDA_WGMMA_CUH */
