@@ -330,7 +330,7 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         goto kerr_dev;
     /* the prefill kernel in each variant (k_tune_attn_prefill: mma.sync with
      * launch bounds of 1 or 3 blocks per SM, wgmma where it runs) */
-    const int minbs[] = {1, 3, 9};
+    const int minbs[] = {1, 9, 10};
     for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0] * 3; i++) {
         int64_t T = prefill_t[i / 3];
         k_tune_attn_prefill(minbs[i % 3]);

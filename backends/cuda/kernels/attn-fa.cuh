@@ -287,10 +287,11 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
 #endif
 }
 
-/* The wgmma kernel for head dim hd (64 or 128) and a cache of kv_type
- * (F32, F16 or Q8_0), from attn-wg.cu (present when MINFER_CUDA_WGMMA). */
+/* The wgmma kernel for head dim hd and a cache of kv_type (F32, F16 or
+ * Q8_0) with launch bounds of minb blocks per SM (1 or 3), or NULL where
+ * there is none (hd != 128); from attn-wg.cu (when MINFER_CUDA_WGMMA). */
 typedef void (*fa_kernel_fn)(kview, const uint8_t *, const uint8_t *, int64_t, int64_t, int64_t,
                              int, const int32_t *, const int32_t *, float, int, kview);
-fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type);
+fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type, int minb);
 
 #endif /* MINFER_CUDA_ATTN_FA_CUH */

@@ -12,7 +12,8 @@
 #define FA_MINB_Q8 3
 
 /* minfer-cuda-bench and the op tests: the variant (0 = the default; 1 or
- * 3: mma.sync with those launch bounds; 9: wgmma where it can run) */
+ * 3: mma.sync with those launch bounds; 9 or 10: wgmma, with launch
+ * bounds of 1 or 3 blocks, where it runs) */
 static int g_fa_variant;
 
 extern "C" void k_tune_attn_prefill(int v)
@@ -56,16 +57,16 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
     int64_t nt = q.ne[2];
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
     int v = g_fa_variant;
-    bool wg = wg_ready(k) && (v == 0 || v == 9);
-    const char *site = fa_site(kv_type, wg);
 #ifdef MINFER_CUDA_WGMMA
-    if (wg) {
-        fa_kernel_fn kf = fa_wg_kernel(HD, kv_type);
-        KLAUNCH(k, site, kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len,
-                pos, scale, window, dst);
+    fa_kernel_fn wk = wg_ready(k) && (v == 0 || v >= 9) ? fa_wg_kernel(HD, kv_type, v == 10 ? 3 : 1)
+                                                        : NULL;
+    if (wk) {
+        KLAUNCH(k, fa_site(kv_type, true), wk, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
+                group, kv_len, pos, scale, window, dst);
         return 0;
     }
 #endif
+    const char *site = fa_site(kv_type, false);
     int minb = v == 1 || v == 3 ? v : kv_type == MINFER_TYPE_Q8_0 ? FA_MINB_Q8 : FA_MINB_F16;
     auto kf = minb == 3 ? fa_kernel<HD, 3>(kv_type) : fa_kernel<HD, 1>(kv_type);
     KLAUNCH(k, site, kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,

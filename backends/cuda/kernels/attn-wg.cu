@@ -6,19 +6,21 @@
 #define FA_WG_ONLY 1 /* no body for any other target */
 #include "attn-fa.cuh"
 
-template <int HD> static fa_kernel_fn fa_wg_of(uint32_t kv_type)
+template <int HD, int MINB> static fa_kernel_fn fa_wg_of(uint32_t kv_type)
 {
     switch (kv_type) {
     case MINFER_TYPE_F32:
-        return fa_prefill<HD, 0, 1, 1>;
+        return fa_prefill<HD, 0, MINB, 1>;
     case MINFER_TYPE_F16:
-        return fa_prefill<HD, 1, 1, 1>;
+        return fa_prefill<HD, 1, MINB, 1>;
     default:
-        return fa_prefill<HD, 2, 1, 1>;
+        return fa_prefill<HD, 2, MINB, 1>;
     }
 }
 
-fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type)
+fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type, int minb)
 {
-    return hd == 128 ? fa_wg_of<128>(kv_type) : fa_wg_of<64>(kv_type);
+    if (hd != 128)
+        return NULL;
+    return minb == 3 ? fa_wg_of<128, 3>(kv_type) : fa_wg_of<128, 1>(kv_type);
 }
