@@ -330,10 +330,10 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         goto kerr_dev;
     /* the prefill kernel in each variant (k_tune_attn_prefill: mma.sync with
      * launch bounds of 1 or 3 blocks per SM, wgmma where it runs) */
-    const int minbs[] = {1, 9, 10};
-    for (size_t i = 0; i < sizeof prefill_t / sizeof prefill_t[0] * 3; i++) {
-        int64_t T = prefill_t[i / 3];
-        k_tune_attn_prefill(minbs[i % 3]);
+    const int variants[] = {1, 9, 10, 11}, nv = (int)(sizeof variants / sizeof variants[0]);
+    for (int i = 0; i < (int)(sizeof prefill_t / sizeof prefill_t[0]) * nv; i++) {
+        int64_t T = prefill_t[i / nv];
+        k_tune_attn_prefill(variants[i % nv]);
         int32_t kl = (int32_t)T;
         struct kview qv = at_view(q, AT_HD, AT_NH, T), ov = at_view(o, AT_HD, AT_NH, T);
         size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, T,
@@ -354,7 +354,7 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         double sec = ms * 1e-3 / reps;
         double flop = 4.0 * AT_HD * AT_NH * (double)T * (double)T / 2;
         printf("attn prefill %-4s hd=%d h=%d/%d T=%-6lld v=%d %9.2f ms  %6.1f TFLOP/s\n",
-               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, minbs[i % 3],
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, (long long)T, variants[i % nv],
                sec * 1e3, flop / sec / 1e12);
         cu_pool_free(c, part);
         part = NULL;

@@ -144,8 +144,23 @@ __device__ __forceinline__ void wg_pv_tile(float (&o)[HD / 2], const unsigned (&
 }
 #endif
 
-/* MINB: blocks per SM the register budget must allow (launch bounds). */
-template <int HD, int L, int MINB, int WG>
+/* Halves of one staged K or V tile, and the dynamic shared memory of ST
+ * stages of each (the Q tile, FA_BQ rows HD + 8 halves apart, is staged
+ * over them before the first K or V tile is). */
+template <int HD, int WG> __host__ __device__ constexpr int fa_tile()
+{
+    return FA_BC * (WG ? HD : HD + 8);
+}
+template <int HD, int WG, int ST> __host__ __device__ constexpr int fa_smem()
+{
+    return 2 * ST * fa_tile<HD, WG>() * 2 > FA_BQ * (HD + 8) * 2 ? 2 * ST * fa_tile<HD, WG>() * 2
+                                                               : FA_BQ * (HD + 8) * 2;
+}
+
+/* MINB: blocks per SM the register budget must allow (launch bounds); ST:
+ * stages of the K and V rings (tile i + ST loads while tile i computes);
+ * dynamic shared memory fa_smem<HD, WG, ST>() bytes. */
+template <int HD, int L, int MINB, int WG, int ST>
 __global__ void __launch_bounds__(FA_THREADS, MINB)
     fa_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
@@ -153,8 +168,10 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
 {
 #if defined(WG_DEVICE) || !defined(FA_WG_ONLY)
     constexpr int LD = HD + 8, KS = HD / 16, NT = FA_BC / 8, OT = HD / 8;
-    __shared__ __align__(128) uint16_t Ks[FA_BC * LD];
-    __shared__ __align__(128) uint16_t Vs[FA_BC * LD]; /* first holds the Q tile */
+    constexpr int TILE = fa_tile<HD, WG>();
+    extern __shared__ __align__(128) uint16_t fa_dyn[];
+    uint16_t *const Ks = fa_dyn, *const Vs = fa_dyn + ST * TILE; /* stage s at + s * TILE */
+    uint16_t *const Qs = fa_dyn;
     __shared__ int32_t Pos[FA_BQ];
     const int T = (int)q.ne[2], n_qt = (T + FA_BQ - 1) / FA_BQ;
     const int h = blockIdx.x, t0 = (n_qt - 1 - (int)blockIdx.y) * FA_BQ, hk = h / group;
@@ -168,7 +185,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         if (t < T)
             v = ((const float *)((const char *)q.data + h * q.nb[1] + (int64_t)t * q.nb[2]))[d] *
                 qscale;
-        Vs[r * LD + d] = __half_as_ushort(__float2half_rn(v));
+        Qs[r * LD + d] = __half_as_ushort(__float2half_rn(v));
     }
     if (threadIdx.x < FA_BQ)
         Pos[threadIdx.x] = t0 + (int)threadIdx.x < T ? pos[t0 + threadIdx.x] : -1;
@@ -176,7 +193,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     unsigned qf[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
-        ldsm4(qf[ks], Vs + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ks * 16 +
+        ldsm4(qf[ks], Qs + (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + ks * 16 +
                              (lane / 16) * 8);
     const int64_t nvis = kv_len[0] < n_cells ? kv_len[0] : n_cells;
     int maxpos = -1, minpos = 0x7fffffff;
@@ -196,36 +213,45 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     int64_t start = window > 0 && minpos - window + 1 > 0 ? (int64_t)(minpos - window + 1) : 0;
     start = start / FA_BC * FA_BC;
     const int64_t wmax = window > 0 ? (int64_t)maxpos - window + 1 : 0; /* tiles below: full */
-    __syncthreads(); /* the Q tile is read before V tiles overwrite it */
+    __syncthreads(); /* the Q tile is read before K and V tiles overwrite it */
 
     float o[OT][4];
 #pragma unroll
     for (int i = 0; i < OT; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    if (start < end) {
-        fa_stage<HD, L, WG>(Ks, kc, knb1, hk, start, end);
+    /* groups are committed in the order K0 V0 K1 V1 ..., one per tile and
+     * operand (empty past the end), so K(i) has landed when at most 2 ST -
+     * 1 newer groups are pending, and V(i) likewise */
+#pragma unroll
+    for (int st = 0; st < ST; st++) {
+        if (start + st * FA_BC < end)
+            fa_stage<HD, L, WG>(Ks + st * TILE, kc, knb1, hk, start + st * FA_BC, end);
         cp_commit();
-        fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
+        if (start + st * FA_BC < end)
+            fa_stage<HD, L, WG>(Vs + st * TILE, vc, vnb1, hk, start + st * FA_BC, end);
         cp_commit();
     }
+    int b = 0; /* the stage of tile c0 */
     for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
-        cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
+        uint16_t *const Kb = Ks + b * TILE, *const Vb = Vs + b * TILE;
+        const int64_t next = c0 + ST * FA_BC; /* the tile this stage loads next */
+        cp_wait<2 * ST - 1>(); /* this K tile */
         float s[NT][4];
 #ifdef WG_DEVICE
         if (WG) {
             fence_async_smem(); /* this thread's copies, to wgmma's proxy */
             __syncthreads();
-            wg_qk_tile<HD>(reinterpret_cast<float(&)[FA_BC / 2]>(s), qf, Ks);
+            wg_qk_tile<HD>(reinterpret_cast<float(&)[FA_BC / 2]>(s), qf, Kb);
         } else
 #endif
         {
             __syncthreads();
-            mma_qk_tile<LD>(s, qf, Ks, lane);
+            mma_qk_tile<LD>(s, qf, Kb, lane);
         }
         __syncthreads(); /* every warp has read the K tile */
-        if (c0 + FA_BC < end)
-            fa_stage<HD, L, WG>(Ks, kc, knb1, hk, c0 + FA_BC, end);
+        if (next < end)
+            fa_stage<HD, L, WG>(Kb, kc, knb1, hk, next, end);
         cp_commit(); /* possibly empty: keeps the group count uniform */
 
         /* mask: only tiles past the first row's position or the end */
@@ -245,22 +271,23 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         unsigned pf[NT / 2][4];
         mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
-        cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
+        cp_wait<2 * ST - 1>(); /* this V tile */
 #ifdef WG_DEVICE
         if (WG) {
             fence_async_smem();
             __syncthreads();
-            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vs);
+            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vb);
         } else
 #endif
         {
             __syncthreads();
-            mma_pv_tile<LD>(o, pf, Vs, lane);
+            mma_pv_tile<LD>(o, pf, Vb, lane);
         }
         __syncthreads(); /* every warp has read the V tile */
-        if (c0 + FA_BC < end)
-            fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
+        if (next < end)
+            fa_stage<HD, L, WG>(Vb, vc, vnb1, hk, next, end);
         cp_commit();
+        b = b + 1 == ST ? 0 : b + 1;
     }
     cp_wait<0>();
 
@@ -287,11 +314,12 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
 #endif
 }
 
-/* The wgmma kernel for head dim hd and a cache of kv_type (F32, F16 or
- * Q8_0) with launch bounds of minb blocks per SM (1 or 3), or NULL where
- * there is none (hd != 128); from attn-wg.cu (when MINFER_CUDA_WGMMA). */
+/* The wgmma kernel for head dim hd, a cache of kv_type (F32, F16 or Q8_0)
+ * and k_tune_attn_prefill's variant (9, 10, 11; other values: the
+ * default), its dynamic shared memory in *smem; NULL where there is none
+ * (hd != 128). From attn-wg.cu (present when MINFER_CUDA_WGMMA). */
 typedef void (*fa_kernel_fn)(kview, const uint8_t *, const uint8_t *, int64_t, int64_t, int64_t,
                              int, const int32_t *, const int32_t *, float, int, kview);
-fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type, int minb);
+fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type, int variant, int *smem);
 
 #endif /* MINFER_CUDA_ATTN_FA_CUH */

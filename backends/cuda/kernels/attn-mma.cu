@@ -12,8 +12,8 @@
 #define FA_MINB_Q8 3
 
 /* minfer-cuda-bench and the op tests: the variant (0 = the default; 1 or
- * 3: mma.sync with those launch bounds; 9 or 10: wgmma, with launch
- * bounds of 1 or 3 blocks, where it runs) */
+ * 3: mma.sync with those launch bounds; 9, 10, 11: attn-wg.cu's, where
+ * it runs) */
 static int g_fa_variant;
 
 extern "C" void k_tune_attn_prefill(int v)
@@ -21,16 +21,15 @@ extern "C" void k_tune_attn_prefill(int v)
     g_fa_variant = v;
 }
 
-template <int HD, int MINB>
-static decltype(&fa_prefill<HD, 0, MINB, 0>) fa_kernel(uint32_t kv_type)
+template <int HD, int MINB> static fa_kernel_fn fa_kernel(uint32_t kv_type)
 {
     switch (kv_type) {
     case MINFER_TYPE_F32:
-        return fa_prefill<HD, 0, MINB, 0>;
+        return fa_prefill<HD, 0, MINB, 0, 1>;
     case MINFER_TYPE_F16:
-        return fa_prefill<HD, 1, MINB, 0>;
+        return fa_prefill<HD, 1, MINB, 0, 1>;
     default:
-        return fa_prefill<HD, 2, MINB, 0>;
+        return fa_prefill<HD, 2, MINB, 0, 1>;
     }
 }
 
@@ -58,19 +57,19 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
     int v = g_fa_variant;
 #ifdef MINFER_CUDA_WGMMA
-    fa_kernel_fn wk = wg_ready(k) && (v == 0 || v >= 9) ? fa_wg_kernel(HD, kv_type, v == 10 ? 3 : 1)
+    int smem = 0;
+    fa_kernel_fn wk = wg_ready(k) && (v == 0 || v >= 9) ? fa_wg_kernel(HD, kv_type, v, &smem)
                                                         : NULL;
     if (wk) {
-        KLAUNCH(k, fa_site(kv_type, true), wk, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells,
-                group, kv_len, pos, scale, window, dst);
+        KLAUNCH(k, fa_site(kv_type, true), wk, grid, FA_THREADS, smem, q, K, V, knb1, vnb1,
+                n_cells, group, kv_len, pos, scale, window, dst);
         return 0;
     }
 #endif
-    const char *site = fa_site(kv_type, false);
     int minb = v == 1 || v == 3 ? v : kv_type == MINFER_TYPE_Q8_0 ? FA_MINB_Q8 : FA_MINB_F16;
-    auto kf = minb == 3 ? fa_kernel<HD, 3>(kv_type) : fa_kernel<HD, 1>(kv_type);
-    KLAUNCH(k, site, kf, grid, FA_THREADS, 0, q, K, V, knb1, vnb1, n_cells, group, kv_len, pos,
-            scale, window, dst);
+    fa_kernel_fn kf = minb == 3 ? fa_kernel<HD, 3>(kv_type) : fa_kernel<HD, 1>(kv_type);
+    KLAUNCH(k, fa_site(kv_type, false), kf, grid, FA_THREADS, (fa_smem<HD, 0, 1>()), q, K, V,
+            knb1, vnb1, n_cells, group, kv_len, pos, scale, window, dst);
     return 0;
 }
 extern "C" int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,

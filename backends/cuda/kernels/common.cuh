@@ -29,6 +29,9 @@ static inline bool wg_ready(const struct kctx *k)
     return false;
 #endif
 }
+/* k_prepare's part for attn-wg.cu's kernels (their shared-memory
+ * opt-ins); called only where wg_ready. */
+int fa_wg_prepare(struct kctx *k);
 
 /* ---- block layouts (GGUF, packed, little-endian) ---- */
 
@@ -310,6 +313,22 @@ static inline int k_post(struct kctx *k, const char *site)
         if (k_post((k), (site)))                                                           \
             return -1;                                                                     \
     } while (0)
+
+/* The >48 KiB dynamic shared-memory opt-in of one kernel (0 = ok, else
+ * the reason in k->err, naming site). Called from k_prepare, before any
+ * capture window can exist. */
+static inline int k_smem_optin(struct kctx *k, const void *kernel, int bytes, const char *site)
+{
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         bytes);
+    if (e == cudaSuccess)
+        return 0;
+    snprintf(k->err, k->err_len,
+             "%s: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)", site,
+             bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    cudaGetLastError();
+    return -1;
+}
 
 static inline int k_fail(struct kctx *k, const char *site, const char *why)
 {

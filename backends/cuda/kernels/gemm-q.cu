@@ -195,7 +195,7 @@ size_t gemm_q_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 
 template <int T, int NJ> static int q_optin_one(struct kctx *k)
 {
-    return gemm_smem_optin(k, (const void *)gemm_q_kernel<T, NJ>, qsmem<T, NJ>::BYTES,
+    return k_smem_optin(k, (const void *)gemm_q_kernel<T, NJ>, qsmem<T, NJ>::BYTES,
                            "gemm_q");
 }
 template <int T> static int q_optin(struct kctx *k)

@@ -221,7 +221,7 @@ size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 
 template <int T, int NT> static int w_optin_one(struct kctx *k)
 {
-    return gemm_smem_optin(k, (const void *)gemm_wg_kernel<T, NT>, wsmem<T, NT>::BYTES,
+    return k_smem_optin(k, (const void *)gemm_wg_kernel<T, NT>, wsmem<T, NT>::BYTES,
                            "gemm_wg");
 }
 template <int T> static int w_optin(struct kctx *k)

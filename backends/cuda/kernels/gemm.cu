@@ -204,19 +204,6 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
     return 0;
 }
 
-int gemm_smem_optin(struct kctx *k, const void *kernel, int bytes, const char *site)
-{
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         bytes);
-    if (e == cudaSuccess)
-        return 0;
-    snprintf(k->err, k->err_len,
-             "%s: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) failed: %s (%s)", site,
-             bytes, cudaGetErrorString(e), cudaGetErrorName(e));
-    cudaGetLastError();
-    return -1;
-}
-
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
                      int64_t M, float *dst, int64_t dst_nb1, void *part)
@@ -387,19 +374,8 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M
 
 template <int BN, int BK> static int optin_one(struct kctx *k)
 {
-    using S = gshape<BN, BK>;
-    cudaError_t e = cudaFuncSetAttribute(gemm_f16_kernel<BN, BK>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)S::SMEM);
-    if (e != cudaSuccess) {
-        snprintf(k->err, k->err_len,
-                 "gemm<%d, %d>: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %zu) failed: "
-                 "%s (%s); prefill GEMM disabled on this device",
-                 BN, BK, S::SMEM, cudaGetErrorString(e), cudaGetErrorName(e));
-        cudaGetLastError();
-        return -1;
-    }
-    return 0;
+    return k_smem_optin(k, (const void *)gemm_f16_kernel<BN, BK>, (int)gshape<BN, BK>::SMEM,
+                        "gemm (prefill GEMM disabled on this device)");
 }
 
 /* The launcher never asks for the opt-in: k_prepare does, once per
@@ -417,7 +393,7 @@ extern "C" int k_prepare(struct kctx *k)
         return -1;
     }
     if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
-        gemm_q_prepare(k) || (wg_ready(k) && gemm_wg_prepare(k)))
+        gemm_q_prepare(k) || (wg_ready(k) && (gemm_wg_prepare(k) || fa_wg_prepare(k))))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;

@@ -33,9 +33,6 @@ typedef int (*gemm_inplace_launch)(struct kctx *k, const void *W, int64_t w_nb1,
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
                      int64_t M, float *dst, int64_t dst_nb1, void *part);
-/* The >48 KiB dynamic shared-memory opt-in of one kernel (0 = ok, else
- * the reason in k->err, naming site). */
-int gemm_smem_optin(struct kctx *k, const void *kernel, int bytes, const char *site);
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
 {
