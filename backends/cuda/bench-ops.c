@@ -328,9 +328,9 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         cu_write(c, q, hq, (size_t)AT_HD * AT_NH * cells * 4) ||
         cu_write(c, pos, hpos, (size_t)cells * 4))
         goto kerr_dev;
-    /* the prefill kernel in each variant (k_tune_attn_prefill: mma.sync with
-     * launch bounds of 1 or 3 blocks per SM, wgmma where it runs) */
-    const int variants[] = {1, 9, 10, 11}, nv = (int)(sizeof variants / sizeof variants[0]);
+    /* the prefill kernel in each variant (k_tune_attn_prefill's numbers:
+     * mma.sync with one or two buffers per operand, wgmma where it runs) */
+    const int variants[] = {1, 4, 5, 9, 10, 11}, nv = (int)(sizeof variants / sizeof variants[0]);
     for (int i = 0; i < (int)(sizeof prefill_t / sizeof prefill_t[0]) * nv; i++) {
         int64_t T = prefill_t[i / nv];
         k_tune_attn_prefill(variants[i % nv]);

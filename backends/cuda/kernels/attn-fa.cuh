@@ -59,6 +59,7 @@ __device__ __forceinline__ void fa_stage(uint16_t *sm, const uint8_t *__restrict
 {
     if (L == 1) {
         constexpr int PR = HD / 8; /* 16-byte units per row */
+#pragma unroll /* distinct address registers: a copy in flight holds its own */
         for (int e = threadIdx.x; e < FA_BC * PR; e += FA_THREADS) {
             int j, k;
             if (CM) { /* a warp: 8 rows x 4 units, 64 bytes of each row (whole
@@ -158,7 +159,7 @@ template <int HD, int WG, int ST> __host__ __device__ constexpr int fa_smem()
 }
 
 /* MINB: blocks per SM the register budget must allow (launch bounds); ST:
- * stages of the K and V rings (tile i + ST loads while tile i computes);
+ * buffers per operand, 1 or 2, and with them the schedule (below);
  * dynamic shared memory fa_smem<HD, WG, ST>() bytes. */
 template <int HD, int L, int MINB, int WG, int ST>
 __global__ void __launch_bounds__(FA_THREADS, MINB)
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     constexpr int LD = HD + 8, KS = HD / 16, NT = FA_BC / 8, OT = HD / 8;
     constexpr int TILE = fa_tile<HD, WG>();
     extern __shared__ __align__(128) uint16_t fa_dyn[];
-    uint16_t *const Ks = fa_dyn, *const Vs = fa_dyn + ST * TILE; /* stage s at + s * TILE */
+    uint16_t *const Ks = fa_dyn, *const Vs = fa_dyn + ST * TILE; /* buffer b at + b * TILE */
     uint16_t *const Qs = fa_dyn;
     __shared__ int32_t Pos[FA_BQ];
     const int T = (int)q.ne[2], n_qt = (T + FA_BQ - 1) / FA_BQ;
@@ -220,39 +221,66 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     for (int i = 0; i < OT; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    /* groups are committed in the order K0 V0 K1 V1 ..., one per tile and
-     * operand (empty past the end), so K(i) has landed when at most 2 ST -
-     * 1 newer groups are pending, and V(i) likewise */
-#pragma unroll
-    for (int st = 0; st < ST; st++) {
-        if (start + st * FA_BC < end)
-            fa_stage<HD, L, WG>(Ks + st * TILE, kc, knb1, hk, start + st * FA_BC, end);
+    /* Two schedules (ST):
+     * 1: one buffer per operand; the next K tile loads while the softmax
+     *    and P V run, the next V tile while the next S runs; four block
+     *    barriers per tile;
+     * 2: two buffers per operand; at the top of tile i, one barrier (after
+     *    which no warp still reads tile i - 1's buffers), then tile i + 1's
+     *    K and V load into them while tile i computes. wgmma needs this
+     *    one: its proxy fence waits for every copy the thread has in
+     *    flight, so under schedule 1 each fence waited for the copy just
+     *    started (docs/PERF.md, ncu source counters). */
+    if (ST == 1 && start < end) {
+        fa_stage<HD, L, WG>(Ks, kc, knb1, hk, start, end);
         cp_commit();
-        if (start + st * FA_BC < end)
-            fa_stage<HD, L, WG>(Vs + st * TILE, vc, vnb1, hk, start + st * FA_BC, end);
+        fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
         cp_commit();
     }
-    int b = 0; /* the stage of tile c0 */
+    if (ST == 2) {
+        if (start < end) {
+            fa_stage<HD, L, WG>(Ks, kc, knb1, hk, start, end);
+            fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
+        }
+        cp_commit();
+    }
+    int b = 0; /* tile c0's buffer */
     for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
         uint16_t *const Kb = Ks + b * TILE, *const Vb = Vs + b * TILE;
-        const int64_t next = c0 + ST * FA_BC; /* the tile this stage loads next */
-        cp_wait<2 * ST - 1>(); /* this K tile */
+        const bool more = c0 + FA_BC < end;
+        if (ST == 2) {
+            cp_wait<0>(); /* this thread's copies of tile c0 */
+#ifdef WG_DEVICE
+            if (WG)
+                fence_async_smem(); /* ... made visible to wgmma's proxy */
+#endif
+            __syncthreads();
+            if (more) {
+                fa_stage<HD, L, WG>(Ks + (b ^ 1) * TILE, kc, knb1, hk, c0 + FA_BC, end);
+                fa_stage<HD, L, WG>(Vs + (b ^ 1) * TILE, vc, vnb1, hk, c0 + FA_BC, end);
+            }
+            cp_commit();
+        } else {
+            cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
+#ifdef WG_DEVICE
+            if (WG)
+                fence_async_smem();
+#endif
+            __syncthreads();
+        }
         float s[NT][4];
 #ifdef WG_DEVICE
-        if (WG) {
-            fence_async_smem(); /* this thread's copies, to wgmma's proxy */
-            __syncthreads();
+        if (WG)
             wg_qk_tile<HD>(reinterpret_cast<float(&)[FA_BC / 2]>(s), qf, Kb);
-        } else
+        else
 #endif
-        {
-            __syncthreads();
             mma_qk_tile<LD>(s, qf, Kb, lane);
+        if (ST == 1) {
+            __syncthreads(); /* every warp has read the K tile */
+            if (more)
+                fa_stage<HD, L, WG>(Ks, kc, knb1, hk, c0 + FA_BC, end);
+            cp_commit(); /* possibly empty: keeps the group count uniform */
         }
-        __syncthreads(); /* every warp has read the K tile */
-        if (next < end)
-            fa_stage<HD, L, WG>(Kb, kc, knb1, hk, next, end);
-        cp_commit(); /* possibly empty: keeps the group count uniform */
 
         /* mask: only tiles past the first row's position or the end */
         if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos || c0 < wmax) {
@@ -271,23 +299,27 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         unsigned pf[NT / 2][4];
         mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
-        cp_wait<2 * ST - 1>(); /* this V tile */
+        if (ST == 1) {
+            cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
 #ifdef WG_DEVICE
-        if (WG) {
-            fence_async_smem();
-            __syncthreads();
-            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vb);
-        } else
+            if (WG)
+                fence_async_smem();
 #endif
-        {
             __syncthreads();
-            mma_pv_tile<LD>(o, pf, Vb, lane);
         }
-        __syncthreads(); /* every warp has read the V tile */
-        if (next < end)
-            fa_stage<HD, L, WG>(Vb, vc, vnb1, hk, next, end);
-        cp_commit();
-        b = b + 1 == ST ? 0 : b + 1;
+#ifdef WG_DEVICE
+        if (WG)
+            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vb);
+        else
+#endif
+            mma_pv_tile<LD>(o, pf, Vb, lane);
+        if (ST == 1) {
+            __syncthreads(); /* every warp has read the V tile */
+            if (more)
+                fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
+            cp_commit();
+        }
+        b ^= ST - 1;
     }
     cp_wait<0>();
 

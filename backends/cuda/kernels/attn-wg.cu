@@ -2,8 +2,9 @@
  * attn-wg.cu — attn-fa.cuh's prefill attention in its wgmma form, compiled
  * for sm_90a alone (CMakeLists.txt, as gemm-wg.cu); attn-mma.cu launches
  * it only on a 9.0 device (wg_ready). Variants (minfer-cuda-bench
- * --attn): 9 = one stage, 3 blocks per SM; 10 = two stages, 1 block's
- * registers; 11 = two stages, 3 blocks.
+ * --attn): 9 = one buffer per operand, 3 blocks per SM; 10 = two
+ * buffers (attn-fa.cuh's schedule 2), 1 block's registers; 11 = two
+ * buffers, 3 blocks.
  */
 #define FA_WG_ONLY 1 /* no body for any other target */
 #include "attn-fa.cuh"
