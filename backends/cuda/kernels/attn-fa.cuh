@@ -21,8 +21,12 @@
  * padded to HD + 8 halves (no bank conflicts); wgmma reads them itself
  * from "core matrices" (8 cells x 16 bytes, 128 contiguous bytes, no
  * swizzle) and takes Q and P from registers, so one instruction does a
- * warpgroup's 64 x 64 x 16 step of S or 64 x HD x 16 step of P V and no
- * warp spends issue slots on ldmatrix or 8x fewer, larger MMAs.
+ * warpgroup's 64 x 64 x 16 step of S or 64 x HD x 16 step of P V. In
+ * this schedule (S, softmax, P V in turn, each product waited for) that
+ * made an F16 cache's attention slower on the H200, 180 against 250
+ * TFLOP/s, and a Q8_0 cache's faster, 134 against 122 (docs/PERF.md):
+ * beating mma.sync needs the softmax overlapped with the products of
+ * another warpgroup, as FlashAttention-3 does.
  */
 #ifndef MINFER_CUDA_ATTN_FA_CUH
 #define MINFER_CUDA_ATTN_FA_CUH
@@ -145,23 +149,22 @@ __device__ __forceinline__ void wg_pv_tile(float (&o)[HD / 2], const unsigned (&
 }
 #endif
 
-/* Halves of one staged K or V tile, and the dynamic shared memory of ST
- * stages of each (the Q tile, FA_BQ rows HD + 8 halves apart, is staged
- * over them before the first K or V tile is). */
+/* Halves of one staged K or V tile, and the dynamic shared memory of one
+ * of each (the Q tile, FA_BQ rows HD + 8 halves apart, is staged over
+ * them before the first K or V tile is); under 48 KiB: no opt-in. */
 template <int HD, int WG> __host__ __device__ constexpr int fa_tile()
 {
     return FA_BC * (WG ? HD : HD + 8);
 }
-template <int HD, int WG, int ST> __host__ __device__ constexpr int fa_smem()
+template <int HD, int WG> __host__ __device__ constexpr int fa_smem()
 {
-    return 2 * ST * fa_tile<HD, WG>() * 2 > FA_BQ * (HD + 8) * 2 ? 2 * ST * fa_tile<HD, WG>() * 2
-                                                               : FA_BQ * (HD + 8) * 2;
+    return 2 * fa_tile<HD, WG>() * 2 > FA_BQ * (HD + 8) * 2 ? 2 * fa_tile<HD, WG>() * 2
+                                                          : FA_BQ * (HD + 8) * 2;
 }
 
-/* MINB: blocks per SM the register budget must allow (launch bounds); ST:
- * buffers per operand, 1 or 2, and with them the schedule (below);
- * dynamic shared memory fa_smem<HD, WG, ST>() bytes. */
-template <int HD, int L, int MINB, int WG, int ST>
+/* MINB: blocks per SM the register budget must allow (launch bounds);
+ * dynamic shared memory fa_smem<HD, WG>() bytes. */
+template <int HD, int L, int MINB, int WG>
 __global__ void __launch_bounds__(FA_THREADS, MINB)
     fa_prefill(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
@@ -171,8 +174,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     constexpr int LD = HD + 8, KS = HD / 16, NT = FA_BC / 8, OT = HD / 8;
     constexpr int TILE = fa_tile<HD, WG>();
     extern __shared__ __align__(128) uint16_t fa_dyn[];
-    uint16_t *const Ks = fa_dyn, *const Vs = fa_dyn + ST * TILE; /* buffer b at + b * TILE */
-    uint16_t *const Qs = fa_dyn;
+    uint16_t *const Ks = fa_dyn, *const Vs = fa_dyn + TILE, *const Qs = fa_dyn;
     __shared__ int32_t Pos[FA_BQ];
     const int T = (int)q.ne[2], n_qt = (T + FA_BQ - 1) / FA_BQ;
     const int h = blockIdx.x, t0 = (n_qt - 1 - (int)blockIdx.y) * FA_BQ, hk = h / group;
@@ -221,66 +223,31 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
     for (int i = 0; i < OT; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    /* Two schedules (ST):
-     * 1: one buffer per operand; the next K tile loads while the softmax
-     *    and P V run, the next V tile while the next S runs; four block
-     *    barriers per tile;
-     * 2: two buffers per operand; at the top of tile i, one barrier (after
-     *    which no warp still reads tile i - 1's buffers), then tile i + 1's
-     *    K and V load into them while tile i computes. wgmma needs this
-     *    one: its proxy fence waits for every copy the thread has in
-     *    flight, so under schedule 1 each fence waited for the copy just
-     *    started (docs/PERF.md, ncu source counters). */
-    if (ST == 1 && start < end) {
+    if (start < end) {
         fa_stage<HD, L, WG>(Ks, kc, knb1, hk, start, end);
         cp_commit();
         fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
         cp_commit();
     }
-    if (ST == 2) {
-        if (start < end) {
-            fa_stage<HD, L, WG>(Ks, kc, knb1, hk, start, end);
-            fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
-        }
-        cp_commit();
-    }
-    int b = 0; /* tile c0's buffer */
     for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
-        uint16_t *const Kb = Ks + b * TILE, *const Vb = Vs + b * TILE;
         const bool more = c0 + FA_BC < end;
-        if (ST == 2) {
-            cp_wait<0>(); /* this thread's copies of tile c0 */
+        cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
 #ifdef WG_DEVICE
-            if (WG)
-                fence_async_smem(); /* ... made visible to wgmma's proxy */
+        if (WG)
+            fence_async_smem(); /* this thread's copies, to wgmma's proxy */
 #endif
-            __syncthreads();
-            if (more) {
-                fa_stage<HD, L, WG>(Ks + (b ^ 1) * TILE, kc, knb1, hk, c0 + FA_BC, end);
-                fa_stage<HD, L, WG>(Vs + (b ^ 1) * TILE, vc, vnb1, hk, c0 + FA_BC, end);
-            }
-            cp_commit();
-        } else {
-            cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
-#ifdef WG_DEVICE
-            if (WG)
-                fence_async_smem();
-#endif
-            __syncthreads();
-        }
+        __syncthreads();
         float s[NT][4];
 #ifdef WG_DEVICE
         if (WG)
-            wg_qk_tile<HD>(reinterpret_cast<float(&)[FA_BC / 2]>(s), qf, Kb);
+            wg_qk_tile<HD>(reinterpret_cast<float(&)[FA_BC / 2]>(s), qf, Ks);
         else
 #endif
-            mma_qk_tile<LD>(s, qf, Kb, lane);
-        if (ST == 1) {
-            __syncthreads(); /* every warp has read the K tile */
-            if (more)
-                fa_stage<HD, L, WG>(Ks, kc, knb1, hk, c0 + FA_BC, end);
-            cp_commit(); /* possibly empty: keeps the group count uniform */
-        }
+            mma_qk_tile<LD>(s, qf, Ks, lane);
+        __syncthreads(); /* every warp has read the K tile */
+        if (more)
+            fa_stage<HD, L, WG>(Ks, kc, knb1, hk, c0 + FA_BC, end);
+        cp_commit(); /* possibly empty: keeps the group count uniform */
 
         /* mask: only tiles past the first row's position or the end */
         if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos || c0 < wmax) {
@@ -299,27 +266,22 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         unsigned pf[NT / 2][4];
         mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
-        if (ST == 1) {
-            cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
-#ifdef WG_DEVICE
-            if (WG)
-                fence_async_smem();
-#endif
-            __syncthreads();
-        }
+        cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
 #ifdef WG_DEVICE
         if (WG)
-            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vb);
+            fence_async_smem();
+#endif
+        __syncthreads();
+#ifdef WG_DEVICE
+        if (WG)
+            wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vs);
         else
 #endif
-            mma_pv_tile<LD>(o, pf, Vb, lane);
-        if (ST == 1) {
-            __syncthreads(); /* every warp has read the V tile */
-            if (more)
-                fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
-            cp_commit();
-        }
-        b ^= ST - 1;
+            mma_pv_tile<LD>(o, pf, Vs, lane);
+        __syncthreads(); /* every warp has read the V tile */
+        if (more)
+            fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
+        cp_commit();
     }
     cp_wait<0>();
 
@@ -346,12 +308,11 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
 #endif
 }
 
-/* The wgmma kernel for head dim hd, a cache of kv_type (F32, F16 or Q8_0)
- * and k_tune_attn_prefill's variant (9, 10, 11; other values: the
- * default), its dynamic shared memory in *smem; NULL where there is none
- * (hd != 128). From attn-wg.cu (present when MINFER_CUDA_WGMMA). */
+/* The wgmma kernel for head dim hd and a cache of kv_type (F32, F16 or
+ * Q8_0), or NULL where there is none (hd != 128); from attn-wg.cu
+ * (present when MINFER_CUDA_WGMMA). */
 typedef void (*fa_kernel_fn)(kview, const uint8_t *, const uint8_t *, int64_t, int64_t, int64_t,
                              int, const int32_t *, const int32_t *, float, int, kview);
-fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type, int variant, int *smem);
+fa_kernel_fn fa_wg_kernel(int hd, uint32_t kv_type);
 
 #endif /* MINFER_CUDA_ATTN_FA_CUH */

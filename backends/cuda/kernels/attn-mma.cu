@@ -1,19 +1,25 @@
 /*
  * attn-mma.cu — launches the tensor-core prefill attention (the kernel is
- * attn-fa.cuh's): on a 9.0 device of an sm_90a build its wgmma form
- * (attn-wg.cu), elsewhere its mma.sync form, instantiated here.
+ * attn-fa.cuh's) and instantiates its mma.sync form; its wgmma form is
+ * attn-wg.cu's (sm_90a builds), chosen per cache type below.
  */
 #include "attn-fa.cuh"
 
-/* The mma.sync kernel's default variant per cache type (fa_mma_kernel's
- * numbers): launch bounds of 3 blocks per SM cap its registers at 168 (a
- * few spilled) and made it 12% faster with a Q8_0 cache, even with F16
- * (docs/PERF.md). */
-#define FA_MMA_F16 1
-#define FA_MMA_Q8 3
+/* The variant (k_tune_attn_prefill's numbers; 0 = this default): by
+ * minfer-cuda-bench --attn on the H200 (docs/PERF.md), the mma.sync form
+ * with 8 warps per SM (1) for F16 and F32 caches, 248-252 TFLOP/s against
+ * the wgmma form's 180-185; for Q8_0, whose tiles are converted on the
+ * way in, the wgmma form (9: 132-136 TFLOP/s) where it runs, else
+ * mma.sync with launch bounds of 3 blocks per SM (3: 122 against 108 for
+ * 1; its registers capped at 168, a few spilled). */
+static int fa_default(const struct kctx *k, uint32_t kv_type)
+{
+    if (kv_type != MINFER_TYPE_Q8_0)
+        return 1;
+    return wg_ready(k) ? 9 : 3;
+}
 
-/* minfer-cuda-bench and the op tests: the variant (0 = the default;
- * 1..5: fa_mma_kernel's; 9, 10, 11: attn-wg.cu's, where it runs) */
+/* minfer-cuda-bench and the op tests (kernels.h). */
 static int g_fa_variant;
 
 extern "C" void k_tune_attn_prefill(int v)
@@ -21,51 +27,16 @@ extern "C" void k_tune_attn_prefill(int v)
     g_fa_variant = v;
 }
 
-template <int HD, int MINB, int ST> static fa_kernel_fn fa_kernel(uint32_t kv_type)
+template <int HD, int MINB> static fa_kernel_fn fa_kernel(uint32_t kv_type)
 {
     switch (kv_type) {
     case MINFER_TYPE_F32:
-        return fa_prefill<HD, 0, MINB, 0, ST>;
+        return fa_prefill<HD, 0, MINB, 0>;
     case MINFER_TYPE_F16:
-        return fa_prefill<HD, 1, MINB, 0, ST>;
+        return fa_prefill<HD, 1, MINB, 0>;
     default:
-        return fa_prefill<HD, 2, MINB, 0, ST>;
+        return fa_prefill<HD, 2, MINB, 0>;
     }
-}
-
-/* The mma.sync kernel of a variant (1, 3: one buffer per operand and
- * those launch bounds; 4, 5: two buffers, 1 or 3 blocks per SM; others:
- * the default of the cache type) and its dynamic shared memory. */
-template <int HD> static fa_kernel_fn fa_mma_kernel(uint32_t kv_type, int v, int *smem)
-{
-    if (v < 1 || v > 5 || v == 2)
-        v = kv_type == MINFER_TYPE_Q8_0 ? FA_MMA_Q8 : FA_MMA_F16;
-    *smem = v >= 4 ? fa_smem<HD, 0, 2>() : fa_smem<HD, 0, 1>();
-    return v == 1   ? fa_kernel<HD, 1, 1>(kv_type)
-           : v == 3 ? fa_kernel<HD, 3, 1>(kv_type)
-           : v == 4 ? fa_kernel<HD, 1, 2>(kv_type)
-                    : fa_kernel<HD, 3, 2>(kv_type);
-}
-
-/* k_prepare's part: the shared-memory opt-ins of the two-buffer kernels
- * (and attn-wg.cu's on a device that runs them). */
-extern "C" int fa_prepare(struct kctx *k)
-{
-    static const uint32_t types[] = {MINFER_TYPE_F32, MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
-    for (int v = 4; v <= 5; v++)
-        for (int t = 0; t < 3; t++) {
-            int s64 = 0, s128 = 0;
-            fa_kernel_fn f64 = fa_mma_kernel<64>(types[t], v, &s64);
-            fa_kernel_fn f128 = fa_mma_kernel<128>(types[t], v, &s128);
-            if (k_smem_optin(k, (const void *)f64, s64, "attention (mma.sync)") ||
-                k_smem_optin(k, (const void *)f128, s128, "attention (mma.sync)"))
-                return -1;
-        }
-#ifdef MINFER_CUDA_WGMMA
-    if (wg_ready(k) && fa_wg_prepare(k))
-        return -1;
-#endif
-    return 0;
 }
 
 static const char *fa_site(uint32_t kv_type, bool wg)
@@ -90,23 +61,23 @@ static int fa_launch(struct kctx *k, kview q, uint32_t kv_type, const uint8_t *K
         return k_fail(k, "attention", "KV cache type is not F32, F16 or Q8_0");
     int64_t nt = q.ne[2];
     dim3 grid((unsigned)q.ne[1], (unsigned)((nt + FA_BQ - 1) / FA_BQ));
-    int v = g_fa_variant;
+    int v = g_fa_variant == 1 || g_fa_variant == 3 || g_fa_variant == 9 ? g_fa_variant
+                                                                        : fa_default(k, kv_type);
 #ifdef MINFER_CUDA_WGMMA
-    int wsmem = 0;
-    fa_kernel_fn wk = wg_ready(k) && (v == 0 || v >= 9) ? fa_wg_kernel(HD, kv_type, v, &wsmem)
-                                                        : NULL;
+    fa_kernel_fn wk = v == 9 && wg_ready(k) ? fa_wg_kernel(HD, kv_type) : NULL;
     if (wk) {
-        KLAUNCH(k, fa_site(kv_type, true), wk, grid, FA_THREADS, wsmem, q, K, V, knb1, vnb1,
-                n_cells, group, kv_len, pos, scale, window, dst);
+        KLAUNCH(k, fa_site(kv_type, true), wk, grid, FA_THREADS, (fa_smem<HD, 1>()), q, K, V,
+                knb1, vnb1, n_cells, group, kv_len, pos, scale, window, dst);
         return 0;
     }
 #endif
-    int smem = 0;
-    fa_kernel_fn kf = fa_mma_kernel<HD>(kv_type, v, &smem);
-    KLAUNCH(k, fa_site(kv_type, false), kf, grid, FA_THREADS, smem, q, K, V, knb1, vnb1,
-            n_cells, group, kv_len, pos, scale, window, dst);
+    /* 9 where the wgmma form cannot run (another device, head dim 64): 3 */
+    fa_kernel_fn kf = v == 1 ? fa_kernel<HD, 1>(kv_type) : fa_kernel<HD, 3>(kv_type);
+    KLAUNCH(k, fa_site(kv_type, false), kf, grid, FA_THREADS, (fa_smem<HD, 0>()), q, K, V, knb1,
+            vnb1, n_cells, group, kv_len, pos, scale, window, dst);
     return 0;
 }
+
 extern "C" int k_attn_mma_ok(int64_t hd, int64_t n_head, int64_t n_tokens, uint32_t kv_type,
                              const void *kc, const void *vc, int64_t knb1, int64_t vnb1)
 {

@@ -29,11 +29,6 @@ static inline bool wg_ready(const struct kctx *k)
     return false;
 #endif
 }
-/* k_prepare's parts for the prefill attention kernels (their shared-
- * memory opt-ins): attn-mma.cu's, which calls attn-wg.cu's where
- * wg_ready. */
-extern "C" int fa_prepare(struct kctx *k);
-int fa_wg_prepare(struct kctx *k);
 
 /* ---- block layouts (GGUF, packed, little-endian) ---- */
 

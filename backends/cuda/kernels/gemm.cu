@@ -393,7 +393,7 @@ extern "C" int k_prepare(struct kctx *k)
         return -1;
     }
     if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
-        gemm_q_prepare(k) || (wg_ready(k) && gemm_wg_prepare(k)) || fa_prepare(k))
+        gemm_q_prepare(k) || (wg_ready(k) && gemm_wg_prepare(k)))
         return -1;
     k->gemm_optin_ok = 1;
     return 0;

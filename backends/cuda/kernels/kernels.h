@@ -265,8 +265,9 @@ int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, i
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
 /* minfer-cuda-bench and the op tests: the tensor-core prefill kernel's
- * variant (0 = default; 1 or 3: mma.sync with launch bounds of that many
- * blocks per SM; 9: wgmma, where it runs, else the default). */
+ * variant (0 = the default per cache type; 1 or 3: mma.sync with launch
+ * bounds of that many blocks per SM; 9: the sm_90a wgmma form where it
+ * runs, else 3). */
 void k_tune_attn_prefill(int minb);
 /* Causal GQA attention: many tokens on tensor cores (flash attention, one
  * pass), few tokens by GQA split-K partials and a combine pass.
