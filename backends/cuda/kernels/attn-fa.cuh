@@ -229,14 +229,26 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, start, end);
         cp_commit();
     }
-    for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
-        const bool more = c0 + FA_BC < end;
-        cp_wait<1>(); /* this K tile (the V tile may still be in flight) */
+    /* Tile buffer b (K or V) has landed for every thread: at most one newer
+     * copy group (the other operand's next tile) may be in flight. */
+    auto landed = [&]() {
+        cp_wait<1>();
 #ifdef WG_DEVICE
         if (WG)
             fence_async_smem(); /* this thread's copies, to wgmma's proxy */
 #endif
         __syncthreads();
+    };
+    /* Every warp has read buffer buf: refill it with the tile at c (an
+     * empty group past the end keeps the group count uniform). */
+    auto refill = [&](uint16_t *buf, const uint8_t *cache, int64_t nb1, int64_t c) {
+        __syncthreads();
+        if (c < end)
+            fa_stage<HD, L, WG>(buf, cache, nb1, hk, c, end);
+        cp_commit();
+    };
+    for (int64_t c0 = start; c0 < end; c0 += FA_BC) {
+        landed(); /* this K tile (the V tile may still be in flight) */
         float s[NT][4];
 #ifdef WG_DEVICE
         if (WG)
@@ -244,10 +256,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         else
 #endif
             mma_qk_tile<LD>(s, qf, Ks, lane);
-        __syncthreads(); /* every warp has read the K tile */
-        if (more)
-            fa_stage<HD, L, WG>(Ks, kc, knb1, hk, c0 + FA_BC, end);
-        cp_commit(); /* possibly empty: keeps the group count uniform */
+        refill(Ks, kc, knb1, c0 + FA_BC);
 
         /* mask: only tiles past the first row's position or the end */
         if (c0 + FA_BC > nvis || c0 + FA_BC - 1 > minpos || c0 < wmax) {
@@ -266,22 +275,14 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
         unsigned pf[NT / 2][4];
         mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
 
-        cp_wait<1>(); /* this V tile (the next K tile may still be in flight) */
-#ifdef WG_DEVICE
-        if (WG)
-            fence_async_smem();
-#endif
-        __syncthreads();
+        landed(); /* this V tile (the next K tile may still be in flight) */
 #ifdef WG_DEVICE
         if (WG)
             wg_pv_tile<HD>(reinterpret_cast<float(&)[HD / 2]>(o), pf, Vs);
         else
 #endif
             mma_pv_tile<LD>(o, pf, Vs, lane);
-        __syncthreads(); /* every warp has read the V tile */
-        if (more)
-            fa_stage<HD, L, WG>(Vs, vc, vnb1, hk, c0 + FA_BC, end);
-        cp_commit();
+        refill(Vs, vc, vnb1, c0 + FA_BC);
     }
     cp_wait<0>();
 
