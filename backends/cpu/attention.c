@@ -73,6 +73,28 @@ struct attn_task {
     atomic_int next;
 };
 
+/* The fields ATTENTION and ATTENTION_LISTS share, from the node (src 0,
+ * 1, 2: q, K cache, V cache; iparams[0]: KV heads; fparams[0]: scale);
+ * the rest zero. */
+static void task_init(struct attn_task *t, const struct minfer_backend *be,
+                      const struct minfer_node *node, int64_t nt)
+{
+    const struct minfer_tensor *q = node->src[0], *kc = node->src[1];
+    memset(t, 0, sizeof *t);
+    t->k = be->k;
+    t->q = q;
+    t->kc = kc;
+    t->vc = node->src[2];
+    t->dst = node->dst;
+    t->nt = (int)nt;
+    t->hd = (int)q->ne[0];
+    t->n_kv = node->iparams[0];
+    t->group = (int)(q->ne[1] / t->n_kv);
+    t->head_bytes = minfer_row_size(kc->type, q->ne[0]);
+    t->scale = node->fparams[0];
+    t->subs = (t->group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
+}
+
 /* Floats of one participant's scratch: the transposed K chunk, the
  * converted V chunk, one chunk of scores and one accumulator per query. */
 static size_t scratch_floats(int hd)
@@ -397,22 +419,10 @@ minfer_status cpu_op_attention(struct minfer_backend *be, const struct minfer_no
         return cpu_fail(be, node, MINFER_ERR_UNSUPPORTED, "too many (token, head) pairs");
 
     struct attn_task t;
-    memset(&t, 0, sizeof t);
-    t.k = be->k;
-    t.q = q;
-    t.kc = kc;
-    t.vc = node->src[2];
-    t.dst = node->dst;
+    task_init(&t, be, node, nt);
     t.pos = pos;
-    t.nt = (int)nt;
     t.kv_len = kv_len;
-    t.hd = (int)q->ne[0];
-    t.group = (int)(q->ne[1] / node->iparams[0]);
-    t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
-    t.scale = node->fparams[0];
     t.window = node->iparams[1];
-    t.n_kv = node->iparams[0];
-    t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     t.tok_blocks = (int)((nt + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK);
     t.splits = t.tok_blocks == 1 ? (kv_len - 1) / SPLIT_CELLS + 1 : 1;
     int64_t n_tasks = (int64_t)t.tok_blocks * t.n_kv * t.subs * t.splits;
@@ -474,20 +484,8 @@ minfer_status cpu_op_attention_lists(struct minfer_backend *be, const struct min
     }
 
     struct attn_task t;
-    memset(&t, 0, sizeof t);
-    t.k = be->k;
-    t.q = q;
-    t.kc = kc;
-    t.vc = node->src[2];
-    t.dst = node->dst;
+    task_init(&t, be, node, nt);
     t.range = range;
-    t.nt = (int)nt;
-    t.hd = (int)q->ne[0];
-    t.group = (int)(q->ne[1] / node->iparams[0]);
-    t.head_bytes = minfer_row_size(kc->type, q->ne[0]);
-    t.scale = node->fparams[0];
-    t.n_kv = node->iparams[0];
-    t.subs = (t.group + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     t.splits = 1;
 
     /* host bookkeeping: the query order, then the blocks */
