@@ -19,7 +19,9 @@
 
 /* Can the sm_90a kernels (gemm-wg.cu, attn-wg.cu) run here: built
  * (MINFER_CUDA_WGMMA, set by CMakeLists.txt for the plugin's own units)
- * and a compute capability 9.0 device. */
+ * and a compute capability 9.0 device. Without MINFER_CUDA_WGMMA their
+ * functions do not exist: a call to one must sit under that #ifdef too,
+ * or the plugin of a build without 9.0 has an undefined symbol. */
 static inline bool wg_ready(const struct kctx *k)
 {
 #ifdef MINFER_CUDA_WGMMA

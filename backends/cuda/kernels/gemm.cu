@@ -342,7 +342,9 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
     bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128;
     g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : g_bn ? PATH_F16 + 1 : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
+#ifdef MINFER_CUDA_WGMMA /* gemm-wg.cu is built (the sm_90a object) */
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
+#endif
 }
 
 /* The kernel for a call: one decision for the activation order, the
@@ -393,8 +395,12 @@ extern "C" int k_prepare(struct kctx *k)
         return -1;
     }
     if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
-        gemm_q_prepare(k) || (wg_ready(k) && gemm_wg_prepare(k)))
+        gemm_q_prepare(k))
         return -1;
+#ifdef MINFER_CUDA_WGMMA
+    if (wg_ready(k) && gemm_wg_prepare(k))
+        return -1;
+#endif
     k->gemm_optin_ok = 1;
     return 0;
 }
@@ -523,8 +529,10 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
     enum gpath pa = path(k, type, K, M, NULL);
     if (pa == PATH_Q)
         return gemm_q_part_bytes(k, K, N, M);
+#ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg_part_bytes(k, K, N, M);
+#endif
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
     size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
@@ -564,8 +572,10 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
     enum gpath pa = path(k, type, K, M, xl);
     if (pa == PATH_Q)
         return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+#ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+#endif
     bool direct = w_direct(type, W, w_nb1);
     int64_t rows = chunk_rows(type, W, K, N, w_nb1);
     size_t wb = direct ? 0 : round256((size_t)rows * (size_t)K * 2);
