@@ -21,7 +21,8 @@
  * (MINFER_CUDA_WGMMA, set by CMakeLists.txt for the plugin's own units)
  * and a compute capability 9.0 device. Without MINFER_CUDA_WGMMA their
  * functions do not exist: a call to one must sit under that #ifdef too,
- * or the plugin of a build without 9.0 has an undefined symbol. */
+ * or a build without 9.0 fails to link (the plugin links with
+ * --no-undefined). */
 static inline bool wg_ready(const struct kctx *k)
 {
 #ifdef MINFER_CUDA_WGMMA
