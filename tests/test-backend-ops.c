@@ -894,6 +894,18 @@ static void attention_case(int under, uint32_t kv, struct tt *kc, struct tt *vc,
     compare(dst, "attention", what, tol_attn(under, kv, hd, ncell, nt));
 }
 
+/* attention_case over new random K and V caches of kv type (ncell rows
+ * of nkv heads of hd values). */
+static void attention_fresh(int under, uint32_t kv, int hd, int nh, int nkv, int ncell,
+                            int kvlen, int nt, int window)
+{
+    struct tt *kc = tt_new(kv, (int64_t)hd * nkv, ncell, 1, 1, 0);
+    struct tt *vc = tt_new(kv, (int64_t)hd * nkv, ncell, 1, 1, 0);
+    tt_place(kc, NULL);
+    tt_place(vc, NULL);
+    attention_case(under, kv, kc, vc, hd, nh, nkv, ncell, kvlen, nt, window);
+}
+
 /* Catches: causal masking off by one, kv_len not read at run time, GQA
  * head mapping, split-K combine errors (long KV spreads over many
  * splits), each cache layout, prefill with many query tokens (the tiled
@@ -941,11 +953,7 @@ START_TEST(attention_layouts)
             const int *cf = c < ncfg ? cfg[c] : win[c - ncfg];
             int hd = cf[0], nh = cf[1], nkv = cf[2], ncell = cf[3];
             int kvlen = cf[4], nt = cf[5], window = c < ncfg ? 0 : cf[6];
-            struct tt *kc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
-            struct tt *vc = tt_new(kv[k], (int64_t)hd * nkv, ncell, 1, 1, 0);
-            tt_place(kc, NULL);
-            tt_place(vc, NULL);
-            attention_case(_i, kv[k], kc, vc, hd, nh, nkv, ncell, kvlen, nt, window);
+            attention_fresh(_i, kv[k], hd, nh, nkv, ncell, kvlen, nt, window);
         }
     }
     print_stats("attention");
@@ -974,12 +982,7 @@ START_TEST(attention_prefill_variants)
         for (int k = 0; k < 3; k++) {
             for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
                 const int *cf = cfg[c];
-                struct tt *kc = tt_new(kv[k], (int64_t)cf[0] * cf[2], cf[3], 1, 1, 0);
-                struct tt *vc = tt_new(kv[k], (int64_t)cf[0] * cf[2], cf[3], 1, 1, 0);
-                tt_place(kc, NULL);
-                tt_place(vc, NULL);
-                attention_case(UT_CUDA, kv[k], kc, vc, cf[0], cf[1], cf[2], cf[3], cf[4], cf[5],
-                               cf[6]);
+                attention_fresh(UT_CUDA, kv[k], cf[0], cf[1], cf[2], cf[3], cf[4], cf[5], cf[6]);
             }
         }
     }
