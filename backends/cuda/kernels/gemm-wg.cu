@@ -25,8 +25,9 @@
  *     16 bulk copies (cp.async.bulk, one per k16 step) completing on the
  *     stage's mbarrier. They write through the async proxy, which wgmma
  *     reads through: no proxy fence. (The first kernel copied them by
- *     ordinary cp.async and fenced each chunk; that fence waits for every
- *     copy the thread has in flight, so the ring ran one chunk deep.)
+ *     ordinary cp.async and fenced each chunk; by ncu's samples on the
+ *     attention kernel, that fence waits for every copy the thread has in
+ *     flight, which would make the ring one chunk deep.)
  * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit).
  * Iteration i: wait for chunk i+1's weights (cp.async, read by the
  * threads that unpack them) and a barrier, start copying the next chunks',

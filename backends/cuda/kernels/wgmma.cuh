@@ -48,9 +48,10 @@ __device__ __forceinline__ void fence_async_smem()
 /* ---- shared-memory barriers and bulk copies (the async proxy) ----
  * A bulk copy (cp.async.bulk) writes shared memory through the async
  * proxy, the one wgmma reads through, and completes on an mbarrier: its
- * waiters need no proxy fence. (A thread's fence.proxy.async after
- * ordinary cp.async copies waits for every copy it has in flight, which
- * collapses a ring of stages to one: docs/PERF.md.) */
+ * waiters need no proxy fence. (By ncu's samples, a thread's
+ * fence.proxy.async after ordinary cp.async copies waits for every copy
+ * it has in flight, which would collapse a ring of stages to one:
+ * docs/decisions/cuda-hopper-gemm.md.) */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
