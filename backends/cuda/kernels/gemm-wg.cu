@@ -21,21 +21,27 @@
  *     takes from registers with mma.sync's m16n8k16 A layout per warp);
  *   - the activations of NT tokens in wgmma's "core matrix" layout: an
  *     8-token x 16-byte block per 128 bytes, no swizzle; k_gemm_act stores
- *     each 256-value chunk so that every 16 bytes of it is one row of one
- *     core matrix (order WG below), so each is one 16-byte cp.async.
+ *     them in that order already (gemm.cuh, wg_act_unit), so a stage is
+ *     16 bulk copies (cp.async.bulk, one per k16 step) completing on the
+ *     stage's mbarrier. They write through the async proxy, which wgmma
+ *     reads through: no proxy fence. (The first kernel copied them by
+ *     ordinary cp.async and fenced each chunk; by ncu's samples on the
+ *     attention kernel, that fence waits for every copy the thread has in
+ *     flight, which would make the ring one chunk deep.)
  * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit).
- * Iteration i: wait for chunk i's activations and chunk i+1's weights,
- * start copying the next chunks', issue chunk i's 16 wgmmas, unpack chunk
- * i+1's weights into the other register set while they run, wait for
- * them.
+ * Iteration i: wait for chunk i+1's weights (cp.async, read by the
+ * threads that unpack them) and a barrier, start copying the next chunks',
+ * wait for chunk i's activations, issue its 16 wgmmas, unpack chunk i+1's
+ * weights into the other register set while they run, wait for them.
  *
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when the tiles do not cover the GPU once.
  *
- * Measured on the H200 (docs/PERF.md, ADR cuda-hopper-gemm): the wgmmas
- * alone would run a 2048-token ffn matrix at ~570 TFLOP/s, but copying
- * the activation tiles from L2 through this one-deep pipeline bounds the
- * kernel at ~210; it beats the f16-scratch kernel only at 65-256 tokens.
+ * Measured on the H200 with the first (fenced) copies (docs/PERF.md, ADR
+ * cuda-hopper-gemm): the wgmmas alone would run a 2048-token ffn matrix
+ * at ~570 TFLOP/s, but the copies bounded the kernel at ~210; it beat the
+ * f16-scratch kernel only at 17-256 tokens. NOT YET MEASURED with the
+ * bulk copies (branch wgbulk, written without a device).
  *
  * Built only for sm_90a (CMakeLists.txt compiles this file for that one
  * target when the plugin's architectures include 9.0); gemm.cu calls it
@@ -75,6 +81,7 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int ST = S::STAGES, D = ST - 1; /* D: chunks copied ahead */
     unsigned char *Xs = smem, *Ws = smem + ST * S::XST;
+    __shared__ __align__(8) uint64_t xbar[ST]; /* activation stage s has landed */
 
     const int m0 = blockIdx.x * NT, n0 = blockIdx.y * W_BN, z = blockIdx.z;
     const int nch = K / Q_CHUNK;
@@ -97,22 +104,27 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
         }
     };
-    /* shared unit i is row t % 8 of core matrix (t / 8, h) of step s, i =
-     * ((s * NT / 8 + t / 8) * 2 + h) * 8 + t % 8, and holds 16-byte unit
-     * 2 s + h of token t's chunk: consecutive lanes write consecutive
-     * units (a lane order that follows the tokens' rows instead put a
-     * warp's 32 writes on the same four banks, and the copies, not the
-     * tensor cores, set the kernel's speed); tokens past M are zeros */
+    /* Activations of chunk c into stage `stage`: per step s, the NT
+     * tokens' core matrices are NT * 32 contiguous bytes in k_gemm_act's
+     * order (gemm.cuh, wg_act_unit), one bulk copy each, all completing
+     * on the stage's barrier. Thread 0 issues them. */
+    const int64_t mp = wg_act_tokens(M);
     auto load_x = [&](int stage, int c) {
+        if (tid != 0)
+            return;
         unsigned char *Bs = Xs + stage * S::XST;
-        for (int i = tid; i < NT * 32; i += W_THREADS) {
-            int t = (i >> 4) % (NT / 8) * 8 + (i & 7);
-            int u = (i >> 4) / (NT / 8) * 2 + ((i >> 3) & 1);
-            int m = m0 + t;
-            const __half *g = xh + (int64_t)(m < M ? m : 0) * K + (int64_t)c * Q_CHUNK + 8 * u;
-            cp16(Bs + 16 * i, g, m < M);
-        }
+        mbar_expect(&xbar[stage], S::XST);
+#pragma unroll 1
+        for (int s = 0; s < 16; s++)
+            bulk_g2s(Bs + s * (NT * 32), xh + 8 * wg_act_unit(m0, c, s, 0, mp), NT * 32,
+                     &xbar[stage]);
     };
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++)
+            mbar_init(&xbar[s], 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
 
     float acc[NT / 2];
 #pragma unroll
@@ -128,23 +140,24 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         Q::deq(As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), tig, vb);
     };
     /* chunk i: its weights are unpacked in (ca, cb); chunk i+1's go to
-     * (na, nb). Copy groups: one per chunk, {X(i + D), W(i + 1 + D)}
-     * committed in iteration i (the prologue's D groups hold X(0..D-1)
-     * and W(0..D)), so at the top of iteration i at most D - 1 newer
-     * groups may still be in flight. Stage reuse: X(i + D) replaces
-     * X(i - 1), whose wgmmas were waited for in iteration i - 1; W(i + 1
-     * + D) replaces W(i), unpacked in iteration i - 1. */
+     * (na, nb). Weight copy groups (cp.async): one per chunk, W(i + 1 +
+     * D) committed in iteration i (the prologue's D groups hold W(0..D)),
+     * so at the top of iteration i at most D - 1 newer groups may still be
+     * in flight. Activations: X(i) on barrier i % ST, its phase i / ST.
+     * Stage reuse: X(i + D) replaces X(i - 1), whose wgmmas were waited
+     * for in iteration i - 1 (the barrier below: every warp's); W(i + 1 +
+     * D) replaces W(i), unpacked in iteration i - 1. */
     auto step = [&](int i, unsigned (&ca)[32], unsigned (&cb)[32], unsigned (&na)[32],
                     unsigned (&nb)[32]) {
         cp_wait<D - 1>();
-        fence_async_smem();
-        __syncthreads(); /* chunk i's activations and chunk i+1's weights landed */
+        __syncthreads(); /* chunk i+1's weights landed; stage (i - 1) % ST free */
         if (i + D < nc)
             load_x((i + D) % ST, c0 + i + D);
         if (i + 1 + D < nc)
             load_w((i + 1 + D) % ST, c0 + i + 1 + D);
         cp_commit();
         const unsigned char *Bs = Xs + (i % ST) * S::XST;
+        mbar_wait(&xbar[i % ST], (unsigned)(i / ST) & 1); /* chunk i's activations */
         wg_fence();
 #pragma unroll
         for (int s = 0; s < 16; s++) {

@@ -228,13 +228,14 @@ enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG };
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
  * f16(x - xh), the part f16 cannot hold. order (enum act_order): plain,
  * each group of 4 stored as 0, 2, 1, 3 (gemm-q.cu's fragment order), or
- * each 256-value chunk as gemm-wg.cu's core-matrix rows. */
-__global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M,
+ * gemm-wg.cu's core matrices (gemm.cuh, wg_act_unit; M padded to
+ * wg_act_tokens(M) with zeros, mp tokens in all). */
+__global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M, int mp,
                                 __half *__restrict__ xh, __half *__restrict__ xl, int order)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
-    if (g >= (int64_t)kg * M)
+    if (g >= (int64_t)kg * (order == ACT_WG ? mp : M))
         return;
     int m = (int)(g / kg), k = 8 * (int)(g % kg);
     const float *p = (const float *)((const char *)x + (int64_t)m * x_nb1) + k;
@@ -246,7 +247,13 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
         p = (const float *)((const char *)x + (int64_t)m * x_nb1) + c + 4 * s + h;
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            v[e] = p[64 * (e >> 1) + 2 * (e & 1)];
+            v[e] = m < M ? p[64 * (e >> 1) + 2 * (e & 1)] : 0.0f;
+        __align__(16) __half hv[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            hv[e] = __float2half_rn(v[e]);
+        *(uint4 *)(xh + 8 * wg_act_unit(m, c / Q_CHUNK, s, h, mp)) = *(const uint4 *)hv;
+        return;
     } else if (((uintptr_t)p & 15) == 0) {
         float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
@@ -520,7 +527,7 @@ static size_t round256(size_t n)
 
 extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
 {
-    return (size_t)K * (size_t)M * 2;
+    return (size_t)K * (size_t)wg_act_tokens(M) * 2; /* the largest of the orders */
 }
 
 extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W,
@@ -542,15 +549,15 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,
                           int64_t M, int64_t x_nb1, void *xh, void *xl)
 {
-    if (K % 32 || K > INT32_MAX || M > INT32_MAX)
-        return k_fail(k, "gemm act", "K must be a multiple of 32 and K, M below 2^31");
+    if (K % 32 || K > INT32_MAX || M > INT32_MAX - WG_MPAD)
+        return k_fail(k, "gemm act", "K must be a multiple of 32 and K, M below 2^31 - 128");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
-    int64_t n = K / 8 * M;
     enum gpath pa = path(k, wtype, K, M, xl);
     int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : ACT_PLAIN;
+    int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
-            (int)K, (int)M, (__half *)xh, (__half *)xl, order);
+            (int)K, (int)M, (int)mp, (__half *)xh, (__half *)xl, order);
     return 0;
 }
 

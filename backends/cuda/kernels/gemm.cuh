@@ -17,6 +17,24 @@
 /* K values per chunk of the in-place kernels: one K-quant block */
 #define Q_CHUNK 256
 
+/* gemm-wg.cu's activations (k_gemm_act's order ACT_WG), in 16-byte units:
+ * step s (16 values) of chunk c of 8-token group g is one wgmma core
+ * matrix, its two halves h (values 8h..8h+7 of the step, each permuted
+ * as gemm-wg.cu's fragments want) 128 bytes apart, token m % 8 its row.
+ * The groups of one (chunk, step) are consecutive, so the NT tokens of a
+ * tile need one contiguous bulk copy per step. Tokens are padded to
+ * WG_MPAD with zeros (the largest token tile). */
+#define WG_MPAD 128
+__host__ __device__ static inline int64_t wg_act_tokens(int64_t M)
+{
+    return (M + WG_MPAD - 1) / WG_MPAD * WG_MPAD;
+}
+__host__ __device__ static inline int64_t wg_act_unit(int64_t m, int64_t c, int s, int h,
+                                                      int64_t mp)
+{
+    return (((c * 16 + s) * (mp / 8) + m / 8) * 2 + h) * 8 + m % 8;
+}
+
 /* dst[m][n] (=|+=) the sum of `splits` planes part[s][m][n] (N * M floats
  * each), in split order. */
 int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,

@@ -45,6 +45,50 @@ __device__ __forceinline__ void fence_async_smem()
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* ---- shared-memory barriers and bulk copies (the async proxy) ----
+ * A bulk copy (cp.async.bulk) writes shared memory through the async
+ * proxy, the one wgmma reads through, and completes on an mbarrier: its
+ * waiters need no proxy fence. (By ncu's samples, a thread's
+ * fence.proxy.async after ordinary cp.async copies waits for every copy
+ * it has in flight, which would collapse a ring of stages to one:
+ * docs/decisions/cuda-hopper-gemm.md.) */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+/* After the inits, before any other thread or the async proxy uses them. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* This thread arrives on bar and announces bytes of bulk copies on it. */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* Waits until bar completes the phase of parity `parity`. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* bytes (a multiple of 16; both addresses 16-byte aligned) global ->
+ * shared, completing on bar. */
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes,
+                                         uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
 /* d[64 x N] (+)= a[64 x 16] (registers, per warp mma.sync's m16n8k16 A
  * layout) * b[16 x N] (shared, descriptor b; TB = 1: b is MN-major), f16
  * in, f32 accumulators; acc = 0 overwrites d. d[4j + e] of a lane is
