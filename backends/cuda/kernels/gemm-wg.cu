@@ -104,19 +104,21 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
         }
     };
-    /* Activations of chunk c into stage `stage`: per step s, the NT
-     * tokens' core matrices are NT * 32 contiguous bytes in k_gemm_act's
-     * order (gemm.cuh, wg_act_unit), one bulk copy each, all completing
-     * on the stage's barrier. Thread 0 issues them. */
+    /* Activations of chunk c into stage `stage`: per step s, the tile's
+     * tokens' core matrices are contiguous in k_gemm_act's order
+     * (gemm.cuh, wg_act_unit), 32 bytes a token, one bulk copy each, all
+     * completing on the stage's barrier. Thread 0 issues them. Only the
+     * tokens up to the last 8-token group exist (wg_act_tokens). */
     const int64_t mp = wg_act_tokens(M);
+    const unsigned xbytes = (unsigned)(mp - m0 < NT ? mp - m0 : NT) * 32;
     auto load_x = [&](int stage, int c) {
         if (tid != 0)
             return;
         unsigned char *Bs = Xs + stage * S::XST;
-        mbar_expect(&xbar[stage], S::XST);
+        mbar_expect(&xbar[stage], 16 * xbytes);
 #pragma unroll 1
         for (int s = 0; s < 16; s++)
-            bulk_g2s(Bs + s * (NT * 32), xh + 8 * wg_act_unit(m0, c, s, 0, mp), NT * 32,
+            bulk_g2s(Bs + s * (NT * 32), xh + 8 * wg_act_unit(m0, c, s, 0, mp), xbytes,
                      &xbar[stage]);
     };
     if (tid == 0) {

@@ -21,13 +21,16 @@
  * step s (16 values) of chunk c of 8-token group g is one wgmma core
  * matrix, its two halves h (values 8h..8h+7 of the step, each permuted
  * as gemm-wg.cu's fragments want) 128 bytes apart, token m % 8 its row.
- * The groups of one (chunk, step) are consecutive, so the NT tokens of a
- * tile need one contiguous bulk copy per step. Tokens are padded to
- * WG_MPAD with zeros (the largest token tile). */
-#define WG_MPAD 128
+ * The groups of one (chunk, step) are consecutive, so the tokens of a
+ * tile need one contiguous bulk copy per step. Tokens are padded with
+ * zeros to whole groups only: a tile past the last group copies nothing
+ * for its missing tokens (a 64-token tile at 16 tokens copies 16), and
+ * the stale shared memory there feeds only accumulator columns of tokens
+ * that are never stored. */
+#define WG_GROUP 8
 __host__ __device__ static inline int64_t wg_act_tokens(int64_t M)
 {
-    return (M + WG_MPAD - 1) / WG_MPAD * WG_MPAD;
+    return (M + WG_GROUP - 1) / WG_GROUP * WG_GROUP;
 }
 __host__ __device__ static inline int64_t wg_act_unit(int64_t m, int64_t c, int s, int h,
                                                       int64_t mp)
