@@ -221,21 +221,24 @@ int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launc
 
 /* Which kernel runs a call (path()), and so the k order of its f16
  * activations: the f16-scratch kernel here, gemm-q.cu's in-place
- * mma.sync kernel, or gemm-wg.cu's wgmma one. */
-enum gpath { PATH_F16, PATH_Q, PATH_WG };
-enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG };
+ * mma.sync kernel, gemm-wg.cu's in-place wgmma one, or gemm-ss.cu's
+ * wgmma one on f16 scratch. */
+enum gpath { PATH_F16, PATH_Q, PATH_WG, PATH_SS };
+enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG, ACT_CM };
 
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
  * f16(x - xh), the part f16 cannot hold. order (enum act_order): plain,
  * each group of 4 stored as 0, 2, 1, 3 (gemm-q.cu's fragment order), or
- * gemm-wg.cu's core matrices (gemm.cuh, wg_act_unit; M padded to
- * wg_act_tokens(M) with zeros, mp tokens in all). */
+ * core matrices (gemm.cuh, wg_act_unit; M padded to wg_act_tokens(M)
+ * with zeros, mp tokens in all) with gemm-wg.cu's fragment order inside
+ * each 256-value chunk (ACT_WG) or the natural one (ACT_CM, gemm-ss.cu). */
 __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M, int mp,
                                 __half *__restrict__ xh, __half *__restrict__ xl, int order)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
-    if (g >= (int64_t)kg * (order == ACT_WG ? mp : M))
+    bool cm = order == ACT_WG || order == ACT_CM;
+    if (g >= (int64_t)kg * (cm ? mp : M))
         return;
     int m = (int)(g / kg), k = 8 * (int)(g % kg);
     const float *p = (const float *)((const char *)x + (int64_t)m * x_nb1) + k;
@@ -254,6 +257,10 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
             hv[e] = __float2half_rn(v[e]);
         *(uint4 *)(xh + 8 * wg_act_unit(m, c / Q_CHUNK, s, h, mp)) = *(const uint4 *)hv;
         return;
+    } else if (m >= M) {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            v[e] = 0.0f;
     } else if (((uintptr_t)p & 15) == 0) {
         float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
@@ -277,15 +284,20 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
         h[e] = __float2half_rn(v[e]);
         lo[e] = __float2half_rn(v[e] - __half2float(h[e]));
     }
-    *(uint4 *)(xh + (int64_t)m * K + k) = *(const uint4 *)h;
+    int64_t u = cm ? 8 * wg_act_unit(m, k / Q_CHUNK, (k % Q_CHUNK) >> 4, (k >> 3) & 1, mp)
+                   : (int64_t)m * K + k;
+    *(uint4 *)(xh + u) = *(const uint4 *)h;
     if (xl)
-        *(uint4 *)(xl + (int64_t)m * K + k) = *(const uint4 *)lo;
+        *(uint4 *)(xl + u) = *(const uint4 *)lo;
 }
 
-/* Rows [0, rows) of W (w_nb1 bytes apart) to f16, K halves per row. */
+/* Rows [0, rows) of W (w_nb1 bytes apart) to f16, K halves per row, or
+ * with cm in gemm-ss.cu's core-matrix order (rows padded to 8; the
+ * padding rows are left as they are: they feed only outputs that are
+ * never stored). */
 template <int T>
 __global__ void gemm_w16_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int K, int rows,
-                                __half *__restrict__ wh)
+                                __half *__restrict__ wh, int cm)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
@@ -298,25 +310,28 @@ __global__ void gemm_w16_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, in
 #pragma unroll
     for (int e = 0; e < 8; e++)
         h[e] = __float2half_rn(v[e]);
-    *(uint4 *)(wh + (int64_t)r * K + k) = *(const uint4 *)h;
+    int64_t u = cm ? 8 * wg_act_unit(r, k / Q_CHUNK, (k % Q_CHUNK) >> 4, (k >> 3) & 1,
+                                     wg_act_tokens(rows))
+                   : (int64_t)r * K + k;
+    *(uint4 *)(wh + u) = *(const uint4 *)h;
 }
 
 template <int T>
 static int launch_w16(struct kctx *k, const void *W, int64_t w_nb1, int64_t K, int64_t rows,
-                      void *wh)
+                      void *wh, int cm)
 {
     int64_t n = K / 8 * rows;
     unsigned blocks = (unsigned)((n + 255) / 256);
     auto kf = gemm_w16_kernel<T>;
     KLAUNCH(k, "gemm dequant", kf, blocks, 256, 0, (const uint8_t *)W, w_nb1, (int)K, (int)rows,
-            (__half *)wh);
+            (__half *)wh, cm);
     return 0;
 }
 
 static int w16(struct kctx *k, uint32_t type, const void *W, int64_t w_nb1, int64_t K,
-               int64_t rows, void *wh)
+               int64_t rows, void *wh, int cm)
 {
-#define WC(T) K_TYPE_CASE(T, launch_w16, k, W, w_nb1, K, rows, wh)
+#define WC(T) K_TYPE_CASE(T, launch_w16, k, W, w_nb1, K, rows, wh, cm)
     switch (type) {
         WC(MINFER_TYPE_F32) WC(MINFER_TYPE_F16) WC(MINFER_TYPE_BF16)
         WC(MINFER_TYPE_Q4_0) WC(MINFER_TYPE_Q4_1) WC(MINFER_TYPE_Q5_0) WC(MINFER_TYPE_Q5_1)
@@ -339,18 +354,20 @@ static int g_path;
 
 /* bn 128 or 256 forces this file's kernel with that tile; bn 16 or 64
  * forces gemm-q.cu's with that token tile; bn 1064 or 1128 gemm-wg.cu's
- * with a 64- or 128-token tile where it can run (a 9.0 device and a
- * build with sm_90a), else the choice stays automatic. */
+ * with a 64- or 128-token tile, bn 2256 gemm-ss.cu's, where they can run
+ * (a 9.0 device and a build with sm_90a), else the choice stays
+ * automatic. */
 extern "C" void k_tune_gemm(int bk, int splits, int bn)
 {
     g_bk = bk == 32 || bk == 64 ? bk : 0;
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
     g_bn = bn == 128 || bn == 256 ? bn : 0;
-    bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128;
-    g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : g_bn ? PATH_F16 + 1 : 0;
+    bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128, ss = bn == 2256;
+    g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : ss ? PATH_SS + 1 : g_bn ? PATH_F16 + 1 : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
-#ifdef MINFER_CUDA_WGMMA /* gemm-wg.cu is built (the sm_90a object) */
+#ifdef MINFER_CUDA_WGMMA /* gemm-wg.cu and gemm-ss.cu are built (the sm_90a object) */
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
+    gemm_ss_tune(ss ? splits : 0);
 #endif
 }
 
@@ -369,9 +386,16 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
 #define GQ_MAX_M 64
 #define GQ_WG_MAX_M 16
 #define GWG_ANY_MAX_M 1024
+#define GSS_MIN_M 2048
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t N, int64_t M,
                        const void *xl)
 {
+    bool ss = false;
+#ifdef MINFER_CUDA_WGMMA
+    ss = wg_ready(k) && gemm_ss_eligible(K);
+#endif
+    if (ss && (g_path == PATH_SS + 1 || (!g_path && M >= GSS_MIN_M)))
+        return PATH_SS;
     if (xl || !gemm_q_eligible(type, K))
         return PATH_F16;
     if (g_path == PATH_WG + 1 && wg_ready(k))
@@ -409,7 +433,7 @@ extern "C" int k_prepare(struct kctx *k)
         gemm_q_prepare(k))
         return -1;
 #ifdef MINFER_CUDA_WGMMA
-    if (wg_ready(k) && gemm_wg_prepare(k))
+    if (wg_ready(k) && (gemm_wg_prepare(k) || gemm_ss_prepare(k)))
         return -1;
 #endif
     k->gemm_optin_ok = 1;
@@ -514,9 +538,11 @@ static bool w_direct(uint32_t type, const void *W, int64_t w_nb1)
     return type == MINFER_TYPE_F16 && ((uintptr_t)W & 15) == 0 && w_nb1 % 16 == 0;
 }
 
-static int64_t chunk_rows(uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1)
+/* Weight rows per dequantization pass (N when the rows are read in
+ * place); direct: whether they are. */
+static int64_t chunk_rows(bool direct, int64_t K, int64_t N)
 {
-    if (w_direct(type, W, w_nb1))
+    if (direct)
         return N;
     int64_t rows = (int64_t)(G_CHUNK_BYTES / ((size_t)K * 2)) / 256 * 256; /* whole tiles */
     if (rows < 256)
@@ -543,8 +569,13 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
 #ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg_part_bytes(k, K, N, M);
+    if (pa == PATH_SS) { /* every chunk of rows dequantized, padded to 8 */
+        int64_t rows = chunk_rows(false, K, N);
+        size_t pb = gemm_ss_part_bytes(k, K, rows, M), pl = gemm_ss_part_bytes(k, K, N % rows, M);
+        return round256((size_t)wg_act_tokens(rows) * (size_t)K * 2) + (pb > pl ? pb : pl);
+    }
 #endif
-    int64_t rows = chunk_rows(type, W, K, N, w_nb1);
+    int64_t rows = chunk_rows(w_direct(type, W, w_nb1), K, N);
     size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
     size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
     return wb + (pb > pl ? pb : pl);
@@ -558,8 +589,8 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
     enum gpath pa = path(k, wtype, K, N, M, xl);
-    int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : ACT_PLAIN;
-    int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG ? mp : M);
+    int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
+    int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG || order == ACT_CM ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
             (int)K, (int)M, (int)mp, (__half *)xh, (__half *)xl, order);
     return 0;
@@ -586,9 +617,25 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
 #ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+    if (pa == PATH_SS) {
+        if (!scratch)
+            return k_fail(k, "gemm", "no scratch (k_gemm_scratch_bytes) was given");
+        int64_t rows = chunk_rows(false, K, N);
+        const __half *wc = (const __half *)scratch;
+        void *part = (char *)scratch + round256((size_t)wg_act_tokens(rows) * (size_t)K * 2);
+        for (int64_t r0 = 0; r0 < N; r0 += rows) {
+            int64_t nc = N - r0 < rows ? N - r0 : rows, rp = wg_act_tokens(nc);
+            if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch, 1) ||
+                gemm_ss(k, wc, rp, (const __half *)xh, K, nc, M, dst + r0, dst_nb1, 0, part) ||
+                (xl && gemm_ss(k, wc, rp, (const __half *)xl, K, nc, M, dst + r0, dst_nb1, 1,
+                               part)))
+                return -1;
+        }
+        return 0;
+    }
 #endif
     bool direct = w_direct(type, W, w_nb1);
-    int64_t rows = chunk_rows(type, W, K, N, w_nb1);
+    int64_t rows = chunk_rows(w_direct(type, W, w_nb1), K, N);
     size_t wb = direct ? 0 : round256((size_t)rows * (size_t)K * 2);
     if ((!direct || part_bytes(k, K, rows, M) || part_bytes(k, K, N % rows, M)) && !scratch)
         return k_fail(k, "gemm", "no scratch (k_gemm_scratch_bytes) was given");
@@ -601,7 +648,7 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         if (direct) {
             wh = (const __half *)((const char *)W + r0 * w_nb1);
             lda = w_nb1 / 2;
-        } else if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch)) {
+        } else if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch, 0)) {
             return -1;
         }
         if (launch_f16(k, wh, lda, K, nc, (const __half *)xh, M, d, dst_nb1, 0, part))

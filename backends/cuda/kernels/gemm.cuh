@@ -93,4 +93,16 @@ void gemm_wg_tune(int nt, int splits);
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part);
 
+/* gemm-ss.cu (sm_90a builds only): the wgmma GEMM on f16 operands in the
+ * core-matrix order, for long prefills. wc: rp rows (a multiple of 8, n
+ * of them real), xc: k_gemm_act's ACT_CM activations of M tokens; dst
+ * (=|+=) wc . xc. part: gemm_ss_part_bytes of scratch. */
+bool gemm_ss_eligible(int64_t K);
+size_t gemm_ss_part_bytes(const struct kctx *k, int64_t K, int64_t n, int64_t M);
+int gemm_ss_prepare(struct kctx *k);
+/* Forces the split count (1..8); 0 = automatic. */
+void gemm_ss_tune(int splits);
+int gemm_ss(struct kctx *k, const __half *wc, int64_t rp, const __half *xc, int64_t K,
+            int64_t n, int64_t M, float *dst, int64_t dst_nb1, int accumulate, void *part);
+
 #endif /* MINFER_CUDA_GEMM_CUH */
