@@ -241,6 +241,8 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
     if (g >= (int64_t)kg * (cm ? mp : M))
         return;
     int m = (int)(g / kg), k = 8 * (int)(g % kg);
+    if (cm) /* thread g writes unit g */
+        wg_unit_pos(g, mp, &m, &k);
     const float *p = (const float *)((const char *)x + (int64_t)m * x_nb1) + k;
     float v[8];
     if (order == ACT_WG) {
@@ -255,7 +257,7 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
 #pragma unroll
         for (int e = 0; e < 8; e++)
             hv[e] = __float2half_rn(v[e]);
-        *(uint4 *)(xh + 8 * wg_act_unit(m, c / Q_CHUNK, s, h, mp)) = *(const uint4 *)hv;
+        *(uint4 *)(xh + 8 * g) = *(const uint4 *)hv;
         return;
     } else if (m >= M) {
 #pragma unroll
@@ -284,43 +286,42 @@ __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int 
         h[e] = __float2half_rn(v[e]);
         lo[e] = __float2half_rn(v[e] - __half2float(h[e]));
     }
-    int64_t u = cm ? 8 * wg_act_unit(m, k / Q_CHUNK, (k % Q_CHUNK) >> 4, (k >> 3) & 1, mp)
-                   : (int64_t)m * K + k;
+    int64_t u = cm ? 8 * g : (int64_t)m * K + k;
     *(uint4 *)(xh + u) = *(const uint4 *)h;
     if (xl)
         *(uint4 *)(xl + u) = *(const uint4 *)lo;
 }
 
 /* Rows [0, rows) of W (w_nb1 bytes apart) to f16, K halves per row, or
- * with cm in gemm-ss.cu's core-matrix order (rows padded to 8; the
- * padding rows are left as they are: they feed only outputs that are
- * never stored). */
+ * with cm in gemm-ss.cu's core-matrix order (rows padded to 8 with
+ * zeros; thread g writes unit g). */
 template <int T>
 __global__ void gemm_w16_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int K, int rows,
                                 __half *__restrict__ wh, int cm)
 {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
-    if (g >= (int64_t)kg * rows)
+    int64_t rp = cm ? wg_act_tokens(rows) : rows;
+    if (g >= (int64_t)kg * rp)
         return;
     int r = (int)(g / kg), k = 8 * (int)(g % kg);
-    float v[8];
-    dq8<T>(W + (int64_t)r * w_nb1, k, v);
+    if (cm)
+        wg_unit_pos(g, rp, &r, &k);
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < rows)
+        dq8<T>(W + (int64_t)r * w_nb1, k, v);
     __align__(16) __half h[8];
 #pragma unroll
     for (int e = 0; e < 8; e++)
         h[e] = __float2half_rn(v[e]);
-    int64_t u = cm ? 8 * wg_act_unit(r, k / Q_CHUNK, (k % Q_CHUNK) >> 4, (k >> 3) & 1,
-                                     wg_act_tokens(rows))
-                   : (int64_t)r * K + k;
-    *(uint4 *)(wh + u) = *(const uint4 *)h;
+    *(uint4 *)(wh + (cm ? 8 * g : (int64_t)r * K + k)) = *(const uint4 *)h;
 }
 
 template <int T>
 static int launch_w16(struct kctx *k, const void *W, int64_t w_nb1, int64_t K, int64_t rows,
                       void *wh, int cm)
 {
-    int64_t n = K / 8 * rows;
+    int64_t n = K / 8 * (cm ? wg_act_tokens(rows) : rows);
     unsigned blocks = (unsigned)((n + 255) / 256);
     auto kf = gemm_w16_kernel<T>;
     KLAUNCH(k, "gemm dequant", kf, blocks, 256, 0, (const uint8_t *)W, w_nb1, (int)K, (int)rows,
@@ -386,7 +387,8 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
 #define GQ_MAX_M 64
 #define GQ_WG_MAX_M 16
 #define GWG_ANY_MAX_M 1024
-#define GSS_MIN_M 2048
+#define GSS_MIN_M 1024      /* deep products (N <= K) */
+#define GSS_WIDE_MIN_M 1536 /* wide ones */
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t N, int64_t M,
                        const void *xl)
 {
@@ -394,7 +396,7 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t N
 #ifdef MINFER_CUDA_WGMMA
     ss = wg_ready(k) && gemm_ss_eligible(K);
 #endif
-    if (ss && (g_path == PATH_SS + 1 || (!g_path && M >= GSS_MIN_M)))
+    if (ss && (g_path == PATH_SS + 1 || (!g_path && M >= GSS_MIN_M && (N <= K || M >= GSS_WIDE_MIN_M))))
         return PATH_SS;
     if (xl || !gemm_q_eligible(type, K))
         return PATH_F16;

@@ -37,6 +37,15 @@ __host__ __device__ static inline int64_t wg_act_unit(int64_t m, int64_t c, int 
 {
     return (((c * 16 + s) * (mp / 8) + m / 8) * 2 + h) * 8 + m % 8;
 }
+/* The inverse: unit u holds values [k, k + 8) of row m. The kernels that
+ * write this order give each thread one unit, so a warp writes 512
+ * contiguous bytes. */
+__host__ __device__ static inline void wg_unit_pos(int64_t u, int64_t mp, int *m, int *k)
+{
+    int64_t q = u >> 4, groups = mp / 8;
+    *m = (int)(q % groups * 8 + (u & 7));
+    *k = (int)(q / groups * 16 + ((u >> 3) & 1) * 8);
+}
 
 /* dst[m][n] (=|+=) the sum of `splits` planes part[s][m][n] (N * M floats
  * each), in split order. */
