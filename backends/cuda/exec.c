@@ -53,7 +53,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
-    LAUNCH(k_gemm_act(k, w->type, x->data, K, N, M, (int64_t)x->nb[1], xh, xl));
+    LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
                   ws ? wh : NULL));
     return MINFER_OK;

@@ -37,11 +37,15 @@
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when the tiles do not cover the GPU once.
  *
- * Measured on the H200 with the first (fenced) copies (docs/PERF.md, ADR
- * cuda-hopper-gemm): the wgmmas alone would run a 2048-token ffn matrix
- * at ~570 TFLOP/s, but the copies bounded the kernel at ~210; it beat the
- * f16-scratch kernel only at 17-256 tokens. NOT YET MEASURED with the
- * bulk copies (branch wgbulk, written without a device).
+ * Measured on the H200 (docs/PERF.md, ADR cuda-hopper-gemm): with the
+ * first (fenced) copies the kernel ran a 2048-token ffn matrix at ~210
+ * TFLOP/s and beat the f16-scratch kernel only at 17-256 tokens; with
+ * the bulk copies, at 128-2048 tokens the 128-token tile runs 1.4-1.5x
+ * faster than before (ffn up at 2048 tokens: 1,325 -> 885 us, 315
+ * TFLOP/s). Past 1,023 tokens gemm-ss.cu, on f16 scratch, is faster
+ * still: re-unpacking the weights for every token tile is what bounds
+ * this kernel there (ncu: 8 warps per SM, issue-bound at 36% of the SM's
+ * throughput).
  *
  * Built only for sm_90a (CMakeLists.txt compiles this file for that one
  * target when the plugin's architectures include 9.0); gemm.cu calls it

@@ -374,29 +374,26 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
 
 /* The kernel for a call: one decision for the activation order, the
  * scratch size and the launch. By shape, from minfer-cuda-bench --gemmwg
- * on the H200 (docs/PERF.md): gemm-q.cu's in-place kernel up to 16
- * tokens (its 16-token tile; the wgmma kernel wastes most of its 64-token
- * tile there); gemm-wg.cu's wgmma kernel from 17 tokens where it can run
- * (at 128-512 tokens 1.1-1.5x the f16 kernel); past 1,024 tokens only for
- * products wider than deep (N > K: ffn up, 1.15x at 2,048), because on
- * the deep ones (ffn down, 18944 x 3584) its 128-row tiles fill the 132
- * SMs in 3.4 waves and the f16 kernel wins by 5%. Without wgmma,
- * gemm-q.cu up to 64 tokens (1.3-3x the f16 kernel there) and the f16
- * kernel beyond. xl (the hi/lo split of float weights) only the f16
- * kernel handles. */
+ * and --gemm-one on the H200 (docs/PERF.md): gemm-q.cu's in-place
+ * kernel up to 16 tokens (its 16-token tile; the wgmma kernel wastes most
+ * of its 64-token tile there); where the wgmma kernels can run, gemm-wg.cu's
+ * (weights unpacked in place) at 17-1,023 tokens (at 128-512 tokens
+ * 1.1-1.5x the f16 kernel) and gemm-ss.cu's (f16 scratch, both operands
+ * by bulk copy) from 1,024 (at 1,024 tokens 1.15-1.25x gemm-wg.cu on the
+ * ffn shapes, even on the attention one; at 8,192 1.5-1.85x the f16
+ * kernel), for every type and for the hi/lo split of float weights too.
+ * Without wgmma, gemm-q.cu up to 64 tokens (1.3-3x the f16 kernel there)
+ * and the f16 kernel beyond. */
 #define GQ_MAX_M 64
 #define GQ_WG_MAX_M 16
-#define GWG_ANY_MAX_M 1024
-#define GSS_MIN_M 1024      /* deep products (N <= K) */
-#define GSS_WIDE_MIN_M 1536 /* wide ones */
-static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t N, int64_t M,
-                       const void *xl)
+#define GSS_MIN_M 1024
+static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
 {
     bool ss = false;
 #ifdef MINFER_CUDA_WGMMA
     ss = wg_ready(k) && gemm_ss_eligible(K);
 #endif
-    if (ss && (g_path == PATH_SS + 1 || (!g_path && M >= GSS_MIN_M && (N <= K || M >= GSS_WIDE_MIN_M))))
+    if (ss && (g_path == PATH_SS + 1 || (!g_path && M >= GSS_MIN_M)))
         return PATH_SS;
     if (xl || !gemm_q_eligible(type, K))
         return PATH_F16;
@@ -405,9 +402,7 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t N
     if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1)
         return (enum gpath)(g_path - 1);
     if (wg_ready(k))
-        return M <= GQ_WG_MAX_M                ? PATH_Q
-               : M <= GWG_ANY_MAX_M || N > K ? PATH_WG
-                                               : PATH_F16;
+        return M <= GQ_WG_MAX_M ? PATH_Q : PATH_WG;
     return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
 }
 
@@ -565,7 +560,7 @@ extern "C" size_t k_gemm_act_bytes(int64_t K, int64_t M)
 extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W,
                                        int64_t K, int64_t N, int64_t M, int64_t w_nb1)
 {
-    enum gpath pa = path(k, type, K, N, M, NULL);
+    enum gpath pa = path(k, type, K, M, NULL);
     if (pa == PATH_Q)
         return gemm_q_part_bytes(k, K, N, M);
 #ifdef MINFER_CUDA_WGMMA
@@ -584,13 +579,13 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
 }
 
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,
-                          int64_t N, int64_t M, int64_t x_nb1, void *xh, void *xl)
+                          int64_t M, int64_t x_nb1, void *xh, void *xl)
 {
     if (K % 32 || K > INT32_MAX || M > INT32_MAX - WG_GROUP)
         return k_fail(k, "gemm act", "K must be a multiple of 32 and K, M below 2^31 - 8");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
-    enum gpath pa = path(k, wtype, K, N, M, xl);
+    enum gpath pa = path(k, wtype, K, M, xl);
     int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
     int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG || order == ACT_CM ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
@@ -613,7 +608,7 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
-    enum gpath pa = path(k, type, K, N, M, xl);
+    enum gpath pa = path(k, type, K, M, xl);
     if (pa == PATH_Q)
         return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
 #ifdef MINFER_CUDA_WGMMA

@@ -130,10 +130,10 @@ int k_gemm_supported(uint32_t type);
 size_t k_gemm_act_bytes(int64_t K, int64_t M);
 /* x: F32 [K, M] (rows x_nb1 bytes apart) -> xh[m][k] = f16(x[k, m]) and,
  * when xl is non-NULL, xl = f16(x - xh) (what f16 cannot hold). Buffers
- * of k_gemm_act_bytes, 16-byte aligned. K % 32 == 0. wtype and N: the
- * weights k_gemm will multiply (the kernel k_gemm picks by type and shape
- * wants its own order of the values; the call must match k_gemm's). */
-int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K, int64_t N, int64_t M,
+ * of k_gemm_act_bytes, 16-byte aligned. K % 32 == 0. wtype: the weights
+ * k_gemm will multiply (the kernel k_gemm picks by type and size wants
+ * its own order of the values; the call must match k_gemm's). */
+int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K, int64_t M,
                int64_t x_nb1, void *xh, void *xl);
 /* Scratch bytes k_gemm needs for these weights and M tokens (f16 weight
  * rows unless read in place, split-K partial sums); may be 0. */
