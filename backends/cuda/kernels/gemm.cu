@@ -26,6 +26,11 @@
  * template count stays small (11 dequant + 3 GEMM). A 256-row tile
  * (8 warps of 64 x 64, one block per SM) runs from 4096 tokens, where it
  * measured faster; at 512 it was slower on every 7B shape (docs/PERF.md).
+ *
+ * This file is also the one entry point of the other prefill kernels:
+ * path() picks per call between this kernel, gemm-q.cu's and gemm-wg.cu's
+ * in-place ones and gemm-ss.cu's (Hopper), which takes stages 1 and 2 in
+ * wgmma's core-matrix order (ACT_CM, w16's cm) instead of row order.
  */
 #include <stdlib.h>
 
