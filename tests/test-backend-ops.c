@@ -841,6 +841,61 @@ START_TEST(ffn_gate_up)
 }
 END_TEST
 
+/* Catches a GEMM epilogue (k_gemm's KGEMM_ADD for MUL_MAT_ADD, and
+ * KGEMM_SILU_MUL for FFN_GATE_UP's up product) that is only right in the
+ * kernel and split count the per-shape choice picks: every prefill GEMM
+ * variant is forced in turn, with one split (the kernel's own store) and
+ * with several (the fixed-order reduction's), on a residual, a bias and
+ * an in-place addend, and on float weights (two passes, the epilogue on
+ * the second). */
+START_TEST(gemm_epilogues)
+{
+    UNDER_TEST(UT_CUDA);
+    typedef void (*tune_fn)(int bk, int splits, int bn);
+    tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
+    ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
+    static const int variants[][3] = {{64, 1, 128},  {64, 3, 128},  {0, 1, 16},   {0, 2, 16},
+                                      {0, 1, 64},    {0, 1, 1064},  {0, 2, 1064}, {0, 1, 1128},
+                                      {0, 2, 1128},  {0, 1, 2256},  {0, 2, 2256}};
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_F16};
+    int Ms[] = {9, 67};
+    const int64_t K = 512, N = 200;
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        tune(variants[v][0], variants[v][1], variants[v][2]);
+        for (size_t ti = 0; ti < 2; ti++) {
+            struct tt *w = tt_weight(types[ti], K, N, 0, "w");
+            struct tt *u = tt_weight(types[ti], K, N, 0, "up");
+            double tol = is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT;
+            for (size_t m = 0; m < 2; m++) {
+                int M = Ms[m];
+                struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+                tt_place(x, NULL);
+                char what[128];
+                for (int kind = 0; kind < 3; kind++) { /* residual, bias, in place */
+                    struct tt *a = tt_new(MINFER_TYPE_F32, N, kind == 1 ? 1 : M, 1, 1, 0);
+                    tt_place(a, NULL);
+                    struct tt *dst = kind == 2 ? a : tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+                    snprintf(what, sizeof what, "gemm epilogue add bk=%d splits=%d bn=%d %s nt=%d %s",
+                             variants[v][0], variants[v][1], variants[v][2], tn(types[ti]), M,
+                             kind == 0 ? "residual" : kind == 1 ? "bias" : "in place");
+                    run_mul_mat_add(w, x, a, dst, what);
+                    compare(dst, "gemm_epilogue", what, tol);
+                }
+                struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+                struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
+                struct tt *src[3] = {w, u, x};
+                snprintf(what, sizeof what, "gemm epilogue swiglu bk=%d splits=%d bn=%d %s nt=%d",
+                         variants[v][0], variants[v][1], variants[v][2], tn(types[ti]), M);
+                run_both(&n, src, 3, dst, what);
+                compare(dst, "gemm_epilogue", what, tol);
+            }
+        }
+    }
+    tune(0, 0, 0);
+    print_stats("gemm_epilogues");
+}
+END_TEST
+
 /* Catches: a store that writes cells other than the named ones, a Q8_0
  * quantizer that differs from the CPU's, strided source rows. */
 START_TEST(kv_store_layouts)
@@ -1209,6 +1264,7 @@ Suite *backend_ops_suite(void)
     tcase_add_loop_test(tc, ffn_gate_up, 0, UT_COUNT);
     tcase_add_loop_test(tc, mul_mat_add, 0, UT_COUNT);
     tcase_add_test(tc, gemm_every_variant);
+    tcase_add_test(tc, gemm_epilogues);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);

@@ -240,7 +240,8 @@ static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_
         if (i == 2)
             cu_timer_start(c);
         if (k_gemm_act(k, t, x, K, M, K * 4, xh, split ? xl : NULL) ||
-            k_gemm(k, t, w[i % copies], K, N, rowb, xh, split ? xl : NULL, M, y, N * 4, ws)) {
+            k_gemm(k, t, w[i % copies], K, N, rowb, xh, split ? xl : NULL, M, y, N * 4, ws,
+                   NULL)) {
             fprintf(stderr, "kernel error: %s\n", k->err);
             goto out;
         }

@@ -38,7 +38,8 @@ static size_t round256(size_t n)
  * quantize activations to 8 bits there. */
 static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_node *n,
                               struct kctx *k, const struct minfer_tensor *w,
-                              const struct minfer_tensor *x, float *dst, int64_t dst_nb1)
+                              const struct minfer_tensor *x, float *dst, int64_t dst_nb1,
+                              const struct kgemm_epi *epi)
 {
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     bool split = is_float_type(w->type);
@@ -55,7 +56,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
     LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
-                  ws ? wh : NULL));
+                  ws ? wh : NULL, epi));
     return MINFER_OK;
 }
 
@@ -81,6 +82,12 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
     return MINFER_OK;
 }
 
+/* Whether a product of M tokens runs the tensor-core GEMM (run_gemm). */
+static bool gemm_route(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
+{
+    return M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && w->ne[0] % 32 == 0;
+}
+
 /* dst[N, M] = W . x, choosing the kernel family by token count. epi
  * (NULL: none) asks the matvec for a fused ADD; the caller only passes
  * one when M <= MMV_MAX_NT. Quantized activations are reused from
@@ -95,8 +102,8 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
     int64_t xnb1 = (int64_t)x->nb[1];
     if (epi && M > MMV_MAX_NT)
         return cuda_node_fail(be, n, MINFER_ERR_STATE, "fused ADD on a GEMM-sized product");
-    if (M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && K % 32 == 0)
-        return run_gemm(be, n, k, w, x, dst, dst_nb1);
+    if (gemm_route(k, w, M))
+        return run_gemm(be, n, k, w, x, dst, dst_nb1, NULL);
     if (is_float_type(w->type)) {
         LAUNCH(k_matvec_f_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
                               dst_nb1, epi));
@@ -126,8 +133,10 @@ struct kepi cuda_sum_epi(const struct minfer_node *n)
 }
 
 /* MUL_MAT_ADD: the matvec adds in its epilogue (each output read-then-
- * written by one thread, so src2 may even be dst); GEMM-sized products
- * go to dst, or to scratch when src2 shares dst's bytes, then one ADD. */
+ * written by one thread, so src2 may even be dst), and so does the GEMM
+ * (k_gemm's KGEMM_ADD) when src2 is apart from dst or is dst laid out
+ * alike, with rows of contiguous floats; otherwise the product goes to
+ * dst, or to scratch when src2 shares dst's bytes, then one ADD. */
 static minfer_status run_matmul_add(struct minfer_backend *be, const struct minfer_node *n,
                                     struct kctx *k)
 {
@@ -136,6 +145,13 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
     if (M <= MMV_MAX_NT) {
         struct kepi e = cuda_sum_epi(n);
         return run_matmul(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
+    }
+    /* a float-weight GEMM runs in two passes, the first writing dst */
+    bool alike = a->data == d->data && a->nb[1] == d->nb[1] && a->ne[1] == M &&
+                 !is_float_type(w->type);
+    if (gemm_route(k, w, M) && a->nb[0] == sizeof(float) && (!overlaps(a, d) || alike)) {
+        struct kgemm_epi e = {KGEMM_ADD, a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1]};
+        return run_gemm(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
     }
     float *prod = d->data;
     int64_t prod_nb1 = (int64_t)d->nb[1];
@@ -267,10 +283,18 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         }
         size_t plane = (size_t)N * (size_t)M * sizeof(float);
         void *gu = NULL;
-        minfer_status st = cu_scratch(be->c, SLOT_FFN, 2 * plane, &gu);
+        bool fused = gemm_route(k, s1, M) && d->nb[0] == sizeof(float);
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
         float *g = gu, *u = (float *)((char *)gu + plane);
+        if (fused) { /* the gate product, then the up product with SwiGLU as its epilogue */
+            st = run_gemm(be, n, k, s0, n->src[2], g, N * 4, NULL);
+            struct kgemm_epi e = {KGEMM_SILU_MUL, g, N * 4};
+            return st != MINFER_OK ? st
+                                   : run_gemm(be, n, k, s1, n->src[2], d->data,
+                                              (int64_t)d->nb[1], &e);
+        }
         /* gate and up quantize x once (be->xq: the second call finds it) */
         st = run_matmul(be, n, k, s0, n->src[2], g, N * 4, NULL);
         if (st == MINFER_OK)

@@ -51,7 +51,7 @@ template <int T, int NJ>
 __global__ void __launch_bounds__(Q_THREADS, 1)
     gemm_q_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const __half *__restrict__ xh,
                   int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                  int64_t split_nb)
+                  int64_t split_nb, gepi ep)
 {
     using Q = qgemm<T>;
     using S = qsmem<T, NJ>;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
         for (int e = 0; e < 4; e++) {
             int n = n0 + r0 + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
             if (n < N && m < M)
-                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = acc[j][e];
+                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = gepi_apply(ep, acc[j][e], m, n);
         }
 }
 
@@ -220,7 +220,7 @@ struct q_launchers {
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                   int64_t split_nb)
+                   int64_t split_nb, gepi e)
     {
         const char *site = "gemm_q";
         const int smem2 = qsmem<T, 2>::BYTES, smem8 = qsmem<T, 8>::BYTES;
@@ -229,20 +229,20 @@ struct q_launchers {
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_q_kernel<T, 2>), grid, Q_THREADS, smem2,
                     (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb);
+                    split_nb, e);
         } else {
             dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + Q_BN - 1) / Q_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_q_kernel<T, 8>), grid, Q_THREADS, smem8,
                     (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb);
+                    split_nb, e);
         }
         return 0;
     }
 };
 
 int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-           const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part)
+           const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
 {
     if ((M + 15) / 16 > 65535 || (N + Q_BN - 1) / Q_BN > 65535)
         return k_fail(k, "gemm_q", "too many tokens or rows for one launch");
@@ -250,5 +250,5 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
     if (!fn)
         return k_fail(k, "gemm_q", "weight type has no in-place GEMM");
     return gemm_inplace_run(k, "gemm_q", fn, q_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
-                            K, N, M, dst, dst_nb1, part);
+                            K, N, M, dst, dst_nb1, part, e);
 }

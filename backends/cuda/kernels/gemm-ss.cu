@@ -60,7 +60,7 @@
 __global__ void __launch_bounds__(S_THREADS, 1)
     gemm_ss_kernel(const __half *__restrict__ Wc, int64_t rp, const __half *__restrict__ xc,
                    int64_t mp, int klen, int n, int M, float *__restrict__ dst,
-                   int64_t dst_nb1, int64_t split_nb, int accumulate)
+                   int64_t dst_nb1, int64_t split_nb, int accumulate, gepi ep)
 {
 #ifdef WG_DEVICE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(S_THREADS, 1)
             int nn = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
             if (nn < n && m < M) {
                 float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + nn;
-                *p = accumulate ? *p + acc[4 * j + e] : acc[4 * j + e];
+                *p = gepi_apply(ep, accumulate ? *p + acc[4 * j + e] : acc[4 * j + e], m, nn);
             }
         }
 #endif /* WG_DEVICE */
@@ -195,7 +195,8 @@ int gemm_ss_prepare(struct kctx *k)
 }
 
 int gemm_ss(struct kctx *k, const __half *wc, int64_t rp, const __half *xc, int64_t K,
-            int64_t n, int64_t M, float *dst, int64_t dst_nb1, int accumulate, void *part)
+            int64_t n, int64_t M, float *dst, int64_t dst_nb1, int accumulate, void *part,
+            gepi e)
 {
     int64_t tiles = (n + S_BN - 1) / S_BN * ((M + S_BM - 1) / S_BM);
     if (tiles > INT32_MAX || K % S_BK || rp % 8)
@@ -208,7 +209,8 @@ int gemm_ss(struct kctx *k, const __half *wc, int64_t rp, const __half *xc, int6
     dim3 grid((unsigned)tiles, (unsigned)splits);
     KLAUNCH(k, "gemm_ss", gemm_ss_kernel, grid, S_THREADS, S_SMEM, wc, rp, xc,
             wg_act_tokens(M), (int)(K / splits), (int)n, (int)M, out, out_nb1, n * M * 4,
-            splits > 1 ? 0 : accumulate);
-    return splits > 1 ? gemm_reduce(k, (const float *)part, splits, n, M, dst, dst_nb1, accumulate)
+            splits > 1 ? 0 : accumulate, splits > 1 ? gepi{0, nullptr, 0} : e);
+    return splits > 1 ? gemm_reduce(k, (const float *)part, splits, n, M, dst, dst_nb1,
+                                    accumulate, e)
                       : 0;
 }

@@ -76,7 +76,7 @@ template <int T, int NT>
 __global__ void __launch_bounds__(W_THREADS, 1)
     gemm_wg_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const __half *__restrict__ xh,
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                   int64_t split_nb)
+                   int64_t split_nb, gepi ep)
 {
 #ifdef WG_DEVICE
     using Q = qgemm<T>;
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         for (int e = 0; e < 4; e++) {
             int n = n0 + r0 + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
             if (n < N && m < M)
-                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = acc[4 * j + e];
+                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = gepi_apply(ep, acc[4 * j + e], m, n);
         }
 #endif /* WG_DEVICE */
 }
@@ -267,7 +267,7 @@ struct w_launchers {
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                   int64_t split_nb)
+                   int64_t split_nb, gepi e)
     {
         const char *site = "gemm_wg";
         const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
@@ -276,20 +276,20 @@ struct w_launchers {
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
                     (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb);
+                    split_nb, e);
         } else {
             dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
                     (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb);
+                    split_nb, e);
         }
         return 0;
     }
 };
 
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part)
+            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
 {
     if ((M + 63) / 64 > 65535 || (N + W_BN - 1) / W_BN > 65535)
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
@@ -297,5 +297,5 @@ int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
     if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
     return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
-                            K, N, M, dst, dst_nb1, part);
+                            K, N, M, dst, dst_nb1, part, e);
 }

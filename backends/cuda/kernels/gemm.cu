@@ -74,7 +74,7 @@ template <int BN, int BK>
 __global__ void __launch_bounds__(G_THREADS, gshape<BN, BK>::MIN_BLOCKS)
     gemm_f16_kernel(const __half *__restrict__ Wh, int64_t lda, const __half *__restrict__ xh,
                     int64_t ldx, int klen, int N, int M, float *__restrict__ dst,
-                    int64_t dst_nb1, int64_t split_nb, int accumulate)
+                    int64_t dst_nb1, int64_t split_nb, int accumulate, gepi ep)
 {
     using S = gshape<BN, BK>;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -178,16 +178,17 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BN, BK>::MIN_BLOCKS)
                 int m = m0 + wm * S::WM + j * 8 + 2 * tig + (e & 1);
                 if (n < N && m < M) {
                     float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
-                    *p = accumulate ? *p + acc[i][j][e] : acc[i][j][e];
+                    *p = gepi_apply(ep, accumulate ? *p + acc[i][j][e] : acc[i][j][e], m, n);
                 }
             }
 }
 
 /* dst[m][n] (=|+=) the sum of the split-K planes part[s][m][n] (N * M
  * floats each), added in split order so the result does not depend on
- * which split finished first. */
+ * which split finished first, then ep applied. */
 __global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, int N, int M,
-                                   float *__restrict__ dst, int64_t dst_nb1, int accumulate)
+                                   float *__restrict__ dst, int64_t dst_nb1, int accumulate,
+                                   gepi ep)
 {
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, plane = (int64_t)N * M;
     if (e >= plane)
@@ -197,29 +198,30 @@ __global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, i
     for (int s = 1; s < splits; s++)
         v += part[s * plane + e];
     float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
-    *p = accumulate ? *p + v : v;
+    *p = gepi_apply(ep, accumulate ? *p + v : v, m, n);
 }
 
 int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
-                int64_t dst_nb1, int accumulate)
+                int64_t dst_nb1, int accumulate, gepi e)
 {
     int64_t total = N * M;
     KLAUNCH(k, "gemm reduce", gemm_reduce_kernel, (unsigned)((total + 255) / 256), 256, 0, part,
-            splits, (int)N, (int)M, dst, dst_nb1, accumulate);
+            splits, (int)N, (int)M, dst, dst_nb1, accumulate, e);
     return 0;
 }
 
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
-                     int64_t M, float *dst, int64_t dst_nb1, void *part)
+                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
 {
     if (splits > 1 && !part)
         return k_fail(k, site, "no scratch for the split-K planes was given");
     float *out = splits > 1 ? (float *)part : dst;
     int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
-    if (launch(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb))
+    if (launch(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb,
+               splits > 1 ? gepi{0, nullptr, 0} : e))
         return -1;
-    return splits > 1 ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0) : 0;
+    return splits > 1 ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0, e) : 0;
 }
 
 /* ---- activations and weights to f16 ---- */
@@ -490,35 +492,36 @@ static size_t part_bytes(const struct kctx *k, int64_t K, int64_t n, int64_t M)
 template <int BN, int BK>
 static int launch_t(struct kctx *k, const __half *Wh, int64_t lda, const __half *xh, int64_t K,
                     int64_t n, int64_t M, int splits, float *out, int64_t out_nb1,
-                    int64_t split_nb, int accumulate)
+                    int64_t split_nb, int accumulate, gepi e)
 {
     dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((M + G_BM - 1) / G_BM), (unsigned)splits);
     auto kf = gemm_f16_kernel<BN, BK>;
     const size_t smem = gshape<BN, BK>::SMEM;
     KLAUNCH(k, "gemm", kf, grid, G_THREADS, smem, Wh, lda, xh, K, (int)(K / splits), (int)n,
-            (int)M, out, out_nb1, split_nb, accumulate);
+            (int)M, out, out_nb1, split_nb, accumulate, e);
     return 0;
 }
 
-/* dst (=|+=) Wh . xh for n rows; part: split-K planes (part_bytes). */
+/* dst (=|+=) Wh . xh for n rows, then e; part: split-K planes (part_bytes). */
 static int launch_f16(struct kctx *k, const __half *Wh, int64_t lda, int64_t K, int64_t n,
                       const __half *xh, int64_t M, float *dst, int64_t dst_nb1, int accumulate,
-                      float *part)
+                      float *part, gepi e)
 {
     struct gplan p = plan(k, K, n, M);
     float *out = p.splits > 1 ? part : dst;
     int64_t out_nb1 = p.splits > 1 ? n * 4 : dst_nb1, split_nb = n * M * 4;
     int acc = p.splits > 1 ? 0 : accumulate;
+    gepi ek = p.splits > 1 ? gepi{0, nullptr, 0} : e; /* the kernel's, or the reduction's */
     int rc;
     if (p.bn == 256)
-        rc = launch_t<256, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+        rc = launch_t<256, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc, ek);
     else if (p.bk == 64)
-        rc = launch_t<128, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+        rc = launch_t<128, 64>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc, ek);
     else
-        rc = launch_t<128, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc);
+        rc = launch_t<128, 32>(k, Wh, lda, xh, K, n, M, p.splits, out, out_nb1, split_nb, acc, ek);
     if (rc || p.splits == 1)
         return rc;
-    return gemm_reduce(k, part, p.splits, n, M, dst, dst_nb1, accumulate);
+    return gemm_reduce(k, part, p.splits, n, M, dst, dst_nb1, accumulate, e);
 }
 
 extern "C" int k_gemm_supported(uint32_t type)
@@ -600,7 +603,7 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
 
 extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,
                       int64_t w_nb1, const void *xh, const void *xl, int64_t M, float *dst,
-                      int64_t dst_nb1, void *scratch)
+                      int64_t dst_nb1, void *scratch, const struct kgemm_epi *epi)
 {
     if (!k->gemm_optin_ok)
         return k_fail(k, "gemm", "the >48 KiB shared-memory opt-in was refused on this device "
@@ -613,12 +616,21 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         return k_fail(k, "gemm", "too many tokens for one launch");
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15) || ((uintptr_t)scratch & 255))
         return k_fail(k, "gemm", "f16 buffers must be 16-byte and scratch 256-byte aligned");
+    if (epi && (epi->op != KGEMM_ADD && epi->op != KGEMM_SILU_MUL))
+        return k_fail(k, "gemm", "unknown epilogue");
+    const gepi e = gepi_of(epi), none = {0, nullptr, 0};
+    /* the epilogue of output rows [r0, ...) of a chunk: its aux from r0 on */
+    auto e_from = [&](int64_t r0) {
+        gepi c = e;
+        c.aux = c.op ? c.aux + r0 : nullptr;
+        return c;
+    };
     enum gpath pa = path(k, type, K, M, xl);
     if (pa == PATH_Q)
-        return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+        return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, e);
 #ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
-        return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+        return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, e);
     if (pa == PATH_SS) {
         if (!scratch)
             return k_fail(k, "gemm", "no scratch (k_gemm_scratch_bytes) was given");
@@ -628,9 +640,10 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         for (int64_t r0 = 0; r0 < N; r0 += rows) {
             int64_t nc = N - r0 < rows ? N - r0 : rows, rp = wg_act_tokens(nc);
             if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch, 1) ||
-                gemm_ss(k, wc, rp, (const __half *)xh, K, nc, M, dst + r0, dst_nb1, 0, part) ||
+                gemm_ss(k, wc, rp, (const __half *)xh, K, nc, M, dst + r0, dst_nb1, 0, part,
+                        xl ? none : e_from(r0)) ||
                 (xl && gemm_ss(k, wc, rp, (const __half *)xl, K, nc, M, dst + r0, dst_nb1, 1,
-                               part)))
+                               part, e_from(r0))))
                 return -1;
         }
         return 0;
@@ -653,9 +666,11 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
         } else if (w16(k, type, (const uint8_t *)W + r0 * w_nb1, w_nb1, K, nc, scratch, 0)) {
             return -1;
         }
-        if (launch_f16(k, wh, lda, K, nc, (const __half *)xh, M, d, dst_nb1, 0, part))
+        if (launch_f16(k, wh, lda, K, nc, (const __half *)xh, M, d, dst_nb1, 0, part,
+                       xl ? none : e_from(r0)))
             return -1;
-        if (xl && launch_f16(k, wh, lda, K, nc, (const __half *)xl, M, d, dst_nb1, 1, part))
+        if (xl && launch_f16(k, wh, lda, K, nc, (const __half *)xl, M, d, dst_nb1, 1, part,
+                             e_from(r0)))
             return -1;
     }
     return 0;

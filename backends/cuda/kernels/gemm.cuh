@@ -49,22 +49,43 @@ __host__ __device__ static inline void wg_unit_pos(int64_t u, int64_t mp, int *m
     *k = (int)(q / groups * 16 + ((u >> 3) & 1) * 8);
 }
 
-/* dst[m][n] (=|+=) the sum of `splits` planes part[s][m][n] (N * M floats
- * each), in split order. */
-int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
-                int64_t dst_nb1, int accumulate);
+/* The epilogue by value for the kernels (op 0: store the sum as it is). */
+struct gepi {
+    int op;
+    const float *aux;
+    int64_t aux_nb1;
+};
+static inline gepi gepi_of(const struct kgemm_epi *e)
+{
+    return e ? gepi{e->op, e->aux, e->aux_nb1} : gepi{0, nullptr, 0};
+}
+/* v as stored at output (n, m) (kernels.h, struct kgemm_epi). */
+__device__ __forceinline__ float gepi_apply(const gepi &e, float v, int64_t m, int64_t n)
+{
+    if (!e.op)
+        return v;
+    float a = ((const float *)((const char *)e.aux + m * e.aux_nb1))[n];
+    return e.op == KGEMM_ADD ? v + a : a / (1.0f + expf(-a)) * v;
+}
 
-/* One in-place kernel's launch for one weight type: out (dst, or split
- * planes split_nb bytes apart) from W and the f16 activations xh. */
+/* dst[m][n] (=|+=) the sum of `splits` planes part[s][m][n] (N * M floats
+ * each), in split order, then e applied. */
+int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
+                int64_t dst_nb1, int accumulate, gepi e);
+
+/* One in-place kernel's launch for one weight type: out (dst, with e
+ * applied, or split planes split_nb bytes apart) from W and the f16
+ * activations xh. */
 typedef int (*gemm_inplace_launch)(struct kctx *k, const void *W, int64_t w_nb1,
                                    const __half *xh, int64_t K, int64_t N, int64_t M,
-                                   int splits, float *out, int64_t out_nb1, int64_t split_nb);
+                                   int splits, float *out, int64_t out_nb1, int64_t split_nb,
+                                   gepi e);
 /* What gemm_q and gemm_wg share: the split-K scratch check, the launch
  * (into dst, or into `splits` planes of part) and the planes' fixed-order
  * sum into dst. */
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
-                     int64_t M, float *dst, int64_t dst_nb1, void *part);
+                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
 {
@@ -92,7 +113,7 @@ int gemm_q_prepare(struct kctx *k);
 void gemm_q_tune(int bm, int splits);
 /* dst[m][n] = sum_k W[n][k] xh[m][k]; part: gemm_q_part_bytes of scratch. */
 int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-           const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part);
+           const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 
 /* gemm-wg.cu (sm_90a builds only; gemm.cu asks wg_ready first): the
  * same contract as gemm_q's, on Hopper's warpgroup MMA, 64 or 128 tokens
@@ -102,7 +123,7 @@ int gemm_wg_prepare(struct kctx *k);
 /* Forces the token tile (64 or 128) and split count; 0 = automatic. */
 void gemm_wg_tune(int nt, int splits);
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
-            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part);
+            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 
 /* gemm-ss.cu (sm_90a builds only): the wgmma GEMM on f16 operands in the
  * core-matrix order, for long prefills. wc: rp rows (a multiple of 8, n
@@ -114,6 +135,7 @@ int gemm_ss_prepare(struct kctx *k);
 /* Forces the split count (1..8); 0 = automatic. */
 void gemm_ss_tune(int splits);
 int gemm_ss(struct kctx *k, const __half *wc, int64_t rp, const __half *xc, int64_t K,
-            int64_t n, int64_t M, float *dst, int64_t dst_nb1, int accumulate, void *part);
+            int64_t n, int64_t M, float *dst, int64_t dst_nb1, int accumulate, void *part,
+            gepi e);
 
 #endif /* MINFER_CUDA_GEMM_CUH */

@@ -139,14 +139,30 @@ int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K, int64_
  * rows unless read in place, split-K partial sums); may be 0. */
 size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, const void *W, int64_t K,
                             int64_t N, int64_t M, int64_t w_nb1);
+/* What k_gemm does with each product v of output (n, m) as it stores it:
+ * KGEMM_ADD stores v + aux[m][n] (MUL_MAT_ADD's addend; rows aux_nb1
+ * bytes apart, 0 for one vector for every token: a bias); KGEMM_SILU_MUL
+ * stores silu(aux[m][n]) * v (FFN_GATE_UP's up product, aux the gate
+ * product). The same float operations as the element-wise ADD and SWIGLU
+ * kernels, so results are bit-identical to the separate launches. aux may
+ * be dst itself, laid out alike (each output is read, then written, by
+ * one thread), but not with a two-pass product (xl), whose first pass
+ * writes dst. */
+enum kgemm_epi_op { KGEMM_ADD = 1, KGEMM_SILU_MUL = 2 };
+struct kgemm_epi {
+    int op;
+    const float *aux;
+    int64_t aux_nb1;
+};
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
  * non-NULL adds W.xl in a second pass (dst = W.xh, then dst += W.xl).
- * Deterministic: split-K partial sums are added in a fixed order. */
+ * epi (NULL: none) is applied to the final sums. Deterministic: split-K
+ * partial sums are added in a fixed order. */
 int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
            const void *xh, const void *xl, int64_t M, float *dst, int64_t dst_nb1,
-           void *scratch);
+           void *scratch, const struct kgemm_epi *epi);
 /* Benchmark and test hook: force the f16-scratch GEMM's K slice depth
  * (32/64), split-K count (1..8) and weight rows per tile (bn 128/256), or
  * the in-place quantized GEMM (kernels/gemm-q.cu) with token tile bn 16
