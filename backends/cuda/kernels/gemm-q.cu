@@ -132,14 +132,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
     }
     cp_wait<0>();
 
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int n = n0 + r0 + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
-            if (n < N && m < M)
-                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = gepi_apply(ep, acc[j][e], m, n);
-        }
+    gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 }
 
 /* ---- dispatch ---- */

@@ -132,16 +132,7 @@ __global__ void __launch_bounds__(S_THREADS, 1)
 
     const int gid = lane >> 2, tig = lane & 3;
     const int r = n0 + wg * 64 + (warp & 3) * 16 + gid;
-#pragma unroll
-    for (int j = 0; j < 32; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int nn = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
-            if (nn < n && m < M) {
-                float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + nn;
-                *p = gepi_apply(ep, accumulate ? *p + acc[4 * j + e] : acc[4 * j + e], m, nn);
-            }
-        }
+    gemm_store_frag<32>(ep, acc, r, m0, tig, n, M, dst, dst_nb1, accumulate);
 #endif /* WG_DEVICE */
 }
 

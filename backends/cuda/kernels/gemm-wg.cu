@@ -195,14 +195,7 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             step(i + 1, a1, b1, a0, b0);
     }
 
-#pragma unroll
-    for (int j = 0; j < NT / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int n = n0 + r0 + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
-            if (n < N && m < M)
-                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = gepi_apply(ep, acc[4 * j + e], m, n);
-        }
+    gemm_store_frag<NT / 8>(ep, acc, n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 #endif /* WG_DEVICE */
 }
 

@@ -170,17 +170,8 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BN, BK>::MIN_BLOCKS)
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int i = 0; i < S::MI; i++)
-#pragma unroll
-        for (int j = 0; j < S::NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int n = n0 + wn * 64 + i * 16 + gid + 8 * (e >> 1);
-                int m = m0 + wm * S::WM + j * 8 + 2 * tig + (e & 1);
-                if (n < N && m < M) {
-                    float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
-                    *p = gepi_apply(ep, accumulate ? *p + acc[i][j][e] : acc[i][j][e], m, n);
-                }
-            }
+        gemm_store_frag<S::NJ>(ep, &acc[i][0][0], n0 + wn * 64 + i * 16 + gid, m0 + wm * S::WM,
+                               tig, N, M, dst, dst_nb1, accumulate);
 }
 
 /* dst[m][n] (=|+=) the sum of the split-K planes part[s][m][n] (N * M
@@ -198,7 +189,7 @@ __global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, i
     for (int s = 1; s < splits; s++)
         v += part[s * plane + e];
     float *p = (float *)((char *)dst + (int64_t)m * dst_nb1) + n;
-    *p = gepi_apply(ep, accumulate ? *p + v : v, m, n);
+    *p = gepi_apply(ep, accumulate ? *p + v : v, ep.op ? *gepi_at(ep, m, n) : 0.0f);
 }
 
 int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,

@@ -59,13 +59,66 @@ static inline gepi gepi_of(const struct kgemm_epi *e)
 {
     return e ? gepi{e->op, e->aux, e->aux_nb1} : gepi{0, nullptr, 0};
 }
-/* v as stored at output (n, m) (kernels.h, struct kgemm_epi). */
-__device__ __forceinline__ float gepi_apply(const gepi &e, float v, int64_t m, int64_t n)
+/* v as stored at output (n, m) given its addend a = aux[m][n] (kernels.h,
+ * struct kgemm_epi). */
+__device__ __forceinline__ float gepi_apply(const gepi &e, float v, float a)
 {
     if (!e.op)
         return v;
-    float a = ((const float *)((const char *)e.aux + m * e.aux_nb1))[n];
     return e.op == KGEMM_ADD ? v + a : a / (1.0f + expf(-a)) * v;
+}
+__device__ __forceinline__ const float *gepi_at(const gepi &e, int64_t m, int64_t n)
+{
+    return (const float *)((const char *)e.aux + m * e.aux_nb1) + n;
+}
+
+/* Stores one warp's mma accumulators: acc[4 j + e] is output row
+ * r + 8 (e / 2), token m0 + 8 j + 2 tig + e % 2 (the m16n8 C fragment of
+ * lane (gid, tig), r = the warp's first row + gid), for NJ 8-token groups;
+ * dst (=|+=) the sum, then ep. Every kernel stores through this. The
+ * addends (and, accumulating, the old values) are loaded 16 at a time
+ * before any of them is stored: a load after a store the compiler cannot
+ * prove apart waits for it, and one dependent global round trip per
+ * output (128 per thread in gemm-ss.cu) cost pp2048 a quarter of its
+ * speed on the H200. All of the warp's addends are first asked into L2,
+ * so only the first group waits on memory. */
+template <int NJ>
+__device__ __forceinline__ void gemm_store_frag(const gepi &ep, const float *acc, int r, int m0,
+                                                int tig, int N, int M, float *dst,
+                                                int64_t dst_nb1, int accumulate)
+{
+    /* 8-token groups per batch of loads (2 at 32: gemm-ss.cu has no registers to spare) */
+    constexpr int G = NJ >= 32 ? 2 : NJ < 4 ? NJ : 4;
+    if (ep.op)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* gid 0's lanes: 8 rows = one 32-byte piece */
+                int n = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
+                if ((r & 7) == 0 && n < N && m < M)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(gepi_at(ep, m, n)));
+            }
+#pragma unroll
+    for (int j0 = 0; j0 < NJ; j0 += G) {
+        float a[4 * G], old[4 * G];
+#pragma unroll
+        for (int i = 0; i < 4 * G; i++) {
+            int j = j0 + i / 4, e = i % 4;
+            int n = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
+            bool ok = n < N && m < M;
+            a[i] = ok && ep.op ? *gepi_at(ep, m, n) : 0.0f;
+            old[i] = ok && accumulate ? ((const float *)((char *)dst + (int64_t)m * dst_nb1))[n]
+                                      : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < 4 * G; i++) {
+            int j = j0 + i / 4, e = i % 4;
+            int n = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
+            if (n < N && m < M)
+                ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] =
+                    gepi_apply(ep, accumulate ? old[i] + acc[4 * j + e] : acc[4 * j + e], a[i]);
+        }
+    }
 }
 
 /* dst[m][n] (=|+=) the sum of `splits` planes part[s][m][n] (N * M floats
