@@ -689,14 +689,16 @@ START_TEST(gemm_every_variant)
      * the Hopper wgmma one (gemm-wg.cu, same types) with a 64/128-token
      * tile; bn 2256: the Hopper wgmma one on f16 scratch (gemm-ss.cu, any
      * type, K % 64 == 0; F16 runs it twice, hi and lo activations), its
-     * splits even and uneven. The Hopper ones run only on a 9.0 device
+     * splits even and uneven; bn 4016/4032/4064: the int8 one (gemm-i8.cu,
+     * gemm-q.cu's types) with a 16/32/64-token tile. The Hopper ones run only on a 9.0 device
      * of an sm_90a build (elsewhere the hook leaves the choice automatic
      * and these repeat other rows) */
     static const int variants[][3] = {
         {32, 1, 128}, {64, 1, 128}, {64, 3, 128}, {64, 8, 128},   {64, 1, 256},
         {32, 4, 256}, {0, 1, 16},   {0, 3, 16},   {0, 1, 64},     {0, 3, 64},
         {0, 1, 1064}, {0, 3, 1064}, {0, 1, 1128}, {0, 2, 1128},   {0, 1, 2256},
-        {0, 2, 2256}, {0, 3, 2256}};
+        {0, 2, 2256}, {0, 3, 2256}, {0, 1, 4016}, {0, 3, 4016}, {0, 1, 4032}, {0, 1, 4064},
+        {0, 2, 4064}};
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_K,
                         MINFER_TYPE_F16};
     /* K % 64 == 32 in the second; 3 chunks of 256 and a 300-row tail in the third */
@@ -857,7 +859,8 @@ START_TEST(gemm_epilogues)
     ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
     static const int variants[][3] = {{64, 1, 128},  {64, 3, 128},  {0, 1, 16},   {0, 2, 16},
                                       {0, 1, 64},    {0, 1, 1064},  {0, 2, 1064}, {0, 1, 1128},
-                                      {0, 2, 1128},  {0, 1, 2256},  {0, 2, 2256}};
+                                      {0, 2, 1128},  {0, 1, 2256},  {0, 2, 2256}, {0, 1, 4016},
+                                      {0, 2, 4016},  {0, 1, 4064}};
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_F16};
     int Ms[] = {9, 67};
     const int64_t K = 512, N = 200;

@@ -530,18 +530,21 @@ int main(int argc, char **argv)
     if (gemmwg_only) {
         /* the Hopper wgmma kernels (bn 1064 / 1128: gemm-wg.cu with 64 /
          * 128 tokens per block; 2256: gemm-ss.cu on f16 scratch) against
-         * the f16-scratch mma.sync kernel (128, 256 from 4096 tokens) and
-         * gemm-q.cu's (16 / 64) from batched decode to prefill sizes;
+         * the f16-scratch mma.sync kernel (128, 256 from 4096 tokens),
+         * gemm-q.cu's (16 / 64) and gemm-i8.cu's (4016 / 4032 / 4064, up
+         * to 128 tokens) from batched decode to prefill sizes;
          * q4_K on the three 7B shapes, q6_K and q8_0 on the ffn one */
         static const uint32_t wt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
-        static const int wm[] = {16, 64, 128, 256, 512, 2048, 8192};
+        static const int wm[] = {16, 32, 64, 128, 256, 512, 2048, 8192};
         for (size_t ti = 0; ti < 3; ti++)
             for (size_t si = 0; si < (ti ? 1 : 3); si++)
-                for (size_t mi = 0; mi < 7; mi++) {
+                for (size_t mi = 0; mi < 8; mi++) {
                     int m = wm[mi];
-                    int bns[5] = {m >= 4096 ? 256 : 128, m <= 16 ? 16 : 64, 1064, 1128, 2256};
-                    for (int v = 0; v < 5; v++) {
-                        if ((v == 1 && m > 64) || (v == 2 && m > 128) || (v == 4 && m < 128))
+                    int bns[6] = {m >= 4096 ? 256 : 128, m <= 16 ? 16 : 64, 1064, 1128, 2256,
+                                  m <= 16 ? 4016 : m <= 32 ? 4032 : 4064};
+                    for (int v = 0; v < 6; v++) {
+                        if ((v == 1 && m > 64) || (v == 2 && m > 128) || (v == 4 && m < 128) ||
+                            (v == 5 && m > 128))
                             continue;
                         int cfg[3] = {0, 0, bns[v]};
                         memcpy(g_cfg, cfg, sizeof g_cfg);

@@ -211,7 +211,7 @@ int gemm_q_prepare(struct kctx *k)
 /* The launcher of each covered type (inplace_pick's L::run<T>). */
 struct q_launchers {
     template <int T>
-    static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
+    static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *x, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb, gepi e)
     {
@@ -221,13 +221,13 @@ struct q_launchers {
             dim3 grid((unsigned)((M + 15) / 16), (unsigned)((N + Q_BN - 1) / Q_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_q_kernel<T, 2>), grid, Q_THREADS, smem2,
-                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
                     split_nb, e);
         } else {
             dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + Q_BN - 1) / Q_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_q_kernel<T, 8>), grid, Q_THREADS, smem8,
-                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
                     split_nb, e);
         }
         return 0;
@@ -242,6 +242,6 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
     gemm_inplace_launch fn = inplace_pick<q_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_q", "weight type has no in-place GEMM");
-    return gemm_inplace_run(k, "gemm_q", fn, q_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
-                            K, N, M, dst, dst_nb1, part, e);
+    return gemm_inplace_run(k, "gemm_q", fn, q_splits(k, K, N, M), W, w_nb1, xh, K, N, M,
+                            dst, dst_nb1, part, e);
 }

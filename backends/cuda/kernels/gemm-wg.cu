@@ -258,7 +258,7 @@ int gemm_wg_prepare(struct kctx *k)
 /* The launcher of each covered type (inplace_pick's L::run<T>). */
 struct w_launchers {
     template <int T>
-    static int run(struct kctx *k, const void *W, int64_t w_nb1, const __half *xh, int64_t K,
+    static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *x, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb, gepi e)
     {
@@ -268,13 +268,13 @@ struct w_launchers {
             dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + W_BN - 1) / W_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
-                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
                     split_nb, e);
         } else {
             dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
                       (unsigned)splits);
             KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
-                    (const uint8_t *)W, w_nb1, xh, (int)K, (int)N, (int)M, splits, out, out_nb1,
+                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
                     split_nb, e);
         }
         return 0;
@@ -289,6 +289,6 @@ int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
     gemm_inplace_launch fn = inplace_pick<w_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
-    return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, (const __half *)xh,
-                            K, N, M, dst, dst_nb1, part, e);
+    return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, xh, K, N, M,
+                            dst, dst_nb1, part, e);
 }

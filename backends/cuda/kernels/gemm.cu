@@ -202,14 +202,14 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
 }
 
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
-                     const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
+                     const void *W, int64_t w_nb1, const void *x, int64_t K, int64_t N,
                      int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
 {
     if (splits > 1 && !part)
         return k_fail(k, site, "no scratch for the split-K planes was given");
     float *out = splits > 1 ? (float *)part : dst;
     int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
-    if (launch(k, W, w_nb1, xh, K, N, M, splits, out, out_nb1, split_nb,
+    if (launch(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb,
                splits > 1 ? gepi{0, nullptr, 0} : e))
         return -1;
     return splits > 1 ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0, e) : 0;
@@ -217,11 +217,11 @@ int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launc
 
 /* ---- activations and weights to f16 ---- */
 
-/* Which kernel runs a call (path()), and so the k order of its f16
- * activations: the f16-scratch kernel here, gemm-q.cu's in-place
- * mma.sync kernel, gemm-wg.cu's in-place wgmma one, or gemm-ss.cu's
- * wgmma one on f16 scratch. */
-enum gpath { PATH_F16, PATH_Q, PATH_WG, PATH_SS };
+/* Which kernel runs a call (path()), and so the form of its activations:
+ * the f16-scratch kernel here, gemm-q.cu's in-place mma.sync kernel,
+ * gemm-wg.cu's in-place wgmma one, gemm-ss.cu's wgmma one on f16
+ * scratch (f16, each in its k order), or gemm-i8.cu's int8 one (q8_1). */
+enum gpath { PATH_F16, PATH_Q, PATH_WG, PATH_SS, PATH_I8 };
 enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG, ACT_CM };
 
 /* One thread per 8 values: xh[m][k] = f16(x[k, m]); xl (may be NULL) =
@@ -352,18 +352,26 @@ static int g_bk, g_splits, g_bn;
 static int g_path;
 
 /* bn 128 or 256 forces this file's kernel with that tile; bn 16 or 64
- * forces gemm-q.cu's with that token tile; bn 1064 or 1128 gemm-wg.cu's
- * with a 64- or 128-token tile, bn 2256 gemm-ss.cu's, where they can run
- * (a 9.0 device and a build with sm_90a), else the choice stays
- * automatic. */
+ * forces gemm-q.cu's with that token tile; bn 4016, 4032 or 4064
+ * gemm-i8.cu's with a 16-, 32- or 64-token tile; bn 1064 or 1128
+ * gemm-wg.cu's with a 64- or 128-token tile, bn 2256 gemm-ss.cu's, where
+ * they can run (a 9.0 device and a build with sm_90a), else the choice
+ * stays automatic. */
 extern "C" void k_tune_gemm(int bk, int splits, int bn)
 {
     g_bk = bk == 32 || bk == 64 ? bk : 0;
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
     g_bn = bn == 128 || bn == 256 ? bn : 0;
     bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128, ss = bn == 2256;
-    g_path = q ? PATH_Q + 1 : wg ? PATH_WG + 1 : ss ? PATH_SS + 1 : g_bn ? PATH_F16 + 1 : 0;
+    bool i8 = bn == 4016 || bn == 4032 || bn == 4064;
+    g_path = q      ? PATH_Q + 1
+             : i8   ? PATH_I8 + 1
+             : wg   ? PATH_WG + 1
+             : ss   ? PATH_SS + 1
+             : g_bn ? PATH_F16 + 1
+                    : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
+    gemm_i8_tune(i8 ? bn - 4000 : 0, i8 ? splits : 0);
 #ifdef MINFER_CUDA_WGMMA /* gemm-wg.cu and gemm-ss.cu are built (the sm_90a object) */
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
     gemm_ss_tune(ss ? splits : 0);
@@ -382,6 +390,7 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
  * kernel), for every type and for the hi/lo split of float weights too.
  * Without wgmma, gemm-q.cu up to 64 tokens (1.3-3x the f16 kernel there)
  * and the f16 kernel beyond. */
+#define GI8_MAX_M 64
 #define GQ_MAX_M 64
 #define GQ_WG_MAX_M 16
 #define GSS_MIN_M 1024
@@ -397,8 +406,10 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M
         return PATH_F16;
     if (g_path == PATH_WG + 1 && wg_ready(k))
         return PATH_WG;
-    if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1)
+    if (g_path == PATH_Q + 1 || g_path == PATH_F16 + 1 || g_path == PATH_I8 + 1)
         return (enum gpath)(g_path - 1);
+    if (M <= GI8_MAX_M)
+        return PATH_I8;
     if (wg_ready(k))
         return M <= GQ_WG_MAX_M ? PATH_Q : PATH_WG;
     return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
@@ -425,7 +436,7 @@ extern "C" int k_prepare(struct kctx *k)
         return -1;
     }
     if (optin_one<128, 32>(k) || optin_one<128, 64>(k) || optin_one<256, 64>(k) ||
-        gemm_q_prepare(k))
+        gemm_q_prepare(k) || gemm_i8_prepare(k))
         return -1;
 #ifdef MINFER_CUDA_WGMMA
     if (wg_ready(k) && (gemm_wg_prepare(k) || gemm_ss_prepare(k)))
@@ -562,6 +573,8 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
     enum gpath pa = path(k, type, K, M, NULL);
     if (pa == PATH_Q)
         return gemm_q_part_bytes(k, K, N, M);
+    if (pa == PATH_I8)
+        return gemm_i8_part_bytes(k, K, N, M);
 #ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg_part_bytes(k, K, N, M);
@@ -585,6 +598,8 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
     if (((uintptr_t)xh & 15) || ((uintptr_t)xl & 15))
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
     enum gpath pa = path(k, wtype, K, M, xl);
+    if (pa == PATH_I8) /* k_gemm_act_bytes covers q8_1's 1.25 bytes per value */
+        return k_quantize_q8_1(k, x, K, M, x_nb1, xh);
     int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
     int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG || order == ACT_CM ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
@@ -619,6 +634,8 @@ extern "C" int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, i
     enum gpath pa = path(k, type, K, M, xl);
     if (pa == PATH_Q)
         return gemm_q(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, e);
+    if (pa == PATH_I8)
+        return gemm_i8(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, e);
 #ifdef MINFER_CUDA_WGMMA
     if (pa == PATH_WG)
         return gemm_wg(k, type, W, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, e);

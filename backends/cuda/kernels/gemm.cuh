@@ -130,14 +130,14 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
  * applied, or split planes split_nb bytes apart) from W and the f16
  * activations xh. */
 typedef int (*gemm_inplace_launch)(struct kctx *k, const void *W, int64_t w_nb1,
-                                   const __half *xh, int64_t K, int64_t N, int64_t M,
+                                   const void *x, int64_t K, int64_t N, int64_t M,
                                    int splits, float *out, int64_t out_nb1, int64_t split_nb,
                                    gepi e);
 /* What gemm_q and gemm_wg share: the split-K scratch check, the launch
  * (into dst, or into `splits` planes of part) and the planes' fixed-order
  * sum into dst. */
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
-                     const void *W, int64_t w_nb1, const __half *xh, int64_t K, int64_t N,
+                     const void *W, int64_t w_nb1, const void *x, int64_t K, int64_t N,
                      int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
@@ -167,6 +167,16 @@ void gemm_q_tune(int bm, int splits);
 /* dst[m][n] = sum_k W[n][k] xh[m][k]; part: gemm_q_part_bytes of scratch. */
 int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
            const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
+
+/* gemm-i8.cu: the same contract and types as gemm_q's (gemm_q_eligible),
+ * on int8 mma.sync with k_quantize_q8_1's activations xq of M tokens
+ * instead of f16 ones; 16, 32 or 64 tokens per block. */
+size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M);
+int gemm_i8_prepare(struct kctx *k);
+/* Forces the token tile (16, 32 or 64) and split count; 0 = automatic. */
+void gemm_i8_tune(int bm, int splits);
+int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+            const void *xq, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 
 /* gemm-wg.cu (sm_90a builds only; gemm.cu asks wg_ready first): the
  * same contract as gemm_q's, on Hopper's warpgroup MMA, 64 or 128 tokens

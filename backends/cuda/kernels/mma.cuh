@@ -1,7 +1,8 @@
 /*
  * mma.cuh — the sm_80+ PTX wrappers the tensor-core kernels share
- * (gemm.cu, gemm-q.cu, attn.cu, attn-mma.cu): asynchronous 16-byte copies
- * into shared memory, ldmatrix and the f16 mma.sync with f32 accumulation.
+ * (gemm.cu, gemm-q.cu, gemm-i8.cu, attn.cu, attn-mma.cu): asynchronous
+ * 16-byte copies into shared memory, ldmatrix, the f16 mma.sync with f32
+ * accumulation and the int8 one with int32 sums.
  */
 #ifndef MINFER_CUDA_MMA_CUH
 #define MINFER_CUDA_MMA_CUH
@@ -58,6 +59,27 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* c[16x8] = a[16x32] * b[32x8] on int8, int32 sums (sm_80+). The same
+ * fragments at 8-bit granularity: a0 = (row gid, k 4tig..4tig+3), a1 =
+ * row gid+8, a2 = (row gid, k 16+4tig..), a3 = row gid+8 of those; b0 =
+ * (k 4tig..4tig+3; column gid), b1 = k 16+4tig..; c as above. */
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                           unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+/* The k16 form: a0 = (row gid, k 4tig..4tig+3), a1 = row gid+8; b0 = (k
+ * 4tig..4tig+3; column gid). */
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], const unsigned (&a)[2], unsigned b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0), "r"(0));
 }
 /* Two floats as the halves of one register, a in the low half (the lower
  * column of an mma fragment). */

@@ -1,0 +1,431 @@
+/*
+ * gemm-i8.cu — the batched-decode products (9-64 tokens) on int8 tensor
+ * cores: q4_K, q5_K, q6_K and q8_0 weights read in place, times the q8_1
+ * activations the matrix-vector kernels use (k_quantize_q8_1: int8
+ * values and a (d, d * sum) pair per 32).
+ *
+ * gemm-q.cu turns every weight into an exact f16 before its f16 mma: 4-6
+ * lane instructions per weight, so at 16 tokens it ran at a fifth of the
+ * bandwidth whatever the type's bytes (docs/PERF.md). Here weights stay
+ * integers: a mask takes 4 nibbles into 4 int8 lanes at once (q5_K adds
+ * its fifth bit, q6_K its two and the offset of 32), mma.sync m16n8k32
+ * multiplies them with the activations, and each sub-block's int32 sums
+ * are scaled into f32 accumulators once: d sc d_x sum(q q_x) - dmin m
+ * (d_x sum(q_x)). q6_K's scales cover 16 values, so it runs the k16 mma.
+ *
+ * The k order: an mma sums over its k slots, so any bijection between a
+ * sub-block's values and the slots works when the activations follow it.
+ * Lane tig takes values [8 tig, 8 tig + 8) of each 32-value sub-block
+ * (slots 4 tig.. and 16 + 4 tig..): 8 contiguous bytes of a q8_0 block,
+ * of q4_K's nibbles, and of the activations in their natural order (one
+ * 8-byte load). In q6_K's k16 form, values [4 tig, 4 tig + 4).
+ *
+ * Block: 8 warps x 16 weight rows, BM = 8 NJ tokens (16, 32 or 64); each
+ * 256-value chunk of the rows travels raw by cp.async, with the chunk's
+ * activations and their scales, into a 3-stage shared-memory ring (the
+ * copy starts at the 16-byte unit holding the chunk's first byte, as in
+ * gemm-q.cu, so q6_K's and q8_0's 2-byte aligned blocks need no
+ * repacking). Too few tiles to fill the GPU split K over blockIdx.z into
+ * gemm.cu's fixed-order reduction (deterministic).
+ */
+#include "common.cuh"
+#include "gemm-q.cuh"
+#include "gemm.cuh"
+#include "mma.cuh"
+
+#define I_WARPS 8
+#define I_THREADS (32 * I_WARPS)
+#define I_BN (16 * I_WARPS) /* weight rows per block */
+#define I_STAGES 3
+#define I_MAX_SPLITS 8
+/* Shared bytes per token of a stage: its 256 int8 values plus 32, so the
+ * 4 tokens of a half-warp's 8-byte loads fall on all 32 banks; its 8
+ * (d, d * sum) pairs plus 16, so lanes tig (tokens 2 tig) are 40 words
+ * apart, on 4 banks. */
+#define I_XP 288
+#define I_SP 80
+
+template <int T> struct ishape {
+    /* Row pitch in 16-byte units. A half-warp's 8-byte loads read 4 rows
+     * at 8 consecutive words each: units % 8 == 2 puts those rows 8 words
+     * apart modulo 32 banks. q6_K's lanes read single words of 8 rows,
+     * which an odd count spreads. */
+    static constexpr int U = qshape<T>::UNITS;
+    static constexpr int PU = T == MINFER_TYPE_Q6_K ? (U | 1) : U + (10 - U % 8) % 8;
+    static constexpr int PITCH = 16 * PU;
+};
+
+template <int T, int NJ> struct ismem {
+    static constexpr int BM = 8 * NJ;
+    static constexpr int A = I_BN * ishape<T>::PITCH;
+    static constexpr int X = BM * I_XP;
+    static constexpr int STAGE = A + X + BM * I_SP;
+    static constexpr int BYTES = STAGE * I_STAGES;
+    /* two blocks per SM where 9.0's 227 KiB of shared memory holds them:
+     * registers for that many (128), else for one (up to 255) */
+    static constexpr int MIN_BLOCKS = 2 * BYTES <= 227 * 1024 ? 2 : 1;
+};
+
+/* 8 bytes of shared memory at a 2-byte aligned address. */
+__device__ __forceinline__ uint2 ld8(const uint8_t *p)
+{
+    if (((uintptr_t)p & 7) == 0)
+        return *(const uint2 *)p;
+    unsigned w[2];
+    ldw(w, p);
+    return make_uint2(w[0], w[1]);
+}
+__device__ __forceinline__ float ld_h(const uint8_t *p)
+{
+    return h2f(*(const uint16_t *)p);
+}
+
+/* What every type's chunk step reads: the stage's activations at token
+ * gid (x) and its scale pairs at token 2 tig (s), n-tile j 8 tokens on. */
+struct iview {
+    const uint8_t *x;
+    const float2 *s;
+};
+__device__ __forceinline__ uint2 xfrag8(const iview &v, int j, int k)
+{
+    return *(const uint2 *)(v.x + j * 8 * I_XP + k);
+}
+/* the (d, d * sum) pairs of 32-block b for tokens 2 tig and 2 tig + 1 */
+__device__ __forceinline__ void xscale(const iview &v, int j, int b, float2 &s0, float2 &s1)
+{
+    s0 = v.s[j * 8 * (I_SP / 8) + b];
+    s1 = v.s[j * 8 * (I_SP / 8) + I_SP / 8 + b];
+}
+
+/* acc[j] += the int32 sums c of n-tile j scaled: rows gid (d0, m0) and
+ * gid + 8 (d1, m1), tokens 2 tig (s0) and 2 tig + 1 (s1); the min terms
+ * subtract m s.y (pass m = 0 for types without mins). */
+__device__ __forceinline__ void iscale(float (&acc)[4], const int (&c)[4], float d0, float m0,
+                                       float d1, float m1, float2 s0, float2 s1)
+{
+    acc[0] += (float)c[0] * (d0 * s0.x) - m0 * s0.y;
+    acc[1] += (float)c[1] * (d0 * s1.x) - m0 * s1.y;
+    acc[2] += (float)c[2] * (d1 * s0.x) - m1 * s0.y;
+    acc[3] += (float)c[3] * (d1 * s1.x) - m1 * s1.y;
+}
+
+template <int T> struct i8w;
+
+/* q4_K and q5_K: sub-block 2h + e is nibble e of qs[32h..32h+32) (q5_K:
+ * plus bit 2h + e of qh[l] for value l, as its fifth bit). Lane tig
+ * works out d sc and dmin m of sub-blocks 2 tig and 2 tig + 1 of both of
+ * its rows; the others' come by shuffle. */
+template <bool Q5> struct i8kq {
+    template <int NJ>
+    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        const uint8_t *p[2] = {p0, p1};
+        float ds[2][2], dm[2][2];
+        uint2 qh[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float d = ld_h(p[r]), dmin = ld_h(p[r] + 2);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int sc, m;
+                kscale(p[r] + 4, 2 * tig + e, sc, m);
+                ds[r][e] = d * (float)sc;
+                dm[r][e] = dmin * (float)m;
+            }
+            if (Q5)
+                qh[r] = ld8(p[r] + 16 + 8 * tig);
+        }
+        const int qo = (Q5 ? 48 : 16) + 8 * tig;
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            uint2 w0 = ld8(p0 + qo + 32 * h), w1 = ld8(p1 + qo + 32 * h);
+            const int src = (lane & ~3) | h; /* the lane that scaled sub-blocks 2h, 2h+1 */
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int sb = 2 * h + e;
+                unsigned a[4] = {(w0.x >> 4 * e) & 0x0F0F0F0Fu, (w1.x >> 4 * e) & 0x0F0F0F0Fu,
+                                 (w0.y >> 4 * e) & 0x0F0F0F0Fu, (w1.y >> 4 * e) & 0x0F0F0F0Fu};
+                if (Q5) {
+                    a[0] |= ((qh[0].x >> sb) & 0x01010101u) << 4;
+                    a[1] |= ((qh[1].x >> sb) & 0x01010101u) << 4;
+                    a[2] |= ((qh[0].y >> sb) & 0x01010101u) << 4;
+                    a[3] |= ((qh[1].y >> sb) & 0x01010101u) << 4;
+                }
+                float d0 = __shfl_sync(0xffffffffu, ds[0][e], src);
+                float m0 = __shfl_sync(0xffffffffu, dm[0][e], src);
+                float d1 = __shfl_sync(0xffffffffu, ds[1][e], src);
+                float m1 = __shfl_sync(0xffffffffu, dm[1][e], src);
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
+                    int c[4];
+                    mma_s8_k32(c, a, b.x, b.y);
+                    float2 s0, s1;
+                    xscale(v, j, sb, s0, s1);
+                    iscale(acc[j], c, d0, m0, d1, m1, s0, s1);
+                }
+            }
+        }
+    }
+};
+
+template <> struct i8w<MINFER_TYPE_Q4_K> : i8kq<false> {};
+template <> struct i8w<MINFER_TYPE_Q5_K> : i8kq<true> {};
+
+/* q8_0: 8 blocks of 34 bytes (d, 32 int8) per chunk, one per k32 step. */
+template <> struct i8w<MINFER_TYPE_Q8_0> {
+    template <int NJ>
+    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            uint2 w0 = ld8(p0 + 34 * b + 2 + 8 * tig), w1 = ld8(p1 + 34 * b + 2 + 8 * tig);
+            unsigned a[4] = {w0.x, w1.x, w0.y, w1.y};
+            float d0 = ld_h(p0 + 34 * b), d1 = ld_h(p1 + 34 * b);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                uint2 x = xfrag8(v, j, 32 * b + 8 * tig);
+                int c[4];
+                mma_s8_k32(c, a, x.x, x.y);
+                float2 s0, s1;
+                xscale(v, j, b, s0, s1);
+                iscale(acc[j], c, d0, 0.0f, d1, 0.0f, s0, s1);
+            }
+        }
+    }
+};
+
+/* q6_K: ql[128], qh[64], 16 int8 scales, d. Value 128 n + 32 q + l (l <
+ * 32) is nibble q / 2 of ql[64 n + 32 (q % 2) + l] with bits 2q, 2q+1 of
+ * qh[32 n + l] above it, minus 32, scaled by scales[8 n + 2 q + l / 16].
+ * One k16 step per 16 values; lane tig takes l = 16 i + 4 tig .. +3. */
+template <> struct i8w<MINFER_TYPE_Q6_K> {
+    /* int8(q - 32) of 4 6-bit values: flipping bit 5 gives q - 32 for q >=
+     * 32 and q + 32 (bit 5 set) below, where adding 0xC0 makes it q - 32 */
+    static __device__ __forceinline__ unsigned off32(unsigned q)
+    {
+        unsigned t = q ^ 0x20202020u;
+        return t + (t & 0x20202020u) * 6u;
+    }
+    template <int NJ>
+    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        const float d0 = ld_h(p0 + 208), d1 = ld_h(p1 + 208);
+#pragma unroll 1 /* unrolled, ptxas spilled a kilobyte at 64 tokens */
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                unsigned h0[1], h1[1];
+                ldw(h0, p0 + 128 + 32 * n + 16 * i + 4 * tig);
+                ldw(h1, p1 + 128 + 32 * n + 16 * i + 4 * tig);
+#pragma unroll
+                for (int qo = 0; qo < 2; qo++) {
+                    unsigned l0[1], l1[1];
+                    ldw(l0, p0 + 64 * n + 32 * qo + 16 * i + 4 * tig);
+                    ldw(l1, p1 + 64 * n + 32 * qo + 16 * i + 4 * tig);
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++) {
+                        const int q = qo + 2 * hi, si = 8 * n + 2 * q + i;
+                        unsigned a[2] = {
+                            off32(((l0[0] >> 4 * hi) & 0x0F0F0F0Fu) |
+                                  (((h0[0] >> 2 * q) & 0x03030303u) << 4)),
+                            off32(((l1[0] >> 4 * hi) & 0x0F0F0F0Fu) |
+                                  (((h1[0] >> 2 * q) & 0x03030303u) << 4))};
+                        float s0d = d0 * (float)(int8_t)p0[192 + si];
+                        float s1d = d1 * (float)(int8_t)p1[192 + si];
+                        const int k = 128 * n + 32 * q + 16 * i; /* value of slot 0 */
+#pragma unroll
+                        for (int j = 0; j < NJ; j++) {
+                            unsigned b = *(const unsigned *)(v.x + j * 8 * I_XP + k + 4 * tig);
+                            int c[4];
+                            mma_s8_k16(c, a, b);
+                            float2 s0, s1;
+                            xscale(v, j, k / 32, s0, s1);
+                            iscale(acc[j], c, s0d, 0.0f, s1d, 0.0f, s0, s1);
+                        }
+                    }
+                }
+            }
+    }
+};
+
+template <int T, int NJ>
+__global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
+    gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
+                   int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
+                   int64_t split_nb, gepi ep)
+{
+    using S = ismem<T, NJ>;
+    constexpr int BM = S::BM, PITCH = ishape<T>::PITCH, UNITS = qshape<T>::UNITS;
+    constexpr int BYTES = qgemm<T>::BYTES;
+    extern __shared__ __align__(16) unsigned char smem[];
+
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * I_BN, z = blockIdx.z;
+    const int nch = K / Q_CHUNK;
+    const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int64_t xrow = (int64_t)K / 32 * 40; /* bytes of one token's q8_1 row */
+    dst = (float *)((char *)dst + z * split_nb);
+
+    /* rows past N read row N - 1 (valid memory; never stored) */
+    auto wrow = [&](int r) {
+        int n = n0 + r;
+        return W + (int64_t)(n < N ? n : N - 1) * w_nb1;
+    };
+    auto load = [&](int stage, int c) {
+        unsigned char *As = smem + stage * S::STAGE, *Xs = As + S::A, *Ss = Xs + S::X;
+        for (int i = tid; i < I_BN * UNITS; i += I_THREADS) {
+            int r = i / UNITS, u = i % UNITS;
+            const uint8_t *src = wrow(r) + (size_t)c * BYTES;
+            const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
+            cp16(As + r * PITCH + 16 * u, g, g < src + BYTES);
+        }
+        /* per token: 16 units of values, then 4 of scale pairs */
+        for (int i = tid; i < BM * 20; i += I_THREADS) {
+            int tok = i / 20, u = i % 20, m = m0 + tok;
+            const uint8_t *row = xq + (int64_t)(m < M ? m : 0) * xrow;
+            if (u < 16)
+                cp16(Xs + tok * I_XP + 16 * u, row + (int64_t)c * Q_CHUNK + 16 * u, m < M);
+            else
+                cp16(Ss + tok * I_SP + 16 * (u - 16), row + K + (int64_t)c * 64 + 16 * (u - 16),
+                     m < M);
+        }
+    };
+
+    float acc[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc[j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < I_STAGES - 1; s++) {
+        if (s < nc)
+            load(s, c0 + s);
+        cp_commit();
+    }
+    const int r0 = warp * 16 + gid;
+    const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
+    for (int i = 0; i < nc; i++) {
+        cp_wait<I_STAGES - 2>();
+        __syncthreads(); /* chunk i landed; chunk i-1's stage is free */
+        int pf = i + I_STAGES - 1;
+        if (pf < nc)
+            load(pf % I_STAGES, c0 + pf);
+        cp_commit();
+
+        const unsigned char *As = smem + (i % I_STAGES) * S::STAGE;
+        const iview v = {As + S::A + gid * I_XP,
+                         (const float2 *)(As + S::A + S::X + 2 * tig * I_SP)};
+        size_t cb = (size_t)(c0 + i) * BYTES;
+        i8w<T>::template chunk<NJ>(As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15),
+                                   As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), lane, v,
+                                   acc);
+    }
+    cp_wait<0>();
+    gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
+}
+
+/* ---- dispatch ---- */
+
+static int g_bm, g_splits; /* forced token tile (16, 32, 64) and split count; 0 = automatic */
+
+void gemm_i8_tune(int bm, int splits)
+{
+    g_bm = bm == 16 || bm == 32 || bm == 64 ? bm : 0;
+    g_splits = splits >= 1 && splits <= I_MAX_SPLITS ? splits : 0;
+}
+
+static int i_nj(int64_t M)
+{
+    int bm = g_bm ? g_bm : M <= 16 ? 16 : M <= 32 ? 32 : 64;
+    return bm / 8;
+}
+
+/* Splits of K (in whole chunks) until there are 2 blocks per SM (the
+ * occupancy __launch_bounds__ asks for), at most 8. */
+static int i_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
+{
+    int64_t nch = K / Q_CHUNK, bm = 8 * i_nj(M);
+    if (g_splits)
+        return g_splits < nch ? g_splits : (int)nch;
+    int64_t tiles = (N + I_BN - 1) / I_BN * ((M + bm - 1) / bm);
+    int s = 1;
+    while (s * 2 <= I_MAX_SPLITS && s * 2 <= nch && tiles * s < 2LL * k->sm_count)
+        s *= 2;
+    return s;
+}
+
+size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
+{
+    return gemm_planes_bytes(i_splits(k, K, N, M), N, M);
+}
+
+template <int T, int NJ> static int i_optin_one(struct kctx *k)
+{
+    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8");
+}
+template <int T> static int i_optin(struct kctx *k)
+{
+    return i_optin_one<T, 2>(k) || i_optin_one<T, 4>(k) || i_optin_one<T, 8>(k);
+}
+
+int gemm_i8_prepare(struct kctx *k)
+{
+    const int most = ismem<MINFER_TYPE_Q8_0, 8>::BYTES > ismem<MINFER_TYPE_Q5_K, 8>::BYTES
+                         ? ismem<MINFER_TYPE_Q8_0, 8>::BYTES
+                         : ismem<MINFER_TYPE_Q5_K, 8>::BYTES;
+    if (k->smem_optin < most) {
+        snprintf(k->err, k->err_len,
+                 "gemm_i8: needs %d bytes of dynamic shared memory but device %d allows %d",
+                 most, k->device, k->smem_optin);
+        return -1;
+    }
+    return i_optin<MINFER_TYPE_Q4_K>(k) || i_optin<MINFER_TYPE_Q5_K>(k) ||
+           i_optin<MINFER_TYPE_Q6_K>(k) || i_optin<MINFER_TYPE_Q8_0>(k);
+}
+
+struct i_launchers {
+    template <int T, int NJ>
+    static int go(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
+                  int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                  int64_t split_nb, gepi e)
+    {
+        dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
+                  (unsigned)splits);
+        const int smem = ismem<T, NJ>::BYTES;
+        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
+                (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
+                out, out_nb1, split_nb, e);
+        return 0;
+    }
+    /* the launcher of each covered type (inplace_pick's L::run<T>) */
+    template <int T>
+    static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
+                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                   int64_t split_nb, gepi e)
+    {
+        int nj = i_nj(M);
+        auto f = nj == 2 ? go<T, 2> : nj == 4 ? go<T, 4> : go<T, 8>;
+        return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e);
+    }
+};
+
+int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
+            const void *xq, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
+{
+    if ((M + 15) / 16 > 65535 || (N + I_BN - 1) / I_BN > 65535)
+        return k_fail(k, "gemm_i8", "too many tokens or rows for one launch");
+    gemm_inplace_launch fn = inplace_pick<i_launchers>(type);
+    if (!fn)
+        return k_fail(k, "gemm_i8", "weight type has no int8 GEMM");
+    return gemm_inplace_run(k, "gemm_i8", fn, i_splits(k, K, N, M), W, w_nb1, xq, K, N, M, dst,
+                            dst_nb1, part, e);
+}
