@@ -149,7 +149,8 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
     /* a float-weight GEMM runs in two passes, the first writing dst */
     bool alike = a->data == d->data && a->nb[1] == d->nb[1] && a->ne[1] == M &&
                  !is_float_type(w->type);
-    if (gemm_route(k, w, M) && a->nb[0] == sizeof(float) && (!overlaps(a, d) || alike)) {
+    if (gemm_route(k, w, M) && k_gemm_epi_pays(k, w->type, w->ne[0], M) &&
+        a->nb[0] == sizeof(float) && (!overlaps(a, d) || alike)) {
         struct kgemm_epi e = {KGEMM_ADD, a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1]};
         return run_gemm(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
     }
@@ -283,7 +284,8 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         }
         size_t plane = (size_t)N * (size_t)M * sizeof(float);
         void *gu = NULL;
-        bool fused = gemm_route(k, s1, M) && d->nb[0] == sizeof(float);
+        bool fused = gemm_route(k, s1, M) && k_gemm_epi_pays(k, s1->type, s1->ne[0], M) &&
+                     d->nb[0] == sizeof(float);
         minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));

@@ -380,17 +380,19 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
 
 /* The kernel for a call: one decision for the activation order, the
  * scratch size and the launch. By shape, from minfer-cuda-bench --gemmwg
- * and --gemm-one on the H200 (docs/PERF.md): gemm-q.cu's in-place
- * kernel up to 16 tokens (its 16-token tile; the wgmma kernel wastes most
- * of its 64-token tile there); where the wgmma kernels can run, gemm-wg.cu's
+ * and --gemm-one on the H200 (docs/PERF.md): gemm-i8.cu's int8 kernel up
+ * to 32 tokens on every device (q4_K ffn up at 16 / 32 tokens: 46.6 /
+ * 67.7 us against gemm-q.cu's 51.6 / 93.5 and gemm-wg.cu's 88.9 / 89.6;
+ * at 64 it lost to gemm-wg.cu, 103 against 90); where the wgmma kernels
+ * can run, gemm-wg.cu's
  * (weights unpacked in place) at 17-1,023 tokens (at 128-512 tokens
  * 1.1-1.5x the f16 kernel) and gemm-ss.cu's (f16 scratch, both operands
  * by bulk copy) from 1,024 (at 1,024 tokens 1.15-1.25x gemm-wg.cu on the
  * ffn shapes, even on the attention one; at 8,192 1.5-1.85x the f16
  * kernel), for every type and for the hi/lo split of float weights too.
- * Without wgmma, gemm-q.cu up to 64 tokens (1.3-3x the f16 kernel there)
+ * Without wgmma, gemm-q.cu at 33-64 tokens (1.3-3x the f16 kernel there)
  * and the f16 kernel beyond. */
-#define GI8_MAX_M 64
+#define GI8_MAX_M 32
 #define GQ_MAX_M 64
 #define GQ_WG_MAX_M 16
 #define GSS_MIN_M 1024
@@ -588,6 +590,11 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
     size_t wb = w_direct(type, W, w_nb1) ? 0 : round256((size_t)rows * (size_t)K * 2);
     size_t pb = part_bytes(k, K, rows, M), pl = part_bytes(k, K, N % rows, M);
     return wb + (pb > pl ? pb : pl);
+}
+
+extern "C" int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
+{
+    return path(k, type, K, M, NULL) != PATH_SS;
 }
 
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,

@@ -154,6 +154,11 @@ struct kgemm_epi {
     const float *aux;
     int64_t aux_nb1;
 };
+/* Whether k_gemm's epilogue beats a separate element-wise pass for this
+ * product. Not on gemm-ss.cu (9.0 devices, 1,024 tokens and more): there
+ * the epilogue's addend reads cost pp2048 15% on the H200 (docs/PERF.md,
+ * session 8); everywhere else it is the faster form. */
+int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
