@@ -89,6 +89,17 @@ __device__ __forceinline__ void gemm_store_frag(const gepi &ep, const float *acc
 {
     /* 8-token groups per batch of loads (2 at 32: gemm-ss.cu has no registers to spare) */
     constexpr int G = NJ >= 32 ? 2 : NJ < 4 ? NJ : 4;
+    if (!ep.op && !accumulate) { /* the plain store, the common case, reads nothing */
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int n = r + 8 * (e >> 1), m = m0 + 8 * j + 2 * tig + (e & 1);
+                if (n < N && m < M)
+                    ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = acc[4 * j + e];
+            }
+        return;
+    }
     if (ep.op)
 #pragma unroll
         for (int j = 0; j < NJ; j++)
