@@ -109,6 +109,24 @@ __device__ __forceinline__ void iscale(float (&acc)[4], const int (&c)[4], float
     acc[3] += (float)c[3] * (d1 * s1.x) - m1 * s1.y;
 }
 
+/* One 32-value sub-block sb of the lane's two rows (A fragment a, row
+ * scales d, mins m) against every n-tile's activations. */
+template <int NJ>
+__device__ __forceinline__ void k32_step(const iview &v, const unsigned (&a)[4], int sb, int tig,
+                                         float d0, float m0, float d1, float m1,
+                                         float (&acc)[NJ][4])
+{
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
+        int c[4];
+        mma_s8_k32(c, a, b.x, b.y);
+        float2 s0, s1;
+        xscale(v, j, sb, s0, s1);
+        iscale(acc[j], c, d0, m0, d1, m1, s0, s1);
+    }
+}
+
 template <int T> struct i8w;
 
 /* q4_K and q5_K: sub-block 2h + e is nibble e of qs[32h..32h+32) (q5_K:
@@ -157,15 +175,7 @@ template <bool Q5> struct i8kq {
                 float m0 = __shfl_sync(0xffffffffu, dm[0][e], src);
                 float d1 = __shfl_sync(0xffffffffu, ds[1][e], src);
                 float m1 = __shfl_sync(0xffffffffu, dm[1][e], src);
-#pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
-                    int c[4];
-                    mma_s8_k32(c, a, b.x, b.y);
-                    float2 s0, s1;
-                    xscale(v, j, sb, s0, s1);
-                    iscale(acc[j], c, d0, m0, d1, m1, s0, s1);
-                }
+                k32_step(v, a, sb, tig, d0, m0, d1, m1, acc);
             }
         }
     }
@@ -186,15 +196,7 @@ template <> struct i8w<MINFER_TYPE_Q8_0> {
             uint2 w0 = ld8(p0 + 34 * b + 2 + 8 * tig), w1 = ld8(p1 + 34 * b + 2 + 8 * tig);
             unsigned a[4] = {w0.x, w1.x, w0.y, w1.y};
             float d0 = ld_h(p0 + 34 * b), d1 = ld_h(p1 + 34 * b);
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                uint2 x = xfrag8(v, j, 32 * b + 8 * tig);
-                int c[4];
-                mma_s8_k32(c, a, x.x, x.y);
-                float2 s0, s1;
-                xscale(v, j, b, s0, s1);
-                iscale(acc[j], c, d0, 0.0f, d1, 0.0f, s0, s1);
-            }
+            k32_step(v, a, b, tig, d0, 0.0f, d1, 0.0f, acc);
         }
     }
 };
@@ -262,7 +264,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
                    int64_t split_nb, gepi ep)
 {
     using S = ismem<T, NJ>;
-    constexpr int BM = S::BM, PITCH = ishape<T>::PITCH, UNITS = qshape<T>::UNITS;
+    constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
 
@@ -280,12 +282,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     };
     auto load = [&](int stage, int c) {
         unsigned char *As = smem + stage * S::STAGE, *Xs = As + S::A, *Ss = Xs + S::X;
-        for (int i = tid; i < I_BN * UNITS; i += I_THREADS) {
-            int r = i / UNITS, u = i % UNITS;
-            const uint8_t *src = wrow(r) + (size_t)c * BYTES;
-            const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
-            cp16(As + r * PITCH + 16 * u, g, g < src + BYTES);
-        }
+        q_copy_chunk<T, I_BN, I_THREADS, PITCH>(As, wrow, c, tid);
         /* per token: 16 units of values, then 4 of scale pairs */
         for (int i = tid; i < BM * 20; i += I_THREADS) {
             int tok = i / 20, u = i % 20, m = m0 + tok;
@@ -298,38 +295,19 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
         }
     };
 
-    float acc[NJ][4];
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            acc[j][e] = 0.0f;
+    float acc[NJ][4] = {};
 
-#pragma unroll
-    for (int s = 0; s < I_STAGES - 1; s++) {
-        if (s < nc)
-            load(s, c0 + s);
-        cp_commit();
-    }
     const int r0 = warp * 16 + gid;
     const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
-    for (int i = 0; i < nc; i++) {
-        cp_wait<I_STAGES - 2>();
-        __syncthreads(); /* chunk i landed; chunk i-1's stage is free */
-        int pf = i + I_STAGES - 1;
-        if (pf < nc)
-            load(pf % I_STAGES, c0 + pf);
-        cp_commit();
-
-        const unsigned char *As = smem + (i % I_STAGES) * S::STAGE;
+    cp_ring<I_STAGES>(c0, nc, load, [&](int stage, int i) {
+        const unsigned char *As = smem + stage * S::STAGE;
         const iview v = {As + S::A + gid * I_XP,
                          (const float2 *)(As + S::A + S::X + 2 * tig * I_SP)};
         size_t cb = (size_t)(c0 + i) * BYTES;
         i8w<T>::template chunk<NJ>(As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15),
                                    As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), lane, v,
                                    acc);
-    }
-    cp_wait<0>();
+    });
     gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 }
 

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
 {
     using Q = qgemm<T>;
     using S = qsmem<T, NJ>;
-    constexpr int BM = S::BM, PITCH = qshape<T>::PITCH, UNITS = qshape<T>::UNITS;
+    constexpr int BM = S::BM, PITCH = qshape<T>::PITCH;
     extern __shared__ __align__(16) unsigned char smem[];
 
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * Q_BN, z = blockIdx.z;
@@ -72,12 +72,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
     auto load = [&](int stage, int c) {
         unsigned char *As = smem + stage * S::STAGE;
         __half *Bs = (__half *)(As + S::A);
-        for (int i = tid; i < Q_BN * UNITS; i += Q_THREADS) {
-            int r = i / UNITS, u = i % UNITS;
-            const uint8_t *src = wrow(r) + (size_t)c * Q::BYTES;
-            const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
-            cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
-        }
+        q_copy_chunk<T, Q_BN, Q_THREADS, PITCH>(As, wrow, c, tid);
         for (int i = tid; i < BM * 32; i += Q_THREADS) {
             int p = i / (BM * 4), tok = (i >> 2) % BM, t = i & 3, m = m0 + tok;
             const __half *g = xh + (int64_t)(m < M ? m : 0) * K + (int64_t)c * Q_CHUNK + 64 * t + 8 * p;
@@ -92,23 +87,10 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
         for (int e = 0; e < 4; e++)
             acc[j][e] = 0.0f;
 
-#pragma unroll
-    for (int s = 0; s < Q_STAGES - 1; s++) {
-        if (s < nc)
-            load(s, c0 + s);
-        cp_commit();
-    }
     const int r0 = warp * 16 + gid;
     const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
-    for (int i = 0; i < nc; i++) {
-        cp_wait<Q_STAGES - 2>();
-        __syncthreads(); /* chunk i landed; chunk i-1's stage is free */
-        int pf = i + Q_STAGES - 1;
-        if (pf < nc)
-            load(pf % Q_STAGES, c0 + pf);
-        cp_commit();
-
-        const unsigned char *As = smem + (i % Q_STAGES) * S::STAGE;
+    cp_ring<Q_STAGES>(c0, nc, load, [&](int stage, int i) {
+        const unsigned char *As = smem + stage * S::STAGE;
         const __half *Bs = (const __half *)(As + S::A);
         size_t cb = (size_t)(c0 + i) * Q::BYTES;
         unsigned va[32], vb[32];
@@ -129,8 +111,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
                     mma16816(acc[j], a, h ? b[j].z : b[j].x, h ? b[j].w : b[j].y);
             }
         }
-    }
-    cp_wait<0>();
+    });
 
     gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 }

@@ -19,6 +19,7 @@
 
 #include "common.cuh"
 #include "gemm.cuh"
+#include "mma.cuh"
 
 /* NW words of shared memory from a 2-byte aligned address: the aligned
  * words around it, funnel-shifted (reads one word past the last). */
@@ -187,5 +188,22 @@ template <int T> struct qshape {
      * rows allow) */
     static constexpr int PITCH = 16 * (UNITS | 1);
 };
+
+/* gemm-q.cu's and gemm-i8.cu's copy of chunk c of ROWS weight rows into
+ * shared rows PITCH bytes apart, by THREADS threads: UNITS 16-byte units
+ * a row from the one holding the chunk's first byte; units past the
+ * chunk's end are zeros, never read (nor from past the tensor). wrow(r):
+ * row r's first byte. */
+template <int T, int ROWS, int THREADS, int PITCH, class Row>
+__device__ __forceinline__ void q_copy_chunk(unsigned char *As, const Row &wrow, int c, int tid)
+{
+    constexpr int UNITS = qshape<T>::UNITS, BYTES = qgemm<T>::BYTES;
+    for (int i = tid; i < ROWS * UNITS; i += THREADS) {
+        int r = i / UNITS, u = i % UNITS;
+        const uint8_t *src = wrow(r) + (size_t)c * BYTES;
+        const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
+        cp16(As + r * PITCH + 16 * u, g, g < src + BYTES);
+    }
+}
 
 #endif /* MINFER_CUDA_GEMM_Q_CUH */

@@ -32,6 +32,31 @@ template <int N> __device__ __forceinline__ void cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* A STAGES-deep ring of cp.async groups over chunks [first, first + nc),
+ * run by every thread of the block: load(stage, c) issues chunk c's
+ * copies into a stage, step(stage, i) consumes chunk first + i once it
+ * has landed, while the next STAGES - 1 chunks are in flight. */
+template <int STAGES, class Load, class Step>
+__device__ __forceinline__ void cp_ring(int first, int nc, Load load, Step step)
+{
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nc)
+            load(s, first + s);
+        cp_commit();
+    }
+    for (int i = 0; i < nc; i++) {
+        cp_wait<STAGES - 2>();
+        __syncthreads(); /* chunk i landed; chunk i-1's stage is free */
+        int pf = i + STAGES - 1;
+        if (pf < nc)
+            load(pf % STAGES, first + pf);
+        cp_commit();
+        step(i % STAGES, i);
+    }
+    cp_wait<0>();
+}
+
 /* Four 8x8 b16 matrices; lanes 8i..8i+7 address the rows of matrix i. */
 __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *s)
 {
