@@ -13,7 +13,8 @@
  *        [--multi]
  * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
- * q8_0 at 4..256 tokens; --gemmwg: the Hopper wgmma GEMM against both, 16
+ * q8_0 at 4..256 tokens, then its and gemm-i8.cu's split-K counts forced;
+ * --gemmwg: the Hopper wgmma GEMM against both, 16
  * to 2048 tokens; --gemm-one K N M BN: one q4_K GEMM shape and kernel
  * (BN as k_tune_gemm's), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
@@ -506,10 +507,13 @@ int main(int argc, char **argv)
                         fails += bench_gemm(c, qt[ti], shapes[si].K, shapes[si].N, qm[mi], 0,
                                             shapes[si].what) != 0;
                     }
+        /* gemm-q.cu's 16- and 64-token tiles (bn = m), then gemm-i8.cu's
+         * 16- and 32-token ones (bn = 4000 + m) */
         for (size_t si = 0; si < 3; si++)
-            for (int m = 16; m <= 64; m *= 4)
+            for (int t = 0; t < 4; t++)
                 for (int sp = 1; sp <= 8; sp *= 2) {
-                    int cfg[3] = {0, sp, m};
+                    int m = t == 0 ? 16 : t == 1 ? 64 : t == 2 ? 16 : 32;
+                    int cfg[3] = {0, sp, t < 2 ? m : 4000 + m};
                     memcpy(g_cfg, cfg, sizeof g_cfg);
                     k_tune_gemm(cfg[0], cfg[1], cfg[2]);
                     fails += bench_gemm(c, MINFER_TYPE_Q4_K, shapes[si].K, shapes[si].N, m, 0,
