@@ -28,9 +28,10 @@
  * measured faster; at 512 it was slower on every 7B shape (docs/PERF.md).
  *
  * This file is also the one entry point of the other prefill kernels:
- * path() picks per call between this kernel, gemm-q.cu's and gemm-wg.cu's
- * in-place ones and gemm-ss.cu's (Hopper), which takes stages 1 and 2 in
- * wgmma's core-matrix order (ACT_CM, w16's cm) instead of row order.
+ * path() picks per call between this kernel, gemm-i8.cu's, gemm-q.cu's
+ * and gemm-wg.cu's in-place ones and gemm-ss.cu's (Hopper), which takes
+ * stages 1 and 2 in wgmma's core-matrix order (ACT_CM, w16's cm) instead
+ * of row order.
  */
 #include <stdlib.h>
 
@@ -394,7 +395,6 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
  * and the f16 kernel beyond. */
 #define GI8_MAX_M 32
 #define GQ_MAX_M 64
-#define GQ_WG_MAX_M 16
 #define GSS_MIN_M 1024
 static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M, const void *xl)
 {
@@ -413,7 +413,7 @@ static enum gpath path(const struct kctx *k, uint32_t type, int64_t K, int64_t M
     if (M <= GI8_MAX_M)
         return PATH_I8;
     if (wg_ready(k))
-        return M <= GQ_WG_MAX_M ? PATH_Q : PATH_WG;
+        return PATH_WG;
     return M <= GQ_MAX_M ? PATH_Q : PATH_F16;
 }
 

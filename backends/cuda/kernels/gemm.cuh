@@ -2,8 +2,9 @@
  * gemm.cuh — what the prefill GEMMs share across translation units:
  * gemm.cu (the entry points; its own kernel takes weights dequantized to
  * f16 scratch, any readable type) picks one kernel per call (path()):
- * gemm-q.cu's and gemm-wg.cu's in-place kernels for the types they
- * cover, or gemm-ss.cu's on f16 scratch in the core-matrix order below.
+ * gemm-i8.cu's, gemm-q.cu's and gemm-wg.cu's in-place kernels for the
+ * types they cover, or gemm-ss.cu's on f16 scratch in the core-matrix
+ * order below.
  * All of them use gemm.cu's fixed-order reduction of split-K planes.
  */
 #ifndef MINFER_CUDA_GEMM_CUH
