@@ -50,28 +50,54 @@ extern "C" void k_tune_attn_dec(int blocks)
 
 /* Cells [c0, c0 + DM_TC) of KV head hk into s (rows LD halves apart);
  * rows at or past end are zeros (a V row must be finite: P = 0 times a
- * stale NaN is NaN). */
-template <int HD>
-__device__ __forceinline__ void dm_stage(uint16_t *s, const uint8_t *__restrict__ cache,
-                                         int64_t nb1, int hk, int64_t c0, int64_t end, int lane)
+ * stale NaN is NaN). With a cell list (LIST), entry c is cell list[c]:
+ * lane j reads entry c0 + j and the warp shares it by shuffle; an entry
+ * naming no cell of the cache is a zero row, and the mask of such entries
+ * (bit j) comes back so their scores can be masked. */
+template <int HD, bool LIST>
+__device__ __forceinline__ unsigned dm_stage(uint16_t *s, const uint8_t *__restrict__ cache,
+                                             int64_t nb1, int hk, int64_t c0, int64_t end,
+                                             const int32_t *__restrict__ list, int64_t n_cells,
+                                             int lane)
 {
     constexpr int LD = HD + 8, PR = HD / 8; /* 16-byte chunks per row */
+    static_assert(DM_TC == 32, "one list entry per lane");
+    int mine = 0;
+    unsigned bad = 0;
+    if (LIST) {
+        const int64_t c = c0 + lane;
+        mine = c < end ? list[c] : 0;
+        const bool out = c < end && (mine < 0 || (int64_t)mine >= n_cells);
+        bad = __ballot_sync(0xffffffffu, out);
+        mine = out ? 0 : mine;
+    }
 #pragma unroll
     for (int e = lane; e < DM_TC * PR; e += 32) {
         int j = e / PR, k = e % PR;
         int64_t c = c0 + j;
         bool ok = c < end;
-        cp16(s + j * LD + k * 8, cache + (ok ? c : c0) * nb1 + (size_t)hk * HD * 2 + k * 16,
-                ok);
+        int64_t row = ok ? c : c0;
+        if (LIST) {
+            row = __shfl_sync(0xffffffffu, mine, j);
+            ok = ok && !((bad >> j) & 1u);
+        }
+        cp16(s + j * LD + k * 8, cache + row * nb1 + (size_t)hk * HD * 2 + k * 16, ok);
     }
+    return bad;
 }
 
-template <int HD>
+/* LIST: ATTENTION_LISTS' form (attn-lists.cu's k_attention_lists calls
+ * it for F16 caches): token t reads entries [range[t][0], range[t][1]) of
+ * cell list qlist[t] instead of cells [0, visible) of the cache; kv_len,
+ * pos and window are unused. Otherwise range .. flags are unused. */
+template <int HD, bool LIST>
 __global__ void __launch_bounds__(DM_WARPS * 32)
     attn_decode_mma(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                     int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                     const int32_t *kv_len, const int32_t *pos, float scale, int window,
-                    int n_splits, float *__restrict__ part)
+                    const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
+                    const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
+                    unsigned *flags, int n_splits, float *__restrict__ part)
 {
     constexpr int LD = HD + 8, KS = HD / 16, NT = DM_TC / 8, OT = HD / 8;
     constexpr int TILE = DM_TC * LD; /* halves */
@@ -87,16 +113,25 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
     uint16_t *Ks = sm + warp * 2 * TILE, *Vs = Ks + TILE;
 
     int64_t begin, end;
-    split_share(kv_len, pos, t, n_cells, window, blockIdx.x, n_splits, DM_STEP, begin, end);
+    const int32_t *list = NULL;
+    if (LIST)
+        list = lists_slice(range, qlist, lists, n_kv, n_lists, t, blockIdx.x, n_splits, DM_STEP,
+                           flags, begin, end);
+    else
+        split_share(kv_len, pos, t, n_cells, window, blockIdx.x, n_splits, DM_STEP, begin, end);
 
-    /* the warp's first K and V tiles load while Q is read */
+    /* the warp's first K and V tiles load while Q is read; kbad: the K
+     * tile's entries that name no cell (LIST) */
     int64_t c0 = begin + warp * DM_TC;
+    unsigned kbad = 0, kbad_next = 0;
     if (c0 < end) {
-        dm_stage<HD>(Ks, kc, knb1, hk, c0, end, lane);
+        kbad_next = dm_stage<HD, LIST>(Ks, kc, knb1, hk, c0, end, list, n_cells, lane);
         cp_commit();
-        dm_stage<HD>(Vs, vc, vnb1, hk, c0, end, lane);
+        dm_stage<HD, LIST>(Vs, vc, vnb1, hk, c0, end, list, n_cells, lane);
         cp_commit();
     }
+    if (LIST && kbad_next && lane == 0 && flags)
+        atomicOr(flags, KFLAG_ATTN_LIST);
 
     /* Q as A fragments (rows g and g + 8 = query heads h0 + g, h0 + g + 8;
      * rows past the group are zeros), scaled into base-2 exponent units */
@@ -126,17 +161,23 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
         float s[NT][4];
         mma_qk_tile<LD>(s, qf, Ks, lane);
         __syncwarp(); /* every lane has read the K tile */
-        if (cn < end)
-            dm_stage<HD>(Ks, kc, knb1, hk, cn, end, lane);
+        kbad = kbad_next;
+        if (cn < end) {
+            kbad_next = dm_stage<HD, LIST>(Ks, kc, knb1, hk, cn, end, list, n_cells, lane);
+            if (LIST && kbad_next && lane == 0 && flags)
+                atomicOr(flags, KFLAG_ATTN_LIST);
+        }
         cp_commit(); /* possibly empty: keeps the group count uniform */
 
-        if (c0 + DM_TC > end) { /* the share's last, partial tile */
+        if (c0 + DM_TC > end || kbad) { /* the share's last, partial tile; cells refused */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (c0 + nt * 8 + 2 * qd + (e & 1) >= end)
+                for (int e = 0; e < 4; e++) {
+                    const int j = nt * 8 + 2 * qd + (e & 1);
+                    if (c0 + j >= end || ((kbad >> j) & 1u))
                         s[nt][e] = -INFINITY;
+                }
         }
         unsigned pf[NT / 2][4];
         mma_softmax_tile(s, m0, m1, l0, l1, o, pf);
@@ -146,7 +187,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
         mma_pv_tile<LD>(o, pf, Vs, lane);
         __syncwarp(); /* every lane has read the V tile */
         if (cn < end)
-            dm_stage<HD>(Vs, vc, vnb1, hk, cn, end, lane);
+            dm_stage<HD, LIST>(Vs, vc, vnb1, hk, cn, end, list, n_cells, lane);
         cp_commit();
     }
     cp_wait<0>();
@@ -301,22 +342,32 @@ extern "C" int k_attn_dec_splits(int64_t n_kv_head, int64_t group, int64_t n_tok
     return (int)(want < 1 ? 1 : want);
 }
 
-template <int HD>
+/* Cell source of a launch: the cache's first visible cells (kv_len, pos,
+ * window) or, for ATTENTION_LISTS, per-token cell lists. */
+struct dm_cells {
+    const int32_t *kv_len, *pos;
+    int window;
+    const int32_t *range, *qlist, *lists;
+    int64_t n_kv, n_lists;
+};
+
+template <int HD, bool LIST>
 static int dm_launch(struct kctx *k, struct kview q, const uint8_t *K, const uint8_t *V,
                      int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
-                     const int32_t *kv_len, const int32_t *pos, float scale, int window,
-                     int splits, float *part, struct kview dst, uint8_t *xq)
+                     const struct dm_cells &c, float scale, int splits, float *part,
+                     struct kview dst, uint8_t *xq)
 {
     const int group = (int)(q.ne[1] / n_kv_head);
     const int64_t n_gc = (group + DM_ROWS - 1) / DM_ROWS;
     dim3 grid((unsigned)splits, (unsigned)(n_kv_head * n_gc), (unsigned)q.ne[2]);
-    auto kf = attn_decode_mma<HD>;
-    KLAUNCH(k, "attention.decode_mma<f16>", kf, grid, DM_WARPS * 32, 0, q, K, V, knb1, vnb1,
-            n_cells, group, kv_len, pos, scale, window, splits, part);
+    auto kf = attn_decode_mma<HD, LIST>;
+    KLAUNCH(k, LIST ? "attention_lists.decode_mma<f16>" : "attention.decode_mma<f16>", kf, grid,
+            DM_WARPS * 32, 0, q, K, V, knb1, vnb1, n_cells, group, c.kv_len, c.pos, scale,
+            c.window, c.range, c.qlist, c.lists, c.n_kv, c.n_lists, k->flags, splits, part);
     dim3 g2((unsigned)q.ne[1], (unsigned)q.ne[2]);
     auto cf = dm_combine<HD>;
-    KLAUNCH(k, "attention.combine_mma", cf, g2, DC_WARPS * 32, 0, (const float *)part,
-            (int)q.ne[1], splits, dst, xq);
+    KLAUNCH(k, LIST ? "attention_lists.combine_mma" : "attention.combine_mma", cf, g2,
+            DC_WARPS * 32, 0, (const float *)part, (int)q.ne[1], splits, dst, xq);
     return 0;
 }
 
@@ -326,9 +377,21 @@ extern "C" int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const 
                           int splits, void *scratch, struct kview dst, void *xq)
 {
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
-    if (q.ne[0] == 128)
-        return dm_launch<128>(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, kv_len, pos, scale,
-                              window, splits, (float *)scratch, dst, (uint8_t *)xq);
-    return dm_launch<64>(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, kv_len, pos, scale, window,
-                         splits, (float *)scratch, dst, (uint8_t *)xq);
+    const struct dm_cells c = {kv_len, pos, window, NULL, NULL, NULL, 0, 0};
+    auto f = q.ne[0] == 128 ? dm_launch<128, false> : dm_launch<64, false>;
+    return f(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, c, scale, splits, (float *)scratch, dst,
+             (uint8_t *)xq);
+}
+
+extern "C" int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void *vc,
+                                int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
+                                const int32_t *range, const int32_t *qlist, const int32_t *lists,
+                                int64_t n_kv, int64_t n_lists, float scale, int splits,
+                                void *scratch, struct kview dst)
+{
+    const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
+    const struct dm_cells c = {NULL, NULL, 0, range, qlist, lists, n_kv, n_lists};
+    auto f = q.ne[0] == 128 ? dm_launch<128, true> : dm_launch<64, true>;
+    return f(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, c, scale, splits, (float *)scratch, dst,
+             NULL);
 }

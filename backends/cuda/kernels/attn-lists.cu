@@ -32,45 +32,6 @@ static_assert(L_THREADS == 128, "block_max128, partial_store128");
  * (graph replay); lists_share deals each token's visible entries out. */
 #define L_CHUNK 32
 
-/* Entries [begin, end) of the visible [first, nv) that split `split` of
- * n_splits takes: whole L_CHUNKs from the front, so the splits share the
- * entries a token actually sees. (The grid is sized by the list capacity
- * n_kv for graph replay; slicing that capacity instead left every split
- * but the first idle on short lists: at 64 sequences of ~200 cells in a
- * 16k context, one busy block of four per token and KV head, 95 us per
- * layer on the H200.) */
-__device__ __forceinline__ void lists_share(int64_t first, int64_t nv, int split, int n_splits,
-                                            int64_t &begin, int64_t &end)
-{
-    int64_t share = ((nv - first + n_splits - 1) / n_splits + L_CHUNK - 1) / L_CHUNK * L_CHUNK;
-    begin = first + (int64_t)split * share;
-    end = begin + share < nv ? begin + share : nv;
-    if (begin > nv)
-        begin = nv;
-}
-
-/* Token t's list and the entries [begin, end) of it that split `split`
- * takes. A range or list index out of bounds is flagged and refused: no
- * entry is read. */
-__device__ __forceinline__ const int32_t *lists_slice(const int32_t *__restrict__ range,
-                                                      const int32_t *__restrict__ qlist,
-                                                      const int32_t *__restrict__ lists,
-                                                      int64_t n_kv, int64_t n_lists, int t,
-                                                      int split, int n_splits, unsigned *flags,
-                                                      int64_t &begin, int64_t &end)
-{
-    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
-    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
-        if (threadIdx.x == 0 && flags)
-            atomicOr(flags, KFLAG_ATTN_LIST);
-        first = nv = 0;
-        li = 0;
-    }
-    const int32_t *list = lists + li * n_kv;
-    lists_share(first, nv, split, n_splits, begin, end);
-    return list;
-}
-
 /* The cell of entry j (-1 past end): a cell outside the cache is flagged
  * and skipped (-1). */
 __device__ __forceinline__ int lists_cell(const int32_t *list, int64_t j, int64_t end,
@@ -155,7 +116,7 @@ __global__ void __launch_bounds__(L_THREADS)
         qs[d] = qr[d] * scale;
     int64_t begin, end;
     const int32_t *list = lists_slice(range, qlist, lists, n_kv, n_lists, t, split, n_splits,
-                                      flags, begin, end);
+                                      L_CHUNK, flags, begin, end);
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
@@ -238,7 +199,7 @@ __global__ void __launch_bounds__(L_THREADS)
     }
     int64_t begin, end;
     const int32_t *list = lists_slice(range, qlist, lists, n_kv, n_lists, t, split, n_splits,
-                                      flags, begin, end);
+                                      L_CHUNK, flags, begin, end);
     __syncthreads();
 
     float m[L_MAX_G], l[L_MAX_G], acc0[L_MAX_G], acc1[L_MAX_G];
@@ -316,10 +277,17 @@ static int64_t lists_heads(int64_t n_head, int64_t n_kv_head)
                : n_head;
 }
 
+/* The scratch of either kernel (F16 caches of head_dim 64 or 128 take
+ * attn-dec.cu's tensor-core kernel, the others lists_partial*): the
+ * larger split count, as the cache type is not known here. */
 extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_kv_head,
                                              int64_t n_tokens, int64_t n_kv)
 {
     int s = k_attn_lists_splits(lists_heads(n_head, n_kv_head), n_tokens, n_kv);
+    if (n_kv_head > 0 && n_head % n_kv_head == 0) {
+        int sd = k_attn_dec_splits(n_kv_head, n_head / n_kv_head, n_tokens, n_kv);
+        s = sd > s ? sd : s;
+    }
     return (size_t)n_tokens * (size_t)n_head * (size_t)s * (size_t)(hd + 2) * sizeof(float);
 }
 
@@ -336,6 +304,14 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
         return k_fail(k, "attention_lists", "n_kv_head does not divide n_head");
     if (n_head > 65535 || nt > 65535 || nt <= 0 || n_cells <= 0 || n_kv <= 0 || n_lists <= 0)
         return k_fail(k, "attention_lists", "n_head/n_tokens/n_cells/lists out of range");
+    /* F16 caches, head_dim 64/128: the tensor-core decode kernel over the
+     * lists (a 16-sequence decode of a 7B: 36.6 us per layer here, ~5
+     * there; docs/PERF.md, session 9) */
+    if (k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1))
+        return k_attn_dec_lists(k, q, kc, vc, knb1, vnb1, n_cells, n_kv_head, range, qlist, lists,
+                                n_kv, n_lists, scale,
+                                k_attn_dec_splits(n_kv_head, n_head / n_kv_head, nt, n_kv),
+                                scratch, dst);
     int group = (int)(n_head / n_kv_head);
     int64_t heads = lists_heads(n_head, n_kv_head);
     bool grouped = heads == n_kv_head && group > 1;

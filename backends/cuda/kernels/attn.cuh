@@ -73,6 +73,48 @@ __device__ __forceinline__ void split_share(const int32_t *kv_len, const int32_t
     end = begin + chunk < nvis ? begin + chunk : nvis;
 }
 
+/* ---- cell lists (ATTENTION_LISTS: attn-lists.cu, and attn-dec.cu for F16 caches) ---- */
+
+/* Entries [begin, end) of the visible [first, nv) that split `split` of
+ * n_splits takes: whole multiples of gran entries from the front, so the splits share the
+ * entries a token actually sees. (The grid is sized by the list capacity
+ * n_kv for graph replay; slicing that capacity instead left every split
+ * but the first idle on short lists: at 64 sequences of ~200 cells in a
+ * 16k context, one busy block of four per token and KV head, 95 us per
+ * layer on the H200.) */
+__device__ __forceinline__ void lists_share(int64_t first, int64_t nv, int split, int n_splits,
+                                            int gran, int64_t &begin, int64_t &end)
+{
+    int64_t share = ((nv - first + n_splits - 1) / n_splits + gran - 1) / gran * gran;
+    begin = first + (int64_t)split * share;
+    end = begin + share < nv ? begin + share : nv;
+    if (begin > nv)
+        begin = nv;
+}
+
+/* Token t's list and the entries [begin, end) of it that split `split`
+ * takes. A range or list index out of bounds is flagged and refused: no
+ * entry is read. */
+__device__ __forceinline__ const int32_t *lists_slice(const int32_t *__restrict__ range,
+                                                      const int32_t *__restrict__ qlist,
+                                                      const int32_t *__restrict__ lists,
+                                                      int64_t n_kv, int64_t n_lists, int t,
+                                                      int split, int n_splits, int gran,
+                                                      unsigned *flags, int64_t &begin,
+                                                      int64_t &end)
+{
+    int64_t first = range[2 * t], nv = range[2 * t + 1], li = qlist[t];
+    if (first < 0 || nv <= first || nv > n_kv || li < 0 || li >= n_lists) {
+        if (threadIdx.x == 0 && flags)
+            atomicOr(flags, KFLAG_ATTN_LIST);
+        first = nv = 0;
+        li = 0;
+    }
+    const int32_t *list = lists + li * n_kv;
+    lists_share(first, nv, split, n_splits, gran, begin, end);
+    return list;
+}
+
 /* ---- 128-thread blocks: reductions and the split-K partial (attn.cu, attn-lists.cu) ---- */
 
 /* The maximum and the sum of v over a block of 4 warps, on every thread;

@@ -327,19 +327,17 @@ static int i_nj(int64_t M)
     return bm / 8;
 }
 
-/* Splits of K (in whole chunks) until there are 3 blocks per SM with the
- * 16-token tile, 2 with the larger ones (at most 8): gemm-q.cu's rule,
- * whose sweep on the same copy ring (docs/PERF.md, session 4) found 4
- * splits 10% faster than 2 on the 148 tiles of ffn up at 16 tokens, where
- * 296 blocks run 1.1 waves of 2 per SM (`minfer-cuda-bench --gemmq`
- * sweeps this kernel's splits too). */
+/* Splits of K (in whole chunks) until there are 3 blocks per SM, at most
+ * 8: the `minfer-cuda-bench --gemmq` sweep (docs/PERF.md, session 9) had
+ * ffn up's 148 tiles 10-12% faster with 4 splits than with 2 at 16 and
+ * 32 tokens (2 per SM ran 1.1 waves). */
 static int i_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
     int64_t nch = K / Q_CHUNK, bm = 8 * i_nj(M);
     if (g_splits)
         return g_splits < nch ? g_splits : (int)nch;
     int64_t tiles = (N + I_BN - 1) / I_BN * ((M + bm - 1) / bm);
-    int64_t target = (bm == 16 ? 3LL : 2LL) * k->sm_count;
+    int64_t target = 3LL * k->sm_count;
     int s = 1;
     while (s * 2 <= I_MAX_SPLITS && s * 2 <= nch && tiles * s < target)
         s *= 2;

@@ -282,6 +282,13 @@ int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, i
                int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head, const int32_t *kv_len,
                const int32_t *pos, float scale, int window, int splits, void *scratch,
                struct kview dst, void *xq);
+/* The same over ATTENTION_LISTS' cell lists (k_attention_lists' form; no
+ * q8_1 output). */
+int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void *vc,
+                     int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head,
+                     const int32_t *range, const int32_t *qlist, const int32_t *lists,
+                     int64_t n_kv, int64_t n_lists, float scale, int splits, void *scratch,
+                     struct kview dst);
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
