@@ -151,6 +151,10 @@ minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node
 /* Runs one validated node by direct launches on k's stream. */
 minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k);
 /* q8_1 blocks of x [K, M] in SLOT_XQ, reusing be->xq when it holds this x. */
+/* Whether the product of M tokens by weight w reads the q8_1 blocks
+ * cuda_quantized_x gives (the matvec kernels, and gemm-i8.cu's GEMM), so a
+ * norm or attention pass before it may write them. */
+bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
 minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
                                struct kctx *k, const float *xd, int64_t K, int64_t M,
                                int64_t xnb1, void **out);

@@ -363,8 +363,9 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
     c->k.device = device;
     c->k.err = c->kerr;
     c->k.err_len = sizeof(c->kerr);
-    site = "cudaMalloc(4-byte violation flags)";
-    e = cudaMalloc((void **)&c->dflags, sizeof(unsigned));
+    /* the violation flags word, then the GEMMs' tile counters */
+    site = "cudaMalloc(violation flags and tile counters)";
+    e = cudaMalloc((void **)&c->dflags, (1 + KTILE_COUNTERS) * sizeof(unsigned));
     if (e != cudaSuccess)
         goto out_stream;
     site = "cudaHostAlloc(flags mirror)";
@@ -372,10 +373,11 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
     if (e != cudaSuccess)
         goto out_flags;
     site = "cudaMemset(flags)";
-    e = cudaMemset(c->dflags, 0, sizeof(unsigned));
+    e = cudaMemset(c->dflags, 0, (1 + KTILE_COUNTERS) * sizeof(unsigned));
     if (e != cudaSuccess)
         goto out_hflags;
     c->k.flags = c->dflags;
+    c->k.tile_count = c->dflags + 1;
     for (int i = 0; i < STAGING_SLOTS; i++) {
         site = "cudaHostAlloc(pinned staging)";
         e = cudaHostAlloc(&c->stage[i], STAGING_BYTES, cudaHostAllocDefault);

@@ -54,7 +54,17 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
-    LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
+    if (!split && k_gemm_takes_q8_1(k, w->type, K, M)) {
+        /* the matvec's q8_1 blocks: shared with the other products of this
+         * x (Q, K, V; gate and up) and written by a fused norm */
+        void *xq = NULL;
+        st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], &xq);
+        if (st != MINFER_OK)
+            return st;
+        xh = xq;
+    } else {
+        LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
+    }
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
                   ws ? wh : NULL, epi));
     return MINFER_OK;
@@ -86,6 +96,13 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
 static bool gemm_route(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
 {
     return M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && w->ne[0] % 32 == 0;
+}
+
+bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
+{
+    if (M <= MMV_MAX_NT)
+        return k_matvec_q_supported(w->type);
+    return gemm_route(k, w, M) && k_gemm_takes_q8_1(k, w->type, w->ne[0], M);
 }
 
 /* dst[N, M] = W . x, choosing the kernel family by token count. epi

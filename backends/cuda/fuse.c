@@ -36,10 +36,11 @@ static int is_plain_f32_2d(const struct minfer_tensor *t)
     return t && t->type == MINFER_TYPE_F32 && t->nb[0] == 4 && t->ne[2] == 1 && t->ne[3] == 1 &&
            t->data && ((uintptr_t)t->data % 4) == 0 && t->nb[1] % 4 == 0;
 }
-/* If n is an RMS norm whose output a (the next node) reads as the
- * activations of a quantized matvec, returns 1: the norm can write the
- * q8_1 blocks too. */
-static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+/* If n is an RMS norm whose output a (the next node) reads as q8_1
+ * activations (a quantized matvec, or a GEMM on gemm-i8.cu: a batched
+ * decode), returns 1: the norm can write the q8_1 blocks too. */
+static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
+                        const struct minfer_node *a)
 {
     if ((n->op != MINFER_OP_RMS_NORM && n->op != MINFER_OP_RMS_NORM_MUL) || !n->dst)
         return 0;
@@ -53,11 +54,10 @@ static int norm_feeds_q(const struct minfer_node *n, const struct minfer_node *a
     } else {
         return 0;
     }
-    if (!w || !x || !k_matvec_q_supported(w->type) || !is_plain_f32_2d(d) || d->ne[0] % 32 ||
-        n->src[0]->ne[2] != 1 || n->src[0]->ne[3] != 1)
+    if (!w || !x || !is_plain_f32_2d(d) || d->ne[0] % 32 || n->src[0]->ne[2] != 1 ||
+        n->src[0]->ne[3] != 1 || !cuda_reads_q8_1(k, w, x->ne[1]))
         return 0;
-    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] &&
-           x->ne[1] <= MMV_MAX_NT && w->ne[0] == d->ne[0];
+    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] && w->ne[0] == d->ne[0];
 }
 
 /* Two nodes that may run in one launch: neither writes what the other
@@ -398,7 +398,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         *st = cuda_run_attention(be, n, k, a); /* notes its own write */
         return 1;
     }
-    if (norm_feeds_q(n, a)) {
+    if (norm_feeds_q(k, n, a)) {
         *st = run_norm_q(be, n, k); /* notes its own write */
         return 1;
     }

@@ -261,7 +261,7 @@ template <int T, int NJ>
 __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                   int64_t split_nb, gepi ep)
+                   int64_t split_nb, gepi ep, gsplit fs)
 {
     using S = ismem<T, NJ>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
@@ -273,6 +273,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int64_t xrow = (int64_t)K / 32 * 40; /* bytes of one token's q8_1 row */
+    const float *planes = dst;
     dst = (float *)((char *)dst + z * split_nb);
 
     /* rows past N read row N - 1 (valid memory; never stored) */
@@ -309,6 +310,9 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
                                    acc);
     });
     gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
+    if (fs.count)
+        gemm_split_finish<I_THREADS>(fs, planes, split_nb / 4, splits, N, M, n0, I_BN, m0, BM,
+                                     blockIdx.y * gridDim.x + blockIdx.x);
 }
 
 /* ---- dispatch ---- */
@@ -377,25 +381,26 @@ struct i_launchers {
     template <int T, int NJ>
     static int go(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                  int64_t split_nb, gepi e)
+                  int64_t split_nb, gepi e, const gsplit *fs)
     {
         dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
                   (unsigned)splits);
         const int smem = ismem<T, NJ>::BYTES;
+        const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
         KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
                 (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
-                out, out_nb1, split_nb, e);
+                out, out_nb1, split_nb, e, fs ? *fs : none);
         return 0;
     }
     /* the launcher of each covered type (inplace_pick's L::run<T>) */
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                   int64_t split_nb, gepi e)
+                   int64_t split_nb, gepi e, const gsplit *fs)
     {
         int nj = i_nj(M);
         auto f = nj == 2 ? go<T, 2> : nj == 4 ? go<T, 4> : go<T, 8>;
-        return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e);
+        return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e, fs);
     }
 };
 
@@ -407,6 +412,7 @@ int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
     gemm_inplace_launch fn = inplace_pick<i_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_i8", "weight type has no int8 GEMM");
+    const int64_t bm = 8 * i_nj(M), tiles = (M + bm - 1) / bm * ((N + I_BN - 1) / I_BN);
     return gemm_inplace_run(k, "gemm_i8", fn, i_splits(k, K, N, M), W, w_nb1, xq, K, N, M, dst,
-                            dst_nb1, part, e);
+                            dst_nb1, part, e, tiles);
 }

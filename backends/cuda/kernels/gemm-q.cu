@@ -194,7 +194,7 @@ struct q_launchers {
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *x, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                   int64_t split_nb, gepi e)
+                   int64_t split_nb, gepi e, const gsplit *)
     {
         const char *site = "gemm_q";
         const int smem2 = qsmem<T, 2>::BYTES, smem8 = qsmem<T, 8>::BYTES;
@@ -224,5 +224,5 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
     if (!fn)
         return k_fail(k, "gemm_q", "weight type has no in-place GEMM");
     return gemm_inplace_run(k, "gemm_q", fn, q_splits(k, K, N, M), W, w_nb1, xh, K, N, M,
-                            dst, dst_nb1, part, e);
+                            dst, dst_nb1, part, e, 0);
 }

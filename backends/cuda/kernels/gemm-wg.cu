@@ -260,7 +260,7 @@ struct w_launchers {
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *x, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                   int64_t split_nb, gepi e)
+                   int64_t split_nb, gepi e, const gsplit *)
     {
         const char *site = "gemm_wg";
         const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
@@ -290,5 +290,5 @@ int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
     if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
     return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, xh, K, N, M,
-                            dst, dst_nb1, part, e);
+                            dst, dst_nb1, part, e, 0);
 }

@@ -204,16 +204,19 @@ int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_
 
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const void *x, int64_t K, int64_t N,
-                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
+                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e,
+                     int64_t tiles)
 {
     if (splits > 1 && !part)
         return k_fail(k, site, "no scratch for the split-K planes was given");
     float *out = splits > 1 ? (float *)part : dst;
     int64_t out_nb1 = splits > 1 ? N * 4 : dst_nb1, split_nb = N * M * 4;
+    const bool own = splits > 1 && tiles > 0 && k->tile_count && tiles <= KTILE_COUNTERS;
+    const gsplit fs = {dst, dst_nb1, e, k->tile_count};
     if (launch(k, W, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb,
-               splits > 1 ? gepi{0, nullptr, 0} : e))
+               splits > 1 ? gepi{0, nullptr, 0} : e, own ? &fs : nullptr))
         return -1;
-    return splits > 1 ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0, e) : 0;
+    return splits > 1 && !own ? gemm_reduce(k, out, splits, N, M, dst, dst_nb1, 0, e) : 0;
 }
 
 /* ---- activations and weights to f16 ---- */
@@ -595,6 +598,11 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
 extern "C" int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 {
     return path(k, type, K, M, NULL) != PATH_SS;
+}
+
+extern "C" int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
+{
+    return gemm_q_eligible(type, K) && path(k, type, K, M, NULL) == PATH_I8;
 }
 
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,

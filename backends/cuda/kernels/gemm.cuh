@@ -138,19 +138,71 @@ __device__ __forceinline__ void gemm_store_frag(const gepi &ep, const float *acc
 int gemm_reduce(struct kctx *k, const float *part, int splits, int64_t N, int64_t M, float *dst,
                 int64_t dst_nb1, int accumulate, gepi e);
 
+/* The split-K sum done inside the GEMM launch (gemm-i8.cu): each tile's
+ * last block to finish adds the tile's planes in split order (the sum
+ * gemm_reduce makes, bit for bit) and stores the result with ep. count:
+ * one arrival counter per tile (kctx.tile_count), zero between launches:
+ * the last block puts it back. Saves the reduction launch, ~3.5 us of a
+ * 16-token product's ~10-50 (docs/PERF.md, session 9). */
+struct gsplit {
+    float *dst;
+    int64_t dst_nb1;
+    gepi ep;
+    unsigned *count;
+};
+
+/* Called by every thread of the block after its plane's stores: the
+ * tile's last block (of `splits`) sums planes part[s] (plane floats
+ * apart, rows of N) over rows [n0, n0 + rows) and tokens [m0, m0 + toks)
+ * into fs.dst. */
+template <int THREADS>
+__device__ __forceinline__ void gemm_split_finish(const gsplit &fs, const float *part,
+                                                  int64_t plane, int splits, int N, int M,
+                                                  int n0, int rows, int m0, int toks,
+                                                  unsigned tile)
+{
+    __shared__ unsigned last;
+    __threadfence(); /* this block's plane stores, device-wide, before its arrival */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned old = atomicAdd(fs.count + tile, 1u);
+        last = old == (unsigned)splits - 1;
+        if (last)
+            fs.count[tile] = 0; /* every split has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int e = threadIdx.x; e < rows * toks; e += THREADS) {
+        const int n = n0 + e % rows, m = m0 + e / rows;
+        if (n >= N || m >= M)
+            continue;
+        const float *p = part + (int64_t)m * N + n;
+        float v = __ldcg(p); /* L2: other SMs wrote these */
+        for (int s = 1; s < splits; s++)
+            v += __ldcg(p + s * plane);
+        ((float *)((char *)fs.dst + (int64_t)m * fs.dst_nb1))[n] =
+            gepi_apply(fs.ep, v, fs.ep.op ? *gepi_at(fs.ep, m, n) : 0.0f);
+    }
+}
+
 /* One in-place kernel's launch for one weight type: out (dst, with e
  * applied, or split planes split_nb bytes apart) from W and the f16
- * activations xh. */
+ * activations xh; fs (NULL: a separate gemm_reduce pass follows) for a
+ * kernel that sums its own planes. */
 typedef int (*gemm_inplace_launch)(struct kctx *k, const void *W, int64_t w_nb1,
                                    const void *x, int64_t K, int64_t N, int64_t M,
                                    int splits, float *out, int64_t out_nb1, int64_t split_nb,
-                                   gepi e);
-/* What gemm_q and gemm_wg share: the split-K scratch check, the launch
- * (into dst, or into `splits` planes of part) and the planes' fixed-order
- * sum into dst. */
+                                   gepi e, const gsplit *fs);
+/* What gemm_q, gemm_wg and gemm_i8 share: the split-K scratch check, the
+ * launch (into dst, or into `splits` planes of part) and the planes'
+ * fixed-order sum into dst, by a gemm_reduce pass or, where the kernel
+ * does it (tiles: its tile count, 0 for none), by gemm_split_finish. */
 int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launch, int splits,
                      const void *W, int64_t w_nb1, const void *x, int64_t K, int64_t N,
-                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
+                     int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e,
+                     int64_t tiles);
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
 {

@@ -24,6 +24,11 @@ extern "C" {
 #define KFLAG_ATTN_LIST 0x8u     /* ATTENTION_LISTS count, list or cell out of range */
 
 /* What every launch needs; owned by the device layer's instance. */
+/* Per-tile arrival counters of the GEMMs that sum their own split-K planes
+ * (gemm.cuh, gemm_split_finish): a launch with more tiles takes a
+ * separate reduction pass. 16,384 covers a 256k-entry vocabulary head. */
+#define KTILE_COUNTERS 16384
+
 struct kctx {
     void *stream;          /* cudaStream_t of the instance */
     int device;
@@ -32,6 +37,7 @@ struct kctx {
     int smem_optin;        /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
     int gemm_optin_ok;     /* the GEMM's >48 KiB dynamic smem was opted in */
     unsigned *flags;       /* device word, KFLAG_* */
+    unsigned *tile_count;  /* KTILE_COUNTERS zeroed device words: gemm.cuh's gemm_split_finish */
     char *err;             /* message sink */
     size_t err_len;
 };
@@ -159,6 +165,10 @@ struct kgemm_epi {
  * the epilogue's addend reads cost pp2048 15% on the H200 (docs/PERF.md,
  * session 8); everywhere else it is the faster form. */
 int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
+/* Whether k_gemm's activations for this product are k_quantize_q8_1's
+ * blocks (gemm-i8.cu), which the caller may then share between products
+ * of one x instead of calling k_gemm_act for each. */
+int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
