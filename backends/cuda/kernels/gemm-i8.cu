@@ -38,6 +38,7 @@
 #define I_BN (16 * I_WARPS) /* weight rows per block */
 #define I_STAGES 3
 #define I_MAX_SPLITS 8
+static_assert(I_MAX_SPLITS <= GSPLIT_MAX, "gemm_split_finish sums up to GSPLIT_MAX planes");
 /* Shared bytes per token of a stage: its 256 int8 values plus 32, so the
  * 4 tokens of a half-warp's 8-byte loads fall on all 32 banks; its 8
  * (d, d * sum) pairs plus 16, so lanes tig (tokens 2 tig) are 40 words
@@ -311,8 +312,8 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     });
     gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
     if (fs.count)
-        gemm_split_finish<I_THREADS>(fs, planes, split_nb / 4, splits, N, M, n0, I_BN, m0, BM,
-                                     blockIdx.y * gridDim.x + blockIdx.x);
+        gemm_split_finish<I_THREADS, I_BN, BM>(fs, planes, split_nb / 4, splits, N, M, n0, m0,
+                                               blockIdx.y * gridDim.x + blockIdx.x);
 }
 
 /* ---- dispatch ---- */

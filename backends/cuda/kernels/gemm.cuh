@@ -152,15 +152,20 @@ struct gsplit {
 };
 
 /* Called by every thread of the block after its plane's stores: the
- * tile's last block (of `splits`) sums planes part[s] (plane floats
- * apart, rows of N) over rows [n0, n0 + rows) and tokens [m0, m0 + toks)
- * into fs.dst. */
-template <int THREADS>
+ * tile's last block (of `splits`, at most GSPLIT_MAX) sums planes part[s]
+ * (plane floats apart, rows of N) over rows [n0, n0 + ROWS) and tokens
+ * [m0, m0 + TOKS) into fs.dst. Each thread loads every split of 4 outputs
+ * before adding any: one L2 round trip per 4 outputs, not one per split
+ * and output (the first form, a plain loop, lengthened the kernel's tail
+ * past the reduction launch it replaced). */
+#define GSPLIT_MAX 8
+#define GSPLIT_GROUP 4 /* outputs per thread per round of loads */
+template <int THREADS, int ROWS, int TOKS>
 __device__ __forceinline__ void gemm_split_finish(const gsplit &fs, const float *part,
                                                   int64_t plane, int splits, int N, int M,
-                                                  int n0, int rows, int m0, int toks,
-                                                  unsigned tile)
+                                                  int n0, int m0, unsigned tile)
 {
+    static_assert(ROWS * TOKS % (GSPLIT_GROUP * THREADS) == 0, "whole groups of outputs per thread");
     __shared__ unsigned last;
     __threadfence(); /* this block's plane stores, device-wide, before its arrival */
     __syncthreads();
@@ -174,16 +179,35 @@ __device__ __forceinline__ void gemm_split_finish(const gsplit &fs, const float 
     if (!last)
         return;
     __threadfence();
-    for (int e = threadIdx.x; e < rows * toks; e += THREADS) {
-        const int n = n0 + e % rows, m = m0 + e / rows;
-        if (n >= N || m >= M)
-            continue;
-        const float *p = part + (int64_t)m * N + n;
-        float v = __ldcg(p); /* L2: other SMs wrote these */
-        for (int s = 1; s < splits; s++)
-            v += __ldcg(p + s * plane);
-        ((float *)((char *)fs.dst + (int64_t)m * fs.dst_nb1))[n] =
-            gepi_apply(fs.ep, v, fs.ep.op ? *gepi_at(fs.ep, m, n) : 0.0f);
+#pragma unroll 1
+    for (int g = 0; g < ROWS * TOKS / THREADS; g += GSPLIT_GROUP) {
+        float a[GSPLIT_MAX][GSPLIT_GROUP], ad[GSPLIT_GROUP];
+        int64_t at[GSPLIT_GROUP];
+        bool ok[GSPLIT_GROUP];
+#pragma unroll
+        for (int i = 0; i < GSPLIT_GROUP; i++) {
+            const int e = (g + i) * THREADS + threadIdx.x; /* consecutive threads, rows */
+            const int n = n0 + e % ROWS, m = m0 + e / ROWS;
+            ok[i] = n < N && m < M;
+            at[i] = (int64_t)m * N + n;
+#pragma unroll
+            for (int s = 0; s < GSPLIT_MAX; s++) /* L2: other SMs wrote these */
+                a[s][i] = ok[i] && s < splits ? __ldcg(part + at[i] + s * plane) : 0.0f;
+            ad[i] = ok[i] && fs.ep.op ? *gepi_at(fs.ep, m, n) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < GSPLIT_GROUP; i++) {
+            if (!ok[i])
+                continue;
+            float v = a[0][i];
+#pragma unroll
+            for (int s = 1; s < GSPLIT_MAX; s++)
+                if (s < splits)
+                    v += a[s][i];
+            const int e = (g + i) * THREADS + threadIdx.x;
+            ((float *)((char *)fs.dst + (int64_t)(m0 + e / ROWS) * fs.dst_nb1))[n0 + e % ROWS] =
+                gepi_apply(fs.ep, v, ad[i]);
+        }
     }
 }
 
