@@ -64,7 +64,8 @@ test("chat page: streams a reply, keeps the conversation, stops a reply", async 
       const m = await metrics(s.base);
       return m["minfer_requests_active"] === 0;
     }, 10000, "the stopped reply's sequence to end");
-    assert.match(s.log(), /client gone, cancelled/);
+    // logged when the HTTP library completes the connection, maybe after the engine is done
+    await until(async () => /client gone, cancelled/.test(s.log()), 5000, "the stopped request's log line");
   } finally {
     await browser.close();
     await s.stop();
