@@ -405,6 +405,41 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         part = NULL;
     }
     k_tune_attn_dec(0);
+    /* Short contexts, as a decode from an empty cache sees them (tg128):
+     * the cells read are the graph's KV bucket, here the depth itself; the
+     * short per-head split kernel (default up to 512 cells) against the
+     * path it stands in for (k_tune_attn_short(-1): the tensor-core
+     * kernel for F16, the scalar GQA one otherwise) */
+    const int short_depths[] = {32, 128, 512};
+    for (int run = 0; run < 6; run++) {
+        int off = run >= 3;
+        int32_t d = short_depths[run % 3], hp = d - 1;
+        k_tune_attn_short(off ? -1 : 0);
+        struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
+        size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, d,
+                                           AT_NKV, 0);
+        if (cu_write(c, len, &d, 4) || cu_write(c, pos, &hp, 4) ||
+            (need && cu_pool_alloc(c, need, "attn scratch", &part)))
+            goto kerr_dev;
+        int iters = 10 * AT_LAYERS;
+        float ms = 0;
+        for (int r = 0; r < AT_LAYERS + iters; r++) {
+            if (r == AT_LAYERS)
+                cu_timer_start(c);
+            if (k_attention(k, qv, t, kc[r % AT_LAYERS], vc[r % AT_LAYERS], (int64_t)rowb,
+                            (int64_t)rowb, d, AT_NKV, len, pos, 1.0f / sqrtf((float)AT_HD), 0,
+                            ov, part))
+                goto kerr;
+        }
+        if (cu_timer_stop(c, &ms))
+            goto kerr_dev;
+        printf("attn decode  %-4s hd=%d h=%d/%d depth=%-6d %8.1f us  (bucket %d, %s)\n",
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, ms * 1e3 / iters, d,
+               off ? "short kernel off" : "default");
+        cu_pool_free(c, part);
+        part = NULL;
+    }
+    k_tune_attn_short(0);
     rc = 0;
     goto out;
 kerr:
@@ -414,6 +449,7 @@ kerr_dev:
     fprintf(stderr, "attention bench: %s\n", cu_ctx_error(c));
 out:
     k_tune_attn_dec(0);
+    k_tune_attn_short(0);
     free(host);
     free(hpos);
     free(hq);

@@ -304,6 +304,10 @@ int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void 
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
+/* minfer-cuda-bench: the bucket size up to which a decode takes the short
+ * per-head split kernel (0 = the default 512 cells, -1 = never, so F16
+ * caches take the tensor-core decode kernel at every depth). */
+void k_tune_attn_short(int cells);
 /* minfer-cuda-bench and the op tests: the tensor-core prefill kernel's
  * variant (0 = the default per cache type; 1 or 3: mma.sync with launch
  * bounds of that many blocks per SM; 9: the sm_90a wgmma form where it
