@@ -422,6 +422,14 @@ static int dec_group(int64_t group)
  * microseconds per layer; the GQA kernel's per-warp chain of D_G heads and
  * the block-reducing combine cost more there than the K/V they save). */
 #define A_SHORT_CELLS 512
+/* The short-decode threshold in use: A_SHORT_CELLS, or what
+ * k_tune_attn_short set (minfer-cuda-bench: -1 = never). */
+static int g_short_cells = A_SHORT_CELLS;
+
+extern "C" void k_tune_attn_short(int cells)
+{
+    g_short_cells = cells ? cells : A_SHORT_CELLS;
+}
 
 /* Which kernel serves these shapes: 2 = tensor-core prefill, 4 = the
  * tensor-core decode kernel (attn-dec.cu: F16 caches, head_dim 64/128),
@@ -433,7 +441,7 @@ static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const voi
     int64_t hd = q.ne[0], nt = q.ne[2];
     if (nt > 8 && !xq && k_attn_mma_ok(hd, q.ne[1], nt, kv_type, kc, vc, knb1, vnb1))
         return 2;
-    if ((nt <= 8 || xq) && n_cells <= A_SHORT_CELLS)
+    if ((nt <= 8 || xq) && n_cells <= g_short_cells)
         return 3;
     if ((nt <= 8 || xq) && k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1))
         return 4;

@@ -181,9 +181,11 @@ int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
 /* Benchmark and test hook: force the f16-scratch GEMM's K slice depth
  * (32/64), split-K count (1..8) and weight rows per tile (bn 128/256), or
  * the in-place quantized GEMM (kernels/gemm-q.cu) with token tile bn 16
- * or 64 and splits 1..8, or the Hopper one (kernels/gemm-wg.cu) with
- * token tile bn - 1000 (1064 or 1128) where it can run; 0 leaves each to
- * the per-shape choice. Process-wide. */
+ * or 64 and splits 1..8, or the Hopper ones (kernels/gemm-wg.cu, bn 1064
+ * or 1128; gemm-ss.cu, bn 2256) where they can run, or the int8 one
+ * (kernels/gemm-i8.cu: its ring kernel bn 4016/4032/4064, its direct
+ * kernel bn 4116/4132); 0 leaves each to the per-shape choice.
+ * Process-wide. */
 void k_tune_gemm(int bk, int splits, int bn);
 
 /* True if GET_ROWS / dequantization reads this type. */
@@ -302,6 +304,10 @@ int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void 
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
+/* minfer-cuda-bench: the bucket size up to which a decode takes the short
+ * per-head split kernel (0 = the default 512 cells, -1 = never, so F16
+ * caches take the tensor-core decode kernel at every depth). */
+void k_tune_attn_short(int cells);
 /* minfer-cuda-bench and the op tests: the tensor-core prefill kernel's
  * variant (0 = the default per cache type; 1 or 3: mma.sync with launch
  * bounds of that many blocks per SM; 9: the sm_90a wgmma form where it
