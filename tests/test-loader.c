@@ -191,7 +191,9 @@ START_TEST(refuses_newer_minor)
 {
     /* Catches a plugin answering a newer minor than offered being loaded
      * (the core would call slots it does not know the meaning of). */
-    expect_refused(TP("newer-minor"), MINFER_PLUGIN_REJECTED, "ABI minor too new", "1.1");
+    char offered[32];
+    snprintf(offered, sizeof offered, "%d.%d", MINFER_ABI_MAJOR, MINFER_ABI_MINOR);
+    expect_refused(TP("newer-minor"), MINFER_PLUGIN_REJECTED, "ABI minor too new", offered);
 }
 END_TEST
 
@@ -233,6 +235,14 @@ START_TEST(refuses_null_required_slot)
     /* Catches a NULL required slot being accepted (and called later). */
     expect_refused(TP("null-slot"), MINFER_PLUGIN_REJECTED, "required ABI 1.0 slot",
                    "'execute_node' is NULL");
+}
+END_TEST
+
+START_TEST(refuses_half_host_pair)
+{
+    /* Catches a table with host_alloc but no host_free being loaded: the
+     * core would allocate logits it could not give back. */
+    expect_refused(TP("half-host"), MINFER_PLUGIN_REJECTED, "host_alloc and host_free", NULL);
 }
 END_TEST
 
@@ -482,7 +492,7 @@ START_TEST(directory_scan_records_every_test_plugin)
     const char *paths[] = {MINFER_TEST_PLUGIN_DIR};
     struct minfer_runtime *rt = load_only(paths, 1);
     size_t n = minfer_runtime_record_count(rt);
-    ck_assert_uint_eq(n, 14); /* one per kind in tests/plugins/CMakeLists.txt */
+    ck_assert_uint_eq(n, 15); /* one per kind in tests/plugins/CMakeLists.txt */
     size_t loaded = 0;
     for (size_t i = 0; i < n; i++) {
         struct minfer_plugin_record r = rec(rt, i);
@@ -523,7 +533,7 @@ START_TEST(only_backend_opens_only_its_file)
     o.n_plugin_paths = 1;
     rt = minfer_runtime_new(&o, &st, NULL, 0);
     ck_assert_ptr_nonnull(rt);
-    ck_assert_uint_eq(minfer_runtime_record_count(rt), 14);
+    ck_assert_uint_eq(minfer_runtime_record_count(rt), 15);
     minfer_runtime_free(rt);
 }
 END_TEST
@@ -775,6 +785,7 @@ Suite *loader_suite(void)
     tc = tcase_create("refuse");
     tcase_add_test(tc, refuses_wrong_major);
     tcase_add_test(tc, refuses_newer_minor);
+    tcase_add_test(tc, refuses_half_host_pair);
     tcase_add_test(tc, refuses_missing_entry_symbol);
     tcase_add_test(tc, refuses_entry_returning_null);
     tcase_add_test(tc, refuses_probe_zero_with_its_reason);

@@ -437,4 +437,7 @@ MINFER_PLUGIN_DEFINE(g_host, "cpu", MINFER_CPU_PLUGIN_VERSION,
                      .copy_cells = cpu_copy_cells,
                      .last_error = cpu_last_error,
                      .get_proc = cpu_get_proc,
-                     .shutdown = cpu_shutdown);
+                     .shutdown = cpu_shutdown,
+                     /* its buffers are host memory already (64-byte aligned) */
+                     .host_alloc = cpu_buffer_alloc,
+                     .host_free = cpu_buffer_free);

@@ -27,6 +27,9 @@
 
 #define STAGING_SLOTS 2
 #define STAGING_BYTES ((size_t)8 << 20)
+/* Reads this large into page-locked memory skip the staging buffer (a
+ * pointer query costs about what a small copy does). */
+#define STAGING_DIRECT_MIN ((size_t)64 << 10)
 #define MAX_DEVICES 64
 
 /* ---- errors ---- */
@@ -638,6 +641,51 @@ minfer_status cu_write(struct cu_ctx *c, void *dst, const void *src, size_t size
     return MINFER_OK;
 }
 
+/* Whether [p, p + size) lies in page-locked host memory (cu_host_alloc or
+ * any other cudaHostAlloc / cudaHostRegister range), which a copy can
+ * reach directly. */
+static bool page_locked(const void *p, size_t size)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* unchecked: clears the query's error, not latched for the next call */
+        return false;
+    }
+    if (a.type != cudaMemoryTypeHost)
+        return false;
+    /* the end too: a range may straddle the end of an allocation */
+    if (size > 1 && (cudaPointerGetAttributes(&a, (const char *)p + size - 1) != cudaSuccess ||
+                     a.type != cudaMemoryTypeHost)) {
+        (void)cudaGetLastError(); /* unchecked: as above */
+        return false;
+    }
+    return true;
+}
+
+minfer_status cu_host_alloc(struct cu_ctx *c, size_t size, void **ptr)
+{
+    *ptr = NULL;
+    minfer_status dev_st = use_device(c);
+    if (dev_st != MINFER_OK)
+        return dev_st;
+    if (injected(c, MINFER_ERR_NO_MEMORY, "cudaHostAlloc(host_alloc)"))
+        return MINFER_ERR_NO_MEMORY;
+    cudaError_t e = cudaHostAlloc(ptr, size ? size : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return cu_ctx_fail(c, MINFER_ERR_NO_MEMORY,
+                           "cuda: cudaHostAlloc of %zu bytes of page-locked memory: %s", size,
+                           cudaGetErrorString(e));
+    }
+    return MINFER_OK;
+}
+
+void cu_host_free(struct cu_ctx *c, void *ptr)
+{
+    if (ptr && use_device(c) == MINFER_OK)
+        cudaFreeHost(ptr); /* unchecked: release */
+}
+
 minfer_status cu_read(struct cu_ctx *c, void *dst, const void *src, size_t size)
 {
     minfer_status dev_st = use_device(c);
@@ -645,6 +693,14 @@ minfer_status cu_read(struct cu_ctx *c, void *dst, const void *src, size_t size)
         return dev_st;
     if (injected(c, MINFER_ERR_BACKEND, "cudaMemcpyAsync(D2H)"))
         return MINFER_ERR_BACKEND;
+    if (size >= STAGING_DIRECT_MIN && page_locked(dst, size)) {
+        /* one copy at the link's rate, no staging (the logits of a batch:
+         * 9.7 MB for 16 rows of a 152k vocabulary) */
+        cudaError_t e = cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, c->stream);
+        if (e != cudaSuccess)
+            return cuda_fail(c, "cudaMemcpyAsync(D2H)", e);
+        return cu_sync(c);
+    }
     char *d = dst;
     const char *s = src;
     while (size > 0) {

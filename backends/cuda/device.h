@@ -86,8 +86,13 @@ minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out);
 /* Host -> device through pinned staging; returns once the host bytes were
  * consumed (the device copy may still be in flight). */
 minfer_status cu_write(struct cu_ctx *c, void *dst, const void *src, size_t size);
-/* Device -> host through pinned staging; waits for all prior work. */
+/* Device -> host through pinned staging, or in one copy when dst is
+ * page-locked (cu_host_alloc); waits for all prior work. */
 minfer_status cu_read(struct cu_ctx *c, void *dst, const void *src, size_t size);
+/* Page-locked host memory (cudaHostAlloc), which cu_read fills by one
+ * copy at the link's rate instead of through the staging buffer. */
+minfer_status cu_host_alloc(struct cu_ctx *c, size_t size, void **ptr);
+void cu_host_free(struct cu_ctx *c, void *ptr);
 /* Device -> device, async on the stream. */
 minfer_status cu_copy_d2d(struct cu_ctx *c, void *dst, const void *src, size_t size);
 /* Fills device memory with a byte value, async on the stream. */

@@ -186,6 +186,23 @@ static minfer_status p_buffer_read(struct minfer_backend *be, void *dst, const v
     return cu_read(be->c, dst, src, size);
 }
 
+static minfer_status p_host_alloc(struct minfer_backend *be, size_t size, void **ptr)
+{
+    if (!ptr)
+        return MINFER_ERR_INVALID_ARG;
+    *ptr = NULL;
+    if (!be)
+        return MINFER_ERR_INVALID_ARG;
+    cu_ctx_clear_error(be->c);
+    return cu_host_alloc(be->c, size, ptr);
+}
+
+static void p_host_free(struct minfer_backend *be, void *ptr)
+{
+    if (be)
+        cu_host_free(be->c, ptr);
+}
+
 static minfer_status p_weight_register(struct minfer_backend *be,
                                        const struct minfer_weight_desc *w, void **data)
 {
@@ -235,4 +252,6 @@ MINFER_PLUGIN_DEFINE(cuda_host, "cuda", MINFER_CUDA_PLUGIN_VERSION,
                      .copy_cells = p_copy_cells,
                      .last_error = p_last_error,
                      .get_proc = cuda_get_proc,
-                     .shutdown = p_shutdown);
+                     .shutdown = p_shutdown,
+                     .host_alloc = p_host_alloc,
+                     .host_free = p_host_free);

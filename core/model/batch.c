@@ -20,21 +20,64 @@
 
 /* ---- buffers ---- */
 
-static minfer_status logits_reserve(struct minfer_ctx *c, int32_t rows)
+/* The logits are read back after every pass: from a GPU, memory the
+ * plugin page-locked (host_alloc) takes the copy at the link's rate, where
+ * malloc'd memory takes it through the plugin's staging buffer and one
+ * more host copy. */
+static bool host_memory(const struct minfer_ctx *c)
+{
+    return PLUGIN_HAS(c->sb.plugin, host_alloc) && c->sb.plugin->iface->host_alloc &&
+           PLUGIN_HAS(c->sb.plugin, host_free) && c->sb.plugin->iface->host_free;
+}
+
+static void logits_release(struct minfer_ctx *c, float *l, bool host)
+{
+    if (host)
+        c->sb.plugin->iface->host_free(c->sb.be, l);
+    else
+        free(l);
+}
+
+minfer_status ctx_logits_reserve(struct minfer_ctx *c, int32_t rows)
 {
     if (rows <= c->n_logits_cap)
         return MINFER_OK;
     size_t bytes = sizeof(float) * (size_t)c->m->hp.n_vocab;
     if ((size_t)rows > SIZE_MAX / bytes)
         return errf(c->err, sizeof c->err, MINFER_ERR_RANGE, "logits of %d rows overflow", rows);
-    float *l = realloc(c->logits, bytes * (size_t)rows);
+    void *l = NULL;
+    bool host = host_memory(c);
+    if (host && c->sb.plugin->iface->host_alloc(c->sb.be, bytes * (size_t)rows, &l) != MINFER_OK) {
+        /* page-locked memory is a limited resource; ordinary memory holds
+         * the same logits, read back more slowly */
+        plugin_log(MINFER_LOG_WARN, "%s: no page-locked memory for %d rows of logits (%s); "
+                   "using ordinary memory",
+                   c->sb.plugin->iface->name, rows, c->sb.plugin->iface->last_error(c->sb.be));
+        l = NULL;
+    }
     if (!l) {
+        host = false;
+        l = malloc(bytes * (size_t)rows);
+    }
+    if (!l)
         return errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
                     "out of memory for %d rows of logits", rows);
+    if (c->logits) {
+        memcpy(l, c->logits, bytes * (size_t)c->n_logits_cap);
+        logits_release(c, c->logits, c->logits_host);
     }
     c->logits = l;
+    c->logits_host = host;
     c->n_logits_cap = rows;
     return MINFER_OK;
+}
+
+void ctx_logits_free(struct minfer_ctx *c)
+{
+    if (c->logits)
+        logits_release(c, c->logits, c->logits_host);
+    c->logits = NULL;
+    c->n_logits_cap = 0;
 }
 
 static minfer_status rows_reserve(struct minfer_ctx *c, int32_t n)
@@ -379,7 +422,7 @@ static minfer_status decode_batch(struct minfer_ctx *c, const struct minfer_batc
     int32_t n = b->n_tokens, rows = 0;
     for (int32_t i = 0; i < n; i++)
         rows += keeps(b, i);
-    if ((st = logits_reserve(c, rows)) != MINFER_OK || (st = rows_reserve(c, n)) != MINFER_OK)
+    if ((st = ctx_logits_reserve(c, rows)) != MINFER_OK || (st = rows_reserve(c, n)) != MINFER_OK)
         return st;
     int32_t nb = c->p.n_batch;
     int32_t *idx = malloc(sizeof *idx * (size_t)nb * 2);

@@ -283,14 +283,9 @@ struct minfer_ctx *minfer_ctx_new(struct minfer_model *m, const struct minfer_ct
                  sizeof c->err);
     if (st != MINFER_OK)
         goto out_free;
-    c->logits = malloc(sizeof *c->logits * (size_t)m->hp.n_vocab);
-    if (!c->logits) {
-        st = errf(c->err, sizeof c->err, MINFER_ERR_NO_MEMORY,
-                  "out of memory for the logits of %lld tokens", (long long)m->hp.n_vocab);
+    st = ctx_logits_reserve(c, 1);
+    if (st != MINFER_OK)
         goto out_free;
-    }
-    c->n_logits_cap = 1;
-    st = MINFER_OK;
     goto out;
 
 out_free:
@@ -311,6 +306,7 @@ void minfer_ctx_free(struct minfer_ctx *c)
     for (int i = 0; i < c->n_graphs; i++)
         entry_clear(&c->graphs[i]);
     if (c->sb.be) {
+        ctx_logits_free(c); /* host_alloc'd memory goes back before the instance */
         kv_free(&c->kv);
         if (c->arena)
             c->sb.plugin->iface->buffer_free(c->sb.be, c->arena);
@@ -318,7 +314,6 @@ void minfer_ctx_free(struct minfer_ctx *c)
     }
     free(c->wdata);
     free(c->stage);
-    free(c->logits);
     free(c->batch_row);
     free(c);
 }

@@ -46,6 +46,7 @@ struct minfer_ctx {
     char *stage;                     /* host staging of a pass's inputs */
     size_t stage_size;
     float *logits;                   /* [n_logits_cap][n_vocab] */
+    bool logits_host;                /* logits from the plugin's host_alloc, not malloc */
     int32_t n_logits, n_logits_cap;
     int32_t *batch_row;              /* [batch_row_cap]: logits row of each token of the
                                         last batch, -1 when it kept none */
@@ -61,5 +62,10 @@ minfer_status ctx_get_graph(struct minfer_ctx *c, int32_t n_tokens, int32_t n_kv
 /* The KV-length bucket for n cells: a power of two (at least 256) capped by
  * the cache. */
 int32_t ctx_kv_bucket(const struct minfer_ctx *c, int32_t n);
+/* Room for the logits of `rows` tokens (grows, keeping what is there):
+ * the plugin's host_alloc memory where it has one, else malloc. */
+minfer_status ctx_logits_reserve(struct minfer_ctx *c, int32_t rows);
+/* Frees the logits; before the instance is destroyed. */
+void ctx_logits_free(struct minfer_ctx *c);
 
 #endif /* MINFER_CORE_CONTEXT_H */

@@ -39,6 +39,7 @@
 static const size_t iface_size_of_minor[] = {
     [0] = IFACE_END(shutdown),
     [1] = IFACE_END(shutdown), /* 1.1 adds ops and params (ir.h: ATTENTION_LISTS, GEGLU, ...), no table slots */
+    [2] = IFACE_END(host_free),
 };
 #define IFACE_HEADER_SIZE IFACE_END(abi_minor)
 _Static_assert(sizeof iface_size_of_minor / sizeof iface_size_of_minor[0] == MINFER_ABI_MINOR + 1,
@@ -391,6 +392,8 @@ static char *check_table(const struct minfer_backend_iface *tbl, uint32_t answer
         if (!slot)
             return strf("required ABI 1.0 slot '%s' is NULL", required_slots[i].name);
     }
+    if (!e->table.host_alloc != !e->table.host_free)
+        return strf("ABI 1.2 slots host_alloc and host_free must be both set or both NULL");
     e->name = copy_plugin_string(e->table.name, NAME_MAX_LEN);
     if (!e->name || !valid_backend_name(e->name))
         return strf("bad backend name: expected 1-%d characters of [A-Za-z0-9_.-]",

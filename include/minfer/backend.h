@@ -17,6 +17,9 @@
  *        MOE_SUM, ROPE_DIV) and meanings for ROPE's iparams[1] (layout) and
  *        ATTENTION's iparams[1] (sliding window). The core never sends any
  *        of these to a plugin that answered 1.0.
+ *   1.2  host_alloc / host_free (optional): host memory the plugin's
+ *        buffer_read fills at the link's full rate; the core keeps the
+ *        logits it reads back after every pass there.
  */
 #ifndef MINFER_BACKEND_H
 #define MINFER_BACKEND_H
@@ -29,7 +32,7 @@ extern "C" {
 #endif
 
 #define MINFER_ABI_MAJOR 1
-#define MINFER_ABI_MINOR 1
+#define MINFER_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define MINFER_PLUGIN_EXPORT __declspec(dllexport)
@@ -170,7 +173,18 @@ struct minfer_backend_iface {
     /* Called once before dlclose, after every instance was destroyed. */
     void (*shutdown)(void);
 
-    /* -- ABI 1.1 and later append slots here -- */
+    /* -- ABI 1.2 -- */
+
+    /* OPTIONAL (both or neither). Host memory that buffer_read and
+     * buffer_write move at the link's full rate (page-locked for a GPU,
+     * which otherwise copies through a staging buffer): the core keeps
+     * there the logits it reads back after every pass. Ordinary host
+     * memory to every other use; host_alloc sets *ptr to NULL on failure;
+     * freed only by host_free of the same instance, before destroy. */
+    minfer_status (*host_alloc)(struct minfer_backend *be, size_t size, void **ptr);
+    void (*host_free)(struct minfer_backend *be, void *ptr);
+
+    /* -- later minors append slots here -- */
 };
 
 /* The one exported symbol. On entry *abi holds the core's

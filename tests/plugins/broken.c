@@ -178,6 +178,15 @@ static void t_shutdown(void)
     fclose(f);
 }
 
+#if defined(KIND_HALF_HOST)
+static minfer_status t_host_alloc(struct minfer_backend *be, size_t size, void **ptr)
+{
+    (void)be;
+    *ptr = malloc(size ? size : 1);
+    return *ptr ? MINFER_OK : MINFER_ERR_NO_MEMORY;
+}
+#endif
+
 /* A table followed by slots from a future minor this core does not know. */
 static struct {
     struct minfer_backend_iface iface;
@@ -243,6 +252,8 @@ MINFER_PLUGIN_EXPORT const struct minfer_backend_iface *ENTRY_NAME(uint32_t *abi
     table.iface.struct_size = (uint32_t)offsetof(struct minfer_backend_iface, execute_node);
 #elif defined(KIND_NULL_SLOT)
     table.iface.execute_node = NULL;
+#elif defined(KIND_HALF_HOST)
+    table.iface.host_alloc = t_host_alloc; /* and no host_free to give it back */
 #elif defined(KIND_BIG_SIZE)
     /* Built "against a later 1.x" but answering 1.0: the core must ignore
      * the extra bytes (which point nowhere) and load it. */
