@@ -673,6 +673,23 @@ START_TEST(mul_mat_every_type)
 }
 END_TEST
 
+/* One forced GEMM variant (the tune hook's bk, splits, bn) of w [K, N] on
+ * M random tokens, against the CPU; stats under `stat`. */
+static void gemm_variant_case(const int v[3], struct tt *w, uint32_t type, int64_t K, int64_t N,
+                              int M, const char *stat)
+{
+    struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+    tt_place(x, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
+    struct tt *src[2] = {w, x};
+    char what[128];
+    snprintf(what, sizeof what, "gemm bk=%d splits=%d bn=%d %s K=%lld N=%lld nt=%d", v[0], v[1],
+             v[2], tn(type), (long long)K, (long long)N, M);
+    run_both(&n, src, 2, dst, what);
+    compare(dst, stat, what, is_float(type) ? TOL_FDOT : TOL_Q8ACT);
+}
+
 /* Catches a prefill GEMM variant that is only right when the per-shape
  * choice happens to pick it (32-deep K slices, split-K partial planes and
  * their fixed-order sum, the 256-row tile): each is forced in turn through
@@ -714,20 +731,8 @@ START_TEST(gemm_every_variant)
                 if (K % 256 && types[ti] != MINFER_TYPE_Q8_0 && types[ti] != MINFER_TYPE_F16)
                     continue; /* K-quant rows are whole 256-blocks */
                 struct tt *w = tt_weight(types[ti], K, N, 0, "w");
-                for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
-                    struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
-                    tt_place(x, NULL);
-                    struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);
-                    struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
-                    struct tt *src[2] = {w, x};
-                    char what[128];
-                    snprintf(what, sizeof what, "gemm bk=%d splits=%d bn=%d %s K=%lld N=%lld nt=%d",
-                             variants[v][0], variants[v][1], variants[v][2], tn(types[ti]),
-                             (long long)K, (long long)N, Ms[m]);
-                    run_both(&n, src, 2, dst, what);
-                    compare(dst, "gemm_variant", what,
-                            is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
-                }
+                for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++)
+                    gemm_variant_case(variants[v], w, types[ti], K, N, Ms[m], "gemm_variant");
             }
         }
     }
@@ -756,18 +761,8 @@ START_TEST(gemm_i8_long_k)
         struct tt *w = tt_weight(types[ti], K, N, 0, "w");
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             tune(variants[v][0], variants[v][1], variants[v][2]);
-            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
-                struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
-                tt_place(x, NULL);
-                struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);
-                struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
-                struct tt *src[2] = {w, x};
-                char what[128];
-                snprintf(what, sizeof what, "gemm_i8 splits=%d bn=%d %s K=%lld nt=%d",
-                         variants[v][1], variants[v][2], tn(types[ti]), (long long)K, Ms[m]);
-                run_both(&n, src, 2, dst, what);
-                compare(dst, "gemm_i8_long_k", what, TOL_Q8ACT);
-            }
+            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++)
+                gemm_variant_case(variants[v], w, types[ti], K, N, Ms[m], "gemm_i8_long_k");
         }
     }
     tune(0, 0, 0);

@@ -296,6 +296,46 @@ static uint8_t *at_cache_host(uint32_t t, int64_t cells, size_t *bytes)
     return h;
 }
 
+/* Microseconds per decode call of one token at depth d reading `cells`
+ * cells (the graph's bucket), rotating over the AT_LAYERS caches; < 0
+ * after printing why it failed. */
+static double attn_decode_us(struct cu_ctx *c, uint32_t t, void *q, void *o, void *const *kc,
+                             void *const *vc, size_t rowb, int64_t cells, void *len, void *pos,
+                             int32_t d)
+{
+    struct kctx *k = cu_ctx_kctx(c);
+    int32_t hp = d - 1;
+    void *part = NULL;
+    struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
+    size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, cells,
+                                       AT_NKV, 0);
+    if (cu_write(c, len, &d, 4) || cu_write(c, pos, &hp, 4) ||
+        (need && cu_pool_alloc(c, need, "attn scratch", &part))) {
+        fprintf(stderr, "attention bench: %s\n", cu_ctx_error(c));
+        return -1;
+    }
+    const int iters = 10 * AT_LAYERS;
+    float ms = 0;
+    double us = -1;
+    for (int r = 0; r < AT_LAYERS + iters; r++) {
+        if (r == AT_LAYERS)
+            cu_timer_start(c);
+        int l = r % AT_LAYERS;
+        if (k_attention(k, qv, t, kc[l], vc[l], (int64_t)rowb, (int64_t)rowb, cells, AT_NKV, len,
+                        pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part)) {
+            fprintf(stderr, "kernel error: %s\n", k->err);
+            goto out;
+        }
+    }
+    if (cu_timer_stop(c, &ms))
+        fprintf(stderr, "attention bench: %s\n", cu_ctx_error(c));
+    else
+        us = ms * 1e3 / iters;
+out:
+    cu_pool_free(c, part);
+    return us;
+}
+
 /* Prefill: one causal pass of T tokens over T cells; TFLOP/s counts the
  * visible half of QK^T and PV (4 * hd * n_head * T^2 / 2). Decode: one
  * token at each depth, rotating over AT_LAYERS caches of 32,768 cells (so
@@ -371,26 +411,9 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
         int tune = tunes[run / n_depths];
         k_tune_attn_dec(tune);
         int32_t d = depths[run % n_depths];
-        int32_t hp = d - 1;
-        struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
-        size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb,
-                                           cells, AT_NKV, 0);
-        if (cu_write(c, len, &d, 4) || cu_write(c, pos, &hp, 4) ||
-            (need && cu_pool_alloc(c, need, "attn scratch", &part)))
-            goto kerr_dev;
-        int iters = 10 * AT_LAYERS;
-        float ms = 0;
-        for (int r = 0; r < AT_LAYERS + iters; r++) {
-            if (r == AT_LAYERS)
-                cu_timer_start(c);
-            int l = r % AT_LAYERS;
-            if (k_attention(k, qv, t, kc[l], vc[l], (int64_t)rowb, (int64_t)rowb, cells, AT_NKV,
-                            len, pos, 1.0f / sqrtf((float)AT_HD), 0, ov, part))
-                goto kerr;
-        }
-        if (cu_timer_stop(c, &ms))
-            goto kerr_dev;
-        double us = ms * 1e3 / iters;
+        double us = attn_decode_us(c, t, q, o, kc, vc, rowb, cells, len, pos, d);
+        if (us < 0)
+            goto out;
         double gbs = 2.0 * (double)rowb * d / (us * 1e-6) / 1e9;
         char kern[32];
         if (tune > 0)
@@ -401,8 +424,6 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
                "of 4230  (%s)\n",
                minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, us, gbs,
                100.0 * gbs / 4230.0, kern);
-        cu_pool_free(c, part);
-        part = NULL;
     }
     k_tune_attn_dec(0);
     /* Short contexts, as a decode from an empty cache sees them (tg128):
@@ -413,31 +434,14 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
     const int short_depths[] = {32, 128, 512};
     for (int run = 0; run < 6; run++) {
         int off = run >= 3;
-        int32_t d = short_depths[run % 3], hp = d - 1;
+        int32_t d = short_depths[run % 3];
         k_tune_attn_short(off ? -1 : 0);
-        struct kview qv = at_view(q, AT_HD, AT_NH, 1), ov = at_view(o, AT_HD, AT_NH, 1);
-        size_t need = k_attn_scratch_bytes(qv, t, kc[0], vc[0], (int64_t)rowb, (int64_t)rowb, d,
-                                           AT_NKV, 0);
-        if (cu_write(c, len, &d, 4) || cu_write(c, pos, &hp, 4) ||
-            (need && cu_pool_alloc(c, need, "attn scratch", &part)))
-            goto kerr_dev;
-        int iters = 10 * AT_LAYERS;
-        float ms = 0;
-        for (int r = 0; r < AT_LAYERS + iters; r++) {
-            if (r == AT_LAYERS)
-                cu_timer_start(c);
-            if (k_attention(k, qv, t, kc[r % AT_LAYERS], vc[r % AT_LAYERS], (int64_t)rowb,
-                            (int64_t)rowb, d, AT_NKV, len, pos, 1.0f / sqrtf((float)AT_HD), 0,
-                            ov, part))
-                goto kerr;
-        }
-        if (cu_timer_stop(c, &ms))
-            goto kerr_dev;
+        double us = attn_decode_us(c, t, q, o, kc, vc, rowb, d, len, pos, d);
+        if (us < 0)
+            goto out;
         printf("attn decode  %-4s hd=%d h=%d/%d depth=%-6d %8.1f us  (bucket %d, %s)\n",
-               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, ms * 1e3 / iters, d,
+               minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, us, d,
                off ? "short kernel off" : "default");
-        cu_pool_free(c, part);
-        part = NULL;
     }
     k_tune_attn_short(0);
     rc = 0;

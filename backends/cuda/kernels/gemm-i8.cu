@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     extern __shared__ __align__(16) unsigned char smem[];
 
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * I_BN, z = blockIdx.z;
-    const int nch = K / Q_CHUNK;
-    const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    int c0, nc;
+    split_chunks(K, z, splits, &c0, &nc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const float *planes = dst;
     dst = (float *)((char *)dst + z * split_nb);
@@ -360,8 +360,8 @@ __global__ void __launch_bounds__(I_THREADS, 2)
     extern __shared__ __align__(16) unsigned char smem[];
 
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * I_BN, z = blockIdx.z;
-    const int nch = K / Q_CHUNK;
-    const int c0 = (int)((int64_t)nch * z / splits), nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    int c0, nc;
+    split_chunks(K, z, splits, &c0, &nc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const float *planes = dst;
     dst = (float *)((char *)dst + z * split_nb);

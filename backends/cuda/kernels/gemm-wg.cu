@@ -88,9 +88,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     __shared__ __align__(8) uint64_t xbar[ST]; /* activation stage s has landed */
 
     const int m0 = blockIdx.x * NT, n0 = blockIdx.y * W_BN, z = blockIdx.z;
-    const int nch = K / Q_CHUNK;
-    const int c0 = (int)((int64_t)nch * z / splits);
-    const int nc = (int)((int64_t)nch * (z + 1) / splits) - c0;
+    int c0, nc;
+    split_chunks(K, z, splits, &c0, &nc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     dst = (float *)((char *)dst + z * split_nb);
 

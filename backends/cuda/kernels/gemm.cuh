@@ -20,6 +20,15 @@
 /* K values per chunk of the in-place kernels: one K-quant block */
 #define Q_CHUNK 256
 
+/* The chunks [*c0, *c0 + *nc) of K's that split z of `splits` takes
+ * (consecutive, as even as whole chunks allow). */
+__device__ __forceinline__ void split_chunks(int K, int z, int splits, int *c0, int *nc)
+{
+    const int nch = K / Q_CHUNK;
+    *c0 = (int)((int64_t)nch * z / splits);
+    *nc = (int)((int64_t)nch * (z + 1) / splits) - *c0;
+}
+
 /* gemm-wg.cu's activations (k_gemm_act's order ACT_WG), in 16-byte units:
  * step s (16 values) of chunk c of 8-token group g is one wgmma core
  * matrix, its two halves h (values 8h..8h+7 of the step, each permuted
