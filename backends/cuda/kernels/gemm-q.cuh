@@ -21,15 +21,18 @@
 #include "gemm.cuh"
 #include "mma.cuh"
 
-/* NW words of shared memory from a 2-byte aligned address: the aligned
- * words around it, funnel-shifted (reads one word past the last). */
+/* NW words from a 2-byte aligned address: the aligned words around it,
+ * funnel-shifted. The word past the last is read only when p is not
+ * 4-byte aligned (then it holds wanted bytes), so on global memory
+ * (gemm-i8.cu's direct kernel) a read ending a 4-byte aligned tensor
+ * stays inside it. */
 template <int NW> __device__ __forceinline__ void ldw(unsigned (&w)[NW], const uint8_t *p)
 {
     const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);
     unsigned sh = ((unsigned)(uintptr_t)p & 3) * 8, prev = a[0];
 #pragma unroll
     for (int i = 0; i < NW; i++) {
-        unsigned nx = a[i + 1];
+        unsigned nx = i + 1 < NW || sh ? a[i + 1] : 0u;
         w[i] = __funnelshift_r(prev, nx, sh);
         prev = nx;
     }
