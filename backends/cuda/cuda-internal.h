@@ -162,6 +162,9 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
  * quantized activations: the combine pass writes those q8_1 blocks too. */
 minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_node *n,
                                  struct kctx *k, const struct minfer_node *xq_next);
+/* ATTENTION_LISTS the same way (xq_next only where k_attn_lists_q8_1_ok). */
+minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct minfer_node *n,
+                                       struct kctx *k, const struct minfer_node *xq_next);
 /* The matvec epilogue of a MUL_MAT_ADD node: dst = product + src2. */
 struct kepi cuda_sum_epi(const struct minfer_node *n);
 

@@ -222,22 +222,33 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     return MINFER_OK;
 }
 
-/* ATTENTION_LISTS: kernels/attn-lists.cu, scratch sized by shapes only */
-static minfer_status run_attention_lists(struct minfer_backend *be, const struct minfer_node *n,
-                                         struct kctx *k)
+/* ATTENTION_LISTS: kernels/attn-lists.cu, scratch sized by shapes only;
+ * xq_next as cuda_run_attention's (the caller checked
+ * k_attn_lists_q8_1_ok). */
+minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct minfer_node *n,
+                                       struct kctx *k, const struct minfer_node *xq_next)
 {
     const struct minfer_tensor *s0 = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const struct minfer_tensor *ls = n->src[5];
+    const struct minfer_tensor *x = xq_next ? xq_next->src[1] : NULL;
     size_t need = k_attn_lists_scratch_bytes(s0->ne[0], s0->ne[1], n->iparams[0], s0->ne[2],
                                              ls->ne[0]);
-    void *part = NULL;
+    void *part = NULL, *xq = NULL;
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    if (x) {
+        be->xq.valid = false;
+        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    }
     LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                              (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                              n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
-                             view_of(n->dst), part));
+                             view_of(n->dst), part, xq));
+    if (x)
+        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
     return MINFER_OK;
 }
 
@@ -367,7 +378,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
     case MINFER_OP_ATTENTION:
         return cuda_run_attention(be, n, k, NULL);
     case MINFER_OP_ATTENTION_LISTS:
-        return run_attention_lists(be, n, k);
+        return cuda_run_attention_lists(be, n, k, NULL);
     default:
         return cuda_node_fail(be, n, MINFER_ERR_UNSUPPORTED, "op not implemented");
     }

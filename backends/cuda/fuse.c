@@ -171,23 +171,50 @@ static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *
            !overlaps(n->dst, x1) && !overlaps(n->dst, a->src[1]) && !overlaps(a->dst, a->src[1]);
 }
 
-/* ATTENTION whose output a (the next node) reads, reshaped to
- * [hd * n_head, T], as the activations of a quantized matvec. */
-static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+/* Whether x, the activations of product w, is the attention output d
+ * [hd, n_head, T] read as [hd * n_head, T] in place, in whole q8_1 blocks
+ * per head. */
+static int reads_heads_as_rows(const struct minfer_tensor *d, const struct minfer_tensor *x,
+                               const struct minfer_tensor *w)
 {
-    if (n->op != MINFER_OP_ATTENTION ||
-        (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2)
-        return 0;
-    const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];
     int64_t hd = d->ne[0], nh = d->ne[1], T = d->ne[2];
-    if (!w || !x || !k_matvec_q_supported(w->type) || hd % 32 || d->type != MINFER_TYPE_F32 ||
-        x->type != MINFER_TYPE_F32 || d->ne[3] != 1)
+    if (!w || !x || hd % 32 || d->type != MINFER_TYPE_F32 || x->type != MINFER_TYPE_F32 ||
+        d->ne[3] != 1)
         return 0;
     if (d->nb[0] != 4 || d->nb[1] != (size_t)hd * 4 || d->nb[2] != (size_t)(hd * nh) * 4)
         return 0;
     return x->data == d->data && x->ne[0] == hd * nh && x->ne[1] == T && x->ne[2] == 1 &&
-           x->ne[3] == 1 && x->nb[0] == 4 && x->nb[1] == d->nb[2] && T <= MMV_MAX_NT &&
-           w->ne[0] == x->ne[0];
+           x->ne[3] == 1 && x->nb[0] == 4 && x->nb[1] == d->nb[2] && w->ne[0] == x->ne[0];
+}
+
+static int is_product(const struct minfer_node *a)
+{
+    return (a->op == MINFER_OP_MUL_MAT || a->op == MINFER_OP_MUL_MAT_ADD) && a->n_src >= 2;
+}
+
+/* ATTENTION whose output a (the next node) reads, reshaped to
+ * [hd * n_head, T], as the activations of a quantized matvec. */
+static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ATTENTION || !is_product(a))
+        return 0;
+    const struct minfer_tensor *w = a->src[0];
+    return w && k_matvec_q_supported(w->type) && n->dst->ne[2] <= MMV_MAX_NT &&
+           reads_heads_as_rows(n->dst, a->src[1], w);
+}
+
+/* ATTENTION_LISTS (a batched decode) the same way, for the O product on
+ * gemm-i8.cu or the matvec, where its tensor-core form writes q8_1. */
+static int lists_feeds_q(const struct kctx *k, const struct minfer_node *n,
+                         const struct minfer_node *a)
+{
+    if (n->op != MINFER_OP_ATTENTION_LISTS || !is_product(a))
+        return 0;
+    const struct minfer_tensor *kc = n->src[1], *vc = n->src[2], *w = a->src[0];
+    return w && reads_heads_as_rows(n->dst, a->src[1], w) &&
+           k_attn_lists_q8_1_ok(n->dst->ne[0], kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
+                                (int64_t)vc->nb[1]) &&
+           cuda_reads_q8_1(k, w, n->dst->ne[2]);
 }
 
 /* ---- fused runners ---- */
@@ -396,6 +423,10 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
     }
     if (attn_feeds_q(n, a)) {
         *st = cuda_run_attention(be, n, k, a); /* notes its own write */
+        return 1;
+    }
+    if (lists_feeds_q(k, n, a)) {
+        *st = cuda_run_attention_lists(be, n, k, a); /* notes its own write */
         return 1;
     }
     if (norm_feeds_q(k, n, a)) {

@@ -387,11 +387,11 @@ extern "C" int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, 
                                 int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
                                 const int32_t *range, const int32_t *qlist, const int32_t *lists,
                                 int64_t n_kv, int64_t n_lists, float scale, int splits,
-                                void *scratch, struct kview dst)
+                                void *scratch, struct kview dst, void *xq)
 {
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     const struct dm_cells c = {NULL, NULL, 0, range, qlist, lists, n_kv, n_lists};
     auto f = q.ne[0] == 128 ? dm_launch<128, true> : dm_launch<64, true>;
     return f(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, c, scale, splits, (float *)scratch, dst,
-             NULL);
+             (uint8_t *)xq);
 }

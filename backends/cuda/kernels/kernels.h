@@ -294,13 +294,13 @@ int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, i
                int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head, const int32_t *kv_len,
                const int32_t *pos, float scale, int window, int splits, void *scratch,
                struct kview dst, void *xq);
-/* The same over ATTENTION_LISTS' cell lists (k_attention_lists' form; no
- * q8_1 output). */
+/* The same over ATTENTION_LISTS' cell lists (k_attention_lists' form);
+ * xq as k_attention_lists'. */
 int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void *vc,
                      int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head,
                      const int32_t *range, const int32_t *qlist, const int32_t *lists,
                      int64_t n_kv, int64_t n_lists, float scale, int splits, void *scratch,
-                     struct kview dst);
+                     struct kview dst, void *xq);
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
@@ -362,11 +362,17 @@ int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_
 int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
 size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_kv_head,
                                   int64_t n_tokens, int64_t n_kv);
+/* Whether k_attention_lists can also write its output's q8_1 blocks (the
+ * F16 caches its tensor-core form serves). */
+int k_attn_lists_q8_1_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
+                         int64_t knb1, int64_t vnb1);
+/* xq (NULL: none; only where k_attn_lists_q8_1_ok): dst's rows, [hd *
+ * n_head, n_tokens], also as k_quantize_q8_1's blocks, bit for bit. */
 int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                       const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                       int64_t n_kv_head, const int32_t *range, const int32_t *qlist,
                       const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
-                      struct kview dst, void *scratch);
+                      struct kview dst, void *scratch, void *xq);
 
 #ifdef __cplusplus
 }
