@@ -99,20 +99,30 @@ __device__ __forceinline__ void xscale(const iview &v, int j, int b, float2 &s0,
 }
 
 /* acc[j] += the int32 sums c of n-tile j scaled: rows gid (d0, m0) and
- * gid + 8 (d1, m1), tokens 2 tig (s0) and 2 tig + 1 (s1); the min terms
- * subtract m s.y (pass m = 0 for types without mins). */
+ * gid + 8 (d1, m1), tokens 2 tig (s0) and 2 tig + 1 (s1); MIN: the type
+ * has mins (q4_K, q5_K), subtracted as m s.y. Written as fused
+ * multiply-adds: the expression form compiled to a multiply, a
+ * multiply-add and an add per output, and to a multiply by a zero min for
+ * the types without. */
+template <bool MIN>
 __device__ __forceinline__ void iscale(float (&acc)[4], const int (&c)[4], float d0, float m0,
                                        float d1, float m1, float2 s0, float2 s1)
 {
-    acc[0] += (float)c[0] * (d0 * s0.x) - m0 * s0.y;
-    acc[1] += (float)c[1] * (d0 * s1.x) - m0 * s1.y;
-    acc[2] += (float)c[2] * (d1 * s0.x) - m1 * s0.y;
-    acc[3] += (float)c[3] * (d1 * s1.x) - m1 * s1.y;
+    if (MIN) {
+        acc[0] = fmaf(-m0, s0.y, acc[0]);
+        acc[1] = fmaf(-m0, s1.y, acc[1]);
+        acc[2] = fmaf(-m1, s0.y, acc[2]);
+        acc[3] = fmaf(-m1, s1.y, acc[3]);
+    }
+    acc[0] = fmaf((float)c[0], d0 * s0.x, acc[0]);
+    acc[1] = fmaf((float)c[1], d0 * s1.x, acc[1]);
+    acc[2] = fmaf((float)c[2], d1 * s0.x, acc[2]);
+    acc[3] = fmaf((float)c[3], d1 * s1.x, acc[3]);
 }
 
 /* One 32-value sub-block sb of the lane's two rows (A fragment a, row
  * scales d, mins m) against every n-tile's activations. */
-template <int NJ>
+template <int NJ, bool MIN>
 __device__ __forceinline__ void k32_step(const iview &v, const unsigned (&a)[4], int sb, int tig,
                                          float d0, float m0, float d1, float m1,
                                          float (&acc)[NJ][4])
@@ -124,7 +134,7 @@ __device__ __forceinline__ void k32_step(const iview &v, const unsigned (&a)[4],
         mma_s8_k32(c, a, b.x, b.y);
         float2 s0, s1;
         xscale(v, j, sb, s0, s1);
-        iscale(acc[j], c, d0, m0, d1, m1, s0, s1);
+        iscale<MIN>(acc[j], c, d0, m0, d1, m1, s0, s1);
     }
 }
 
@@ -176,7 +186,7 @@ template <bool Q5> struct i8kq {
                 float m0 = __shfl_sync(0xffffffffu, dm[0][e], src);
                 float d1 = __shfl_sync(0xffffffffu, ds[1][e], src);
                 float m1 = __shfl_sync(0xffffffffu, dm[1][e], src);
-                k32_step(v, a, sb, tig, d0, m0, d1, m1, acc);
+                k32_step<NJ, true>(v, a, sb, tig, d0, m0, d1, m1, acc);
             }
         }
     }
@@ -197,7 +207,7 @@ template <> struct i8w<MINFER_TYPE_Q8_0> {
             uint2 w0 = ld8(p0 + 34 * b + 2 + 8 * tig), w1 = ld8(p1 + 34 * b + 2 + 8 * tig);
             unsigned a[4] = {w0.x, w1.x, w0.y, w1.y};
             float d0 = ld_h(p0 + 34 * b), d1 = ld_h(p1 + 34 * b);
-            k32_step(v, a, b, tig, d0, 0.0f, d1, 0.0f, acc);
+            k32_step<NJ, false>(v, a, b, tig, d0, 0.0f, d1, 0.0f, acc);
         }
     }
 };
@@ -250,7 +260,7 @@ template <> struct i8w<MINFER_TYPE_Q6_K> {
                             mma_s8_k16(c, a, b);
                             float2 s0, s1;
                             xscale(v, j, k / 32, s0, s1);
-                            iscale(acc[j], c, s0d, 0.0f, s1d, 0.0f, s0, s1);
+                            iscale<false>(acc[j], c, s0d, 0.0f, s1d, 0.0f, s0, s1);
                         }
                     }
                 }
