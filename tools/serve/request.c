@@ -94,17 +94,39 @@ static int get_number(const cJSON *v, const char *name, double lo, double hi, do
     return 0;
 }
 
-static int get_int(const cJSON *v, const char *name, double lo, double hi, int64_t *out,
-                   struct serve_err *e)
+/* An integral number in [lo, hi], as the double JSON gave. */
+static int get_integral(const cJSON *v, const char *name, double lo, double hi, double *out,
+                        struct serve_err *e)
 {
-    double x;
     if (!cJSON_IsNumber(v))
         return BAD(name, "'%s' must be an integer", name);
     if (v->valuedouble != floor(v->valuedouble))
         return BAD(name, "'%s' is %g but must be an integer", name, v->valuedouble);
-    if (get_number(v, name, lo, hi, &x, e))
+    return get_number(v, name, lo, hi, out, e);
+}
+
+/* hi no more than 9.2e18: a double past INT64_MAX has no int64_t value
+ * (converting it is undefined behaviour). */
+static int get_int(const cJSON *v, const char *name, double lo, double hi, int64_t *out,
+                   struct serve_err *e)
+{
+    double x;
+    if (get_integral(v, name, lo, hi, &x, e))
         return -1;
     *out = (int64_t)x;
+    return 0;
+}
+
+/* A seed: any integer of the signed or the unsigned 64-bit range (clients
+ * send either); a negative one wraps to its two's complement. Converted
+ * through the range it lies in: the fuzzer found 1.28e19, past INT64_MAX,
+ * going through int64_t. */
+static int get_seed(const cJSON *v, const char *name, uint64_t *out, struct serve_err *e)
+{
+    double x;
+    if (get_integral(v, name, -9.2e18, 1.8e19, &x, e))
+        return -1;
+    *out = x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x;
     return 0;
 }
 
@@ -318,9 +340,8 @@ static int parse_field(const cJSON *f, struct serve_params *p, struct serve_err 
     if (!strcmp(k, "seed")) {
         if (cJSON_IsNull(f))
             return 0;
-        if (get_int(f, k, -9.2e18, 1.8e19, &i, e))
+        if (get_seed(f, k, &p->sp.seed, e))
             return -1;
-        p->sp.seed = (uint64_t)i;
         p->seed_set = true;
         return 0;
     }
