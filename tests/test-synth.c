@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "minfer/gguf.h"
@@ -463,6 +464,51 @@ START_TEST(synth_cancel)
 }
 END_TEST
 
+/* Catches a tokenizer.json whose ids the import trusts: an added token
+ * past every counted id was written out of bounds, and an id past the
+ * integer range or an empty vocabulary went through an undefined
+ * conversion. Each must be refused with the file and the reason, no crash
+ * (the sanitizer suite runs this test too). */
+START_TEST(synth_cli_tokenizer_json_bad_ids)
+{
+    static const char *const bad[][2] = {
+        {"{\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]},"
+         "\"added_tokens\":[{\"id\":200000000,\"content\":\"<x>\"}]}",
+         "bad id"},
+        {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},"
+         "\"added_tokens\":[{\"id\":1.5e19,\"content\":\"<x>\"}]}",
+         "bad id"},
+        {"{\"model\":{\"vocab\":{\"a\":0.5},\"merges\":[]}}", "bad id"},
+        {"{\"model\":{\"vocab\":{},\"merges\":[]}}", "no tokens"},
+    };
+    char cli[512], path[600], cmd[2048], out[4096];
+    snprintf(cli, sizeof cli, "%s/bin/minfer", MINFER_BUILD_DIR);
+    if (access(cli, X_OK))
+        MINFER_TEST_SKIP("CLI %s not built", cli);
+    make_tmpdir();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.json", tmpdir, i);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(bad[i][0], f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd,
+                 "'%s' synth --arch qwen2 --shape custom:n_embd=64,n_layer=1,n_head=2,"
+                 "n_head_kv=1,head_dim=32,n_ff=128 --type Q8_0 --threads 1 --tokenizer '%s' "
+                 "-o '%s/bad.gguf' 2>&1",
+                 cli, path, tmpdir);
+        FILE *p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = 0;
+        int rc = pclose(p);
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "case %zu: exit %d: %s", i, rc,
+                      out);
+        ck_assert_msg(strstr(out, bad[i][1]) && strstr(out, path), "case %zu: '%s'", i, out);
+    }
+}
+END_TEST
+
 /* Catches a tokenizer.json import that differs from llama.cpp's converter:
  * the CLI's output must hold the same tokens, token types (control for
  * special or <|...|> added tokens, user-defined for the rest, unused for
@@ -859,6 +905,7 @@ Suite *synth_suite(void)
     tcase_add_test(tc, synth_deterministic);
     tcase_add_test(tc, synth_tokenizer_copy_and_refusals);
     tcase_add_test(tc, synth_cli_tokenizer_json);
+    tcase_add_test(tc, synth_cli_tokenizer_json_bad_ids);
     tcase_add_test(tc, synth_cancel);
     tcase_add_test(tc, synth_model_families);
     suite_add_tcase(s, tc);

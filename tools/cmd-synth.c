@@ -6,6 +6,7 @@
  * explicit vocabulary minfer_synth takes; a .gguf is passed through.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,15 @@ static int32_t config_token(const struct hf_vocab *h, const char *key)
     return cJSON_IsString(t) ? find_id(h, t->valuestring) : -1;
 }
 
+/* A token id as tokenizer.json writes it: an integer in 0..1e8 (checked
+ * before any conversion, which a double out of range would make
+ * undefined). */
+static bool token_id_ok(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e8 &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
 static int hf_load(const char *path, struct hf_vocab *h, char *err, size_t err_len)
 {
     size_t len;
@@ -123,19 +133,32 @@ static int hf_load(const char *path, struct hf_vocab *h, char *err, size_t err_l
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab)
     {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8) {
-            snprintf(err, err_len, "%s: token '%s' has a bad id", path, it->string);
+        if (!token_id_ok(it)) {
+            snprintf(err, err_len, "%s: token '%s' has a bad id (not an integer in 0..1e8)",
+                     path, it->string);
             return -1;
         }
         if (it->valuedouble > max_id)
             max_id = it->valuedouble;
     }
+    /* an added token's id indexes the same arrays: one past every id
+     * counted here was written out of bounds */
     cJSON_ArrayForEach(it, added)
     {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        if (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble <= 1e8 &&
-            id->valuedouble > max_id)
+        if (!cJSON_IsNumber(id))
+            continue; /* not a token entry; skipped below too */
+        if (!token_id_ok(id)) {
+            snprintf(err, err_len, "%s: an added token has a bad id (not an integer in 0..1e8)",
+                     path);
+            return -1;
+        }
+        if (id->valuedouble > max_id)
             max_id = id->valuedouble;
+    }
+    if (max_id < 0) {
+        snprintf(err, err_len, "%s has no tokens", path);
+        return -1;
     }
     uint64_t n = (uint64_t)max_id + 1;
     h->v.n_tokens = n;
@@ -161,7 +184,7 @@ static int hf_load(const char *path, struct hf_vocab *h, char *err, size_t err_l
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
         const cJSON *special = cJSON_GetObjectItemCaseSensitive(it, "special");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0)
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(content))
             continue;
         uint64_t i = (uint64_t)id->valuedouble;
         free(h->tokens[i]);
