@@ -42,8 +42,7 @@ tokenizer)
     # grow; the fixture tokenizer itself takes ~400 MB under ASan.
     extra="-max_len=8192 -rss_limit_mb=2048" ;;
 *)
-    echo "fuzz.sh: unknown target '$target' (expected gguf, tokenizer or session)" >&2
-    echo "fuzz.sh: unknown target '$target' (expected gguf, tokenizer or serve-request)" >&2
+    echo "fuzz.sh: unknown target '$target' (expected gguf, tokenizer, session or serve-request)" >&2
     exit 2 ;;
 esac
 
