@@ -442,15 +442,8 @@ static int i_nj(int64_t M)
  * 32 tokens (2 per SM ran 1.1 waves). */
 static int i_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    int64_t nch = K / Q_CHUNK, bm = 8 * i_nj(M);
-    if (g_splits)
-        return g_splits < nch ? g_splits : (int)nch;
-    int64_t tiles = (N + I_BN - 1) / I_BN * ((M + bm - 1) / bm);
-    int64_t target = 3LL * k->sm_count;
-    int s = 1;
-    while (s * 2 <= I_MAX_SPLITS && s * 2 <= nch && tiles * s < target)
-        s *= 2;
-    return s;
+    int64_t bm = 8 * i_nj(M), tiles = (N + I_BN - 1) / I_BN * ((M + bm - 1) / bm);
+    return gemm_split_count(K / Q_CHUNK, tiles, 3LL * k->sm_count, I_MAX_SPLITS, g_splits);
 }
 
 size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)

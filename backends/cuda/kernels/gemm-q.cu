@@ -150,16 +150,10 @@ static int q_nj(int64_t M)
  * 3584 x 3584 (28 tiles) 42/26/20/20 and 62/38/28/30. */
 static int q_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    int64_t nch = K / Q_CHUNK, bm = 8 * q_nj(M);
-    if (g_splits)
-        return g_splits < nch ? g_splits : (int)nch;
-    int64_t tiles = (N + Q_BN - 1) / Q_BN * ((M + bm - 1) / bm);
+    int64_t bm = 8 * q_nj(M), tiles = (N + Q_BN - 1) / Q_BN * ((M + bm - 1) / bm);
     int64_t target = (bm == 16 ? 3LL : 2LL) * k->sm_count;
-    int maxs = bm == 16 ? Q_MAX_SPLITS : Q_MAX_SPLITS / 2;
-    int s = 1;
-    while (s * 2 <= maxs && s * 2 <= nch && tiles * s < target)
-        s *= 2;
-    return s;
+    return gemm_split_count(K / Q_CHUNK, tiles, target,
+                            bm == 16 ? Q_MAX_SPLITS : Q_MAX_SPLITS / 2, g_splits);
 }
 
 size_t gemm_q_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)

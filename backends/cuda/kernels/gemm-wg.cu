@@ -215,14 +215,8 @@ static int w_nt(int64_t M)
 /* Splits of K (whole chunks) until the grid covers every SM once. */
 static int w_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    int64_t nch = K / Q_CHUNK, nt = w_nt(M);
-    if (g_splits)
-        return g_splits < nch ? g_splits : (int)nch;
-    int64_t tiles = (N + W_BN - 1) / W_BN * ((M + nt - 1) / nt);
-    int s = 1;
-    while (s * 2 <= W_MAX_SPLITS && s * 2 <= nch && tiles * s < k->sm_count)
-        s *= 2;
-    return s;
+    int64_t nt = w_nt(M), tiles = (N + W_BN - 1) / W_BN * ((M + nt - 1) / nt);
+    return gemm_split_count(K / Q_CHUNK, tiles, k->sm_count, W_MAX_SPLITS, g_splits);
 }
 
 size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)

@@ -236,6 +236,20 @@ int gemm_inplace_run(struct kctx *k, const char *site, gemm_inplace_launch launc
                      const void *W, int64_t w_nb1, const void *x, int64_t K, int64_t N,
                      int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e,
                      int64_t tiles);
+/* The split-K count of the in-place kernels (gemm-q.cu, gemm-wg.cu,
+ * gemm-i8.cu): `forced` (their tune hook; 0 = none) capped by the nch
+ * chunks of K, else doubled from 1 while the grid of `tiles` blocks per
+ * split stays under `target` blocks, at most maxs and nch. */
+static inline int gemm_split_count(int64_t nch, int64_t tiles, int64_t target, int maxs,
+                                   int forced)
+{
+    if (forced)
+        return forced < nch ? forced : (int)nch;
+    int s = 1;
+    while (s * 2 <= maxs && s * 2 <= nch && tiles * s < target)
+        s *= 2;
+    return s;
+}
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
 {
