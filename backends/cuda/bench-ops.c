@@ -428,20 +428,19 @@ static int bench_attn(struct cu_ctx *c, uint32_t t)
     k_tune_attn_dec(0);
     /* Short contexts, as a decode from an empty cache sees them (tg128):
      * the cells read are the graph's KV bucket, here the depth itself; the
-     * short per-head split kernel (default up to 512 cells) against the
-     * path it stands in for (k_tune_attn_short(-1): the tensor-core
-     * kernel for F16, the scalar GQA one otherwise) */
-    const int short_depths[] = {32, 128, 512};
-    for (int run = 0; run < 6; run++) {
-        int off = run >= 3;
-        int32_t d = short_depths[run % 3];
-        k_tune_attn_short(off ? -1 : 0);
+     * short per-head split kernel forced against never taking it (the
+     * tensor-core kernel for F16, the scalar GQA one otherwise) */
+    const int short_depths[] = {32, 64, 128, 512};
+    for (int run = 0; run < 8; run++) {
+        int off = run >= 4;
+        int32_t d = short_depths[run % 4];
+        k_tune_attn_short(off ? -1 : 512);
         double us = attn_decode_us(c, t, q, o, kc, vc, rowb, d, len, pos, d);
         if (us < 0)
             goto out;
         printf("attn decode  %-4s hd=%d h=%d/%d depth=%-6d %8.1f us  (bucket %d, %s)\n",
                minfer_type_traits_of(t)->name, AT_HD, AT_NH, AT_NKV, d, us, d,
-               off ? "short kernel off" : "default");
+               off ? "short kernel never" : "short kernel forced");
     }
     k_tune_attn_short(0);
     rc = 0;
@@ -548,12 +547,12 @@ int main(int argc, char **argv)
                                             shapes[si].what) != 0;
                     }
         /* gemm-q.cu's 16- and 64-token tiles (bn = m), then gemm-i8.cu's
-         * 16- and 32-token ones, ring (bn = 4000 + m) and direct (4100 + m) */
+         * 16- and 32-token ones (bn = 4000 + m) */
         for (size_t si = 0; si < 3; si++)
-            for (int t = 0; t < 6; t++)
+            for (int t = 0; t < 4; t++)
                 for (int sp = 1; sp <= 8; sp *= 2) {
-                    int m = t == 0 ? 16 : t == 1 ? 64 : t % 2 == 0 ? 16 : 32;
-                    int cfg[3] = {0, sp, t < 2 ? m : (t < 4 ? 4000 : 4100) + m};
+                    int m = t == 0 ? 16 : t == 1 ? 64 : t == 2 ? 16 : 32;
+                    int cfg[3] = {0, sp, t < 2 ? m : 4000 + m};
                     memcpy(g_cfg, cfg, sizeof g_cfg);
                     k_tune_gemm(cfg[0], cfg[1], cfg[2]);
                     fails += bench_gemm(c, MINFER_TYPE_Q4_K, shapes[si].K, shapes[si].N, m, 0,
@@ -575,9 +574,8 @@ int main(int argc, char **argv)
         /* the Hopper wgmma kernels (bn 1064 / 1128: gemm-wg.cu with 64 /
          * 128 tokens per block; 2256: gemm-ss.cu on f16 scratch) against
          * the f16-scratch mma.sync kernel (128, 256 from 4096 tokens),
-         * gemm-q.cu's (16 / 64) and gemm-i8.cu's (ring 4016 / 4032 / 4064
-         * up to 128 tokens, direct 4116 / 4132 up to 32) from batched
-         * decode to prefill sizes;
+         * gemm-q.cu's (16 / 64) and gemm-i8.cu's (4016 / 4032 / 4064 up to
+         * 128 tokens) from batched decode to prefill sizes;
          * q4_K on the three 7B shapes, q6_K and q8_0 on the ffn one */
         static const uint32_t wt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
         static const int wm[] = {16, 32, 64, 128, 256, 512, 2048, 8192};
@@ -585,11 +583,11 @@ int main(int argc, char **argv)
             for (size_t si = 0; si < (ti ? 1 : 3); si++)
                 for (size_t mi = 0; mi < 8; mi++) {
                     int m = wm[mi];
-                    int bns[7] = {m >= 4096 ? 256 : 128, m <= 16 ? 16 : 64, 1064, 1128, 2256,
-                                  m <= 16 ? 4016 : m <= 32 ? 4032 : 4064, m <= 16 ? 4116 : 4132};
-                    for (int v = 0; v < 7; v++) {
+                    int bns[6] = {m >= 4096 ? 256 : 128, m <= 16 ? 16 : 64, 1064, 1128, 2256,
+                                  m <= 16 ? 4016 : m <= 32 ? 4032 : 4064};
+                    for (int v = 0; v < 6; v++) {
                         if ((v == 1 && m > 64) || (v == 2 && m > 128) || (v == 4 && m < 128) ||
-                            (v == 5 && m > 128) || (v == 6 && m > 32))
+                            (v == 5 && m > 128))
                             continue;
                         int cfg[3] = {0, 0, bns[v]};
                         memcpy(g_cfg, cfg, sizeof g_cfg);

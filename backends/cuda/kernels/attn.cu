@@ -417,18 +417,29 @@ static int dec_group(int64_t group)
     return group <= 4 ? 4 : 8;
 }
 
-/* Up to this many cells a decode takes the per-head split kernel and the
- * few-split combine (the attention of a short context is a few
- * microseconds per layer; the GQA kernel's per-warp chain of D_G heads and
- * the block-reducing combine cost more there than the K/V they save). */
-#define A_SHORT_CELLS 512
-/* The short-decode threshold in use: A_SHORT_CELLS, or what
- * k_tune_attn_short set (minfer-cuda-bench: -1 = never). */
-static int g_short_cells = A_SHORT_CELLS;
+/* Up to this many cells a decode over a cache without the tensor-core
+ * decode kernel takes the per-head split kernel and the few-split combine
+ * (the GQA kernel's per-warp chain of heads and its block-reducing combine
+ * cost more there than the K/V they save). minfer-cuda-bench --attn,
+ * 28/4 heads of 128, H200: a Q8_0 cache 12.2 us against 18.4 at 32 cells,
+ * 26.2 against 19.7 at 128; an F16 cache's tensor-core kernel beats it at
+ * every depth (8.4 / 8.7 / 9.0 us against 9.0 / 15.1 / 21.5 at 32 / 128 /
+ * 512), so F16 caches of head_dim 64/128 never take it. */
+#define A_SHORT_CELLS 64
+/* 0: the rule above; > 0: the short kernel up to that many cells for every
+ * cache; -1: never (minfer-cuda-bench --attn). */
+static int g_short_cells;
 
 extern "C" void k_tune_attn_short(int cells)
 {
-    g_short_cells = cells ? cells : A_SHORT_CELLS;
+    g_short_cells = cells;
+}
+
+static bool attn_short(int64_t n_cells, bool dec_ok)
+{
+    if (g_short_cells)
+        return n_cells <= g_short_cells;
+    return !dec_ok && n_cells <= A_SHORT_CELLS;
 }
 
 /* Which kernel serves these shapes: 2 = tensor-core prefill, 4 = the
@@ -441,9 +452,10 @@ static int attn_path(struct kview q, uint32_t kv_type, const void *kc, const voi
     int64_t hd = q.ne[0], nt = q.ne[2];
     if (nt > 8 && !xq && k_attn_mma_ok(hd, q.ne[1], nt, kv_type, kc, vc, knb1, vnb1))
         return 2;
-    if ((nt <= 8 || xq) && n_cells <= g_short_cells)
+    bool dec_ok = k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1);
+    if ((nt <= 8 || xq) && attn_short(n_cells, dec_ok))
         return 3;
-    if ((nt <= 8 || xq) && k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1))
+    if ((nt <= 8 || xq) && dec_ok)
         return 4;
     if (nt <= 8 || xq)
         return 1;

@@ -340,94 +340,14 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
                                                blockIdx.y * gridDim.x + blockIdx.x);
 }
 
-/* ---- the direct form: weights straight from global memory ---- */
-
-/* Session 9's profile of the ring kernel at 16 tokens (docs/PERF.md):
- * 950 GB/s, 2 blocks of 8 warps per SM, ~1,000 instructions per warp and
- * chunk of which the weight ring's copies and barriers are about a third.
- * Here each warp loads its two rows' chunk bytes itself (the chunk step
- * reads them through generic pointers, as it read shared memory), the
- * next-but-one chunk prefetched into L2; only the activations go through
- * shared memory, ID_SEG chunks per stage in a 2-stage ring. Same tiles,
- * splits and stores as the ring kernel. */
-#define ID_SEG 4
-
-template <int NJ> struct idmem {
-    static constexpr int BM = 8 * NJ;
-    static constexpr int CH = BM * (I_XP + I_SP); /* one chunk's values and scale pairs */
-    static constexpr int STAGE = ID_SEG * CH;
-    static constexpr int BYTES = 2 * STAGE;
-};
-
-template <int T, int NJ>
-__global__ void __launch_bounds__(I_THREADS, 2)
-    gemm_i8d_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                    int64_t split_nb, gepi ep, gsplit fs)
-{
-    using S = idmem<NJ>;
-    constexpr int BM = S::BM, BYTES = qgemm<T>::BYTES;
-    extern __shared__ __align__(16) unsigned char smem[];
-
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * I_BN, z = blockIdx.z;
-    int c0, nc;
-    split_chunks(K, z, splits, &c0, &nc);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
-    const float *planes = dst;
-    dst = (float *)((char *)dst + z * split_nb);
-
-    const int r0 = warp * 16 + gid;
-    const uint8_t *g0 = i8_row(W, w_nb1, n0, r0, N), *g1 = i8_row(W, w_nb1, n0, r0 + 8, N);
-    /* lane tig's L2 prefetch points in a row's chunk: first byte, last
-     * byte and two between, less than a 128-byte line apart */
-    const int pf = tig * (BYTES - 1) / 3;
-    auto load = [&](int stage, int sg) {
-        unsigned char *b = smem + stage * S::STAGE;
-        const int cs = c0 + sg * ID_SEG, cn = c0 + nc - cs < ID_SEG ? c0 + nc - cs : ID_SEG;
-        for (int ci = 0; ci < cn; ci++)
-            i8_copy_x<BM>(b + ci * S::CH, b + ci * S::CH + BM * I_XP, xq, K, cs + ci, m0, M, tid);
-    };
-
-    float acc[NJ][4] = {};
-    cp_ring<2>(0, (nc + ID_SEG - 1) / ID_SEG, load, [&](int stage, int sg) {
-        const unsigned char *b = smem + stage * S::STAGE;
-        const int cs = c0 + sg * ID_SEG, cn = c0 + nc - cs < ID_SEG ? c0 + nc - cs : ID_SEG;
-#pragma unroll 1
-        for (int ci = 0; ci < cn; ci++) {
-            const size_t cb = (size_t)(cs + ci) * BYTES;
-            if (cs + ci + 2 < c0 + nc) {
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(g0 + cb + 2 * BYTES + pf));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(g1 + cb + 2 * BYTES + pf));
-            }
-            const unsigned char *x = b + ci * S::CH;
-            const iview v = {x + gid * I_XP, (const float2 *)(x + BM * I_XP + 2 * tig * I_SP)};
-            i8w<T>::template chunk<NJ>(g0 + cb, g1 + cb, lane, v, acc);
-        }
-    });
-    gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
-    if (fs.count)
-        gemm_split_finish<I_THREADS, I_BN, BM>(fs, planes, split_nb / 4, splits, N, M, n0, m0,
-                                               blockIdx.y * gridDim.x + blockIdx.x);
-}
-
 /* ---- dispatch ---- */
 
 static int g_bm, g_splits; /* forced token tile (16, 32, 64) and split count; 0 = automatic */
-static int g_form;         /* 1: the ring kernel, 2: the direct one; 0 = automatic */
 
-void gemm_i8_tune(int bm, int splits, int form)
+void gemm_i8_tune(int bm, int splits)
 {
     g_bm = bm == 16 || bm == 32 || bm == 64 ? bm : 0;
     g_splits = splits >= 1 && splits <= I_MAX_SPLITS ? splits : 0;
-    g_form = form == 1 || (form == 2 && g_bm != 64) ? form : 0;
-}
-
-/* The direct form up to 32 tokens (its stages hold 4 chunks of 16 or 32
- * tokens' activations; 64 would need 188 KiB), unless the ring is
- * forced. */
-static bool i_direct(int nj)
-{
-    return nj <= 4 && g_form != 1;
 }
 
 static int i_nj(int64_t M)
@@ -453,9 +373,7 @@ size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 
 template <int T, int NJ> static int i_optin_one(struct kctx *k)
 {
-    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8") ||
-           (NJ <= 4 && k_smem_optin(k, (const void *)gemm_i8d_kernel<T, NJ <= 4 ? NJ : 4>,
-                                    idmem<NJ <= 4 ? NJ : 4>::BYTES, "gemm_i8 direct"));
+    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8");
 }
 template <int T> static int i_optin(struct kctx *k)
 {
@@ -486,15 +404,8 @@ struct i_launchers {
         dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
                   (unsigned)splits);
         const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
-        constexpr int DJ = NJ <= 4 ? NJ : 4; /* i_direct refuses 8 */
-        const int ring_smem = ismem<T, NJ>::BYTES, direct_smem = idmem<DJ>::BYTES;
-        if (i_direct(NJ)) {
-            KLAUNCH(k, "gemm_i8 direct", (gemm_i8d_kernel<T, DJ>), grid, I_THREADS, direct_smem,
-                    (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M,
-                    splits, out, out_nb1, split_nb, e, fs ? *fs : none);
-            return 0;
-        }
-        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, ring_smem,
+        const int smem = ismem<T, NJ>::BYTES;
+        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
                 (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
                 out, out_nb1, split_nb, e, fs ? *fs : none);
         return 0;

@@ -23,9 +23,8 @@
 
 /* NW words from a 2-byte aligned address: the aligned words around it,
  * funnel-shifted. The word past the last is read only when p is not
- * 4-byte aligned (then it holds wanted bytes), so on global memory
- * (gemm-i8.cu's direct kernel) a read ending a 4-byte aligned tensor
- * stays inside it. */
+ * 4-byte aligned (then it holds wanted bytes): reading it always cost
+ * gemm-i8's kernels 14-36 registers. */
 template <int NW> __device__ __forceinline__ void ldw(unsigned (&w)[NW], const uint8_t *p)
 {
     const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);

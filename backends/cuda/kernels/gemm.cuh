@@ -284,10 +284,8 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
  * instead of f16 ones; 16, 32 or 64 tokens per block. */
 size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M);
 int gemm_i8_prepare(struct kctx *k);
-/* Forces the token tile (16, 32 or 64), split count and form (1: the
- * shared-memory weight ring, 2: weights straight from global memory, up
- * to 32 tokens); 0 = automatic. */
-void gemm_i8_tune(int bm, int splits, int form);
+/* Forces the token tile (16, 32 or 64) and split count; 0 = automatic. */
+void gemm_i8_tune(int bm, int splits);
 int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xq, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 

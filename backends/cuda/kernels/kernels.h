@@ -183,8 +183,8 @@ int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
  * the in-place quantized GEMM (kernels/gemm-q.cu) with token tile bn 16
  * or 64 and splits 1..8, or the Hopper ones (kernels/gemm-wg.cu, bn 1064
  * or 1128; gemm-ss.cu, bn 2256) where they can run, or the int8 one
- * (kernels/gemm-i8.cu: its ring kernel bn 4016/4032/4064, its direct
- * kernel bn 4116/4132); 0 leaves each to the per-shape choice.
+ * (kernels/gemm-i8.cu, bn 4016/4032/4064); 0 leaves each to the
+ * per-shape choice.
  * Process-wide. */
 void k_tune_gemm(int bk, int splits, int bn);
 
@@ -305,8 +305,8 @@ int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void 
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
 /* minfer-cuda-bench: the bucket size up to which a decode takes the short
- * per-head split kernel (0 = the default 512 cells, -1 = never, so F16
- * caches take the tensor-core decode kernel at every depth). */
+ * per-head split kernel over any cache (0 = the default rule: up to 64
+ * cells where the tensor-core decode kernel cannot run; -1 = never). */
 void k_tune_attn_short(int cells);
 /* minfer-cuda-bench and the op tests: the tensor-core prefill kernel's
  * variant (0 = the default per cache type; 1 or 3: mma.sync with launch
