@@ -150,7 +150,7 @@ static int bench_matvec(struct cu_ctx *c, uint32_t t, struct shape s, int nt, in
         goto out;
     struct kctx *k = cu_ctx_kctx(c);
     int quant = k_matvec_q_supported(t);
-    if (quant && k_quantize_q8_1(k, x, s.K, nt, s.K * 4, xq))
+    if (quant && k_quantize_q8_1(k, x, s.K, nt, s.K * 4, 32, xq))
         goto kerr;
     int iters = quick ? 3 * nw : 10 * nw;
     for (int pass = 0; pass < 2; pass++) { /* pass 0: matvec only; 1: with quantize */
@@ -167,7 +167,7 @@ static int bench_matvec(struct cu_ctx *c, uint32_t t, struct shape s, int nt, in
         for (int i = 0; i < iters; i++) {
             int e = 0;
             if (pass == 1)
-                e = k_quantize_q8_1(k, x, s.K, nt, s.K * 4, xq);
+                e = k_quantize_q8_1(k, x, s.K, nt, s.K * 4, 32, xq);
             if (!e)
                 e = quant ? k_matvec_q(k, t, w[i % nw], s.K, s.N, rowb, xq, nt, y, s.N * 4)
                           : k_matvec_f(k, t, w[i % nw], s.K, s.N, rowb, x, s.K * 4, nt, y,

@@ -50,6 +50,7 @@ struct xq_cache {
     const void *x;
     int64_t K, M, nb1;
     void *xq;
+    int group; /* k_quantize_q8_1's group: 32 or 256 */
 };
 
 struct minfer_backend {
@@ -150,14 +151,16 @@ minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node
 
 /* Runs one validated node by direct launches on k's stream. */
 minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k);
-/* q8_1 blocks of x [K, M] in SLOT_XQ, reusing be->xq when it holds this x. */
-/* Whether the product of M tokens by weight w reads the q8_1 blocks
- * cuda_quantized_x gives (the matvec kernels, and gemm-i8.cu's GEMM), so a
- * norm or attention pass before it may write them. */
+/* Whether the product of M tokens by weight w reads q8_1 blocks of group
+ * 32 (the matvec kernels, and gemm-i8.cu's GEMM on q8_0 or at 64 tokens),
+ * so a norm or attention pass before it may write them (those write
+ * group 32 only). */
 bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
+/* q8_1 blocks of x [K, M] with that group (k_quantize_q8_1) in SLOT_XQ,
+ * reusing be->xq when it holds exactly these. */
 minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
                                struct kctx *k, const float *xd, int64_t K, int64_t M,
-                               int64_t xnb1, void **out);
+                               int64_t xnb1, int group, void **out);
 /* ATTENTION; xq_next (NULL: none) is the product that reads its output as
  * quantized activations: the combine pass writes those q8_1 blocks too. */
 minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_node *n,

@@ -54,11 +54,12 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
-    if (!split && k_gemm_takes_q8_1(k, w->type, K, M)) {
-        /* the matvec's q8_1 blocks: shared with the other products of this
-         * x (Q, K, V; gate and up) and written by a fused norm */
+    int group = split ? 0 : k_gemm_takes_q8_1(k, w->type, K, M);
+    if (group) {
+        /* q8_1 blocks: shared with the other products of this x (Q, K, V;
+         * gate and up) and, group 32, written by a fused norm */
         void *xq = NULL;
-        st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], &xq);
+        st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], group, &xq);
         if (st != MINFER_OK)
             return st;
         xh = xq;
@@ -71,10 +72,10 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
 }
 
 /* q8_1 blocks of x [K, M] in SLOT_XQ: launches the quantization unless
- * be->xq says the slot already holds exactly this x. */
+ * be->xq says the slot already holds exactly this x in this group. */
 minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
                                struct kctx *k, const float *xd, int64_t K, int64_t M,
-                               int64_t xnb1, void **out)
+                               int64_t xnb1, int group, void **out)
 {
     void *xq = NULL;
     *out = NULL;
@@ -83,10 +84,10 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     struct xq_cache *qc = &be->xq;
     if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
-          qc->nb1 == xnb1 && qc->xq == xq)) {
+          qc->nb1 == xnb1 && qc->xq == xq && qc->group == group)) {
         qc->valid = false;
-        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, xq));
-        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq};
+        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, group, xq));
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, group};
     }
     *out = xq;
     return MINFER_OK;
@@ -102,7 +103,7 @@ bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_
 {
     if (M <= MMV_MAX_NT)
         return k_matvec_q_supported(w->type);
-    return gemm_route(k, w, M) && k_gemm_takes_q8_1(k, w->type, w->ne[0], M);
+    return gemm_route(k, w, M) && k_gemm_takes_q8_1(k, w->type, w->ne[0], M) == 32;
 }
 
 /* dst[N, M] = W . x, choosing the kernel family by token count. epi
@@ -127,7 +128,7 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
         return MINFER_OK;
     }
     void *xq = NULL;
-    minfer_status st = cuda_quantized_x(be, n, k, xd, K, M, xnb1, &xq);
+    minfer_status st = cuda_quantized_x(be, n, k, xd, K, M, xnb1, 32, &xq);
     if (st != MINFER_OK)
         return st;
     size_t xrow = k_q8_1_bytes(K, 1);
@@ -218,7 +219,7 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
                          n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
                          xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
+        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
     return MINFER_OK;
 }
 
@@ -248,7 +249,7 @@ minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct m
                              n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
                              view_of(n->dst), part, xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq};
+        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
     return MINFER_OK;
 }
 
@@ -299,7 +300,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
             int64_t K = s0->ne[0];
             void *xq = NULL;
             minfer_status st =
-                cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], &xq);
+                cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
             if (st != MINFER_OK)
                 return st;
             if (M == 1)

@@ -232,7 +232,7 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
     LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], xq));
-    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq};
+    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq, 32};
     return MINFER_OK;
 }
 
@@ -360,7 +360,7 @@ static minfer_status run_matvec_group(struct minfer_backend *be, const struct mi
     const struct minfer_tensor *x = n->src[1];
     void *xq = NULL;
     minfer_status st =
-        cuda_quantized_x(be, n, k, x->data, x->ne[0], 1, (int64_t)x->nb[1], &xq);
+        cuda_quantized_x(be, n, k, x->data, x->ne[0], 1, (int64_t)x->nb[1], 32, &xq);
     if (st != MINFER_OK)
         return st;
     struct kmv_seg segs[4];

@@ -8,10 +8,18 @@
  * lane instructions per weight, so at 16 tokens it ran at a fifth of the
  * bandwidth whatever the type's bytes (docs/PERF.md). Here weights stay
  * integers: a mask takes 4 nibbles into 4 int8 lanes at once (q5_K adds
- * its fifth bit, q6_K its two and the offset of 32), mma.sync m16n8k32
- * multiplies them with the activations, and each sub-block's int32 sums
- * are scaled into f32 accumulators once: d sc d_x sum(q q_x) - dmin m
- * (d_x sum(q_x)). q6_K's scales cover 16 values, so it runs the k16 mma.
+ * its fifth bit, q6_K its two and the offset of 32) and mma.sync m16n8k32
+ * multiplies them with the activations. q6_K's scales cover 16 values, so
+ * it runs the k16 mma. Two forms of the scaling:
+ *   - group 32 (q8_0, and 64-token tiles): each block of activations has
+ *     its own d_x, so every sub-block's int32 sums go to f32 at once:
+ *     d sc d_x sum(q q_x) - dmin m (d_x sum(q_x));
+ *   - group 256 (the K-quants up to 32 tokens): the activations are
+ *     quantized with one d_x per 256 values (k_quantize_q8_1 group 256,
+ *     the CPU's Q8_K rule), so sc sum(q q_x) adds up in int32 over the
+ *     chunk, the mins by a second mma (chunk_k), and the chunk ends in
+ *     one f32 step. The float work per mma was what bounded the kernel
+ *     (docs/decisions/cuda-quantized-gemm.md, session 10).
  *
  * The k order: an mma sums over its k slots, so any bijection between a
  * sub-block's values and the slots works when the activations follow it.
@@ -190,6 +198,77 @@ template <bool Q5> struct i8kq {
             }
         }
     }
+
+    /* The group-256 form (the chunk's activations share one scale, the
+     * pairs' d): per sub-block the int32 sums times the integer scale sc
+     * add up in int32, and the mins come from a second mma whose A
+     * operand is the sub-block's m in all 32 slots (sum over the
+     * sub-block of m x = m times the token's sum there), accumulated
+     * across the chunk by the mma itself; one float step per chunk:
+     * d_x (d is - dmin im). 8 sub-blocks of 63 * 32 * 31 * 128 stay far
+     * below 2^31. */
+    template <int NJ>
+    static __device__ __forceinline__ void chunk_k(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                   const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        const uint8_t *p[2] = {p0, p1};
+        int sc[2][2], mn[2][2];
+        uint2 qh[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                kscale(p[r] + 4, 2 * tig + e, sc[r][e], mn[r][e]);
+            if (Q5)
+                qh[r] = ld8(p[r] + 16 + 8 * tig);
+        }
+        int is[NJ][4] = {}, im[NJ][4] = {};
+        const int qo = (Q5 ? 48 : 16) + 8 * tig;
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            uint2 w0 = ld8(p0 + qo + 32 * h), w1 = ld8(p1 + qo + 32 * h);
+            const int src = (lane & ~3) | h; /* the lane that read sub-blocks 2h, 2h+1 */
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int sb = 2 * h + e;
+                unsigned a[4] = {(w0.x >> 4 * e) & 0x0F0F0F0Fu, (w1.x >> 4 * e) & 0x0F0F0F0Fu,
+                                 (w0.y >> 4 * e) & 0x0F0F0F0Fu, (w1.y >> 4 * e) & 0x0F0F0F0Fu};
+                if (Q5) {
+                    a[0] |= ((qh[0].x >> sb) & 0x01010101u) << 4;
+                    a[1] |= ((qh[1].x >> sb) & 0x01010101u) << 4;
+                    a[2] |= ((qh[0].y >> sb) & 0x01010101u) << 4;
+                    a[3] |= ((qh[1].y >> sb) & 0x01010101u) << 4;
+                }
+                const int s0 = __shfl_sync(0xffffffffu, sc[0][e], src);
+                const int s1 = __shfl_sync(0xffffffffu, sc[1][e], src);
+                const unsigned n0 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[0][e], src);
+                const unsigned n1 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[1][e], src);
+                const unsigned am[4] = {n0, n1, n0, n1};
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
+                    int c[4];
+                    mma_s8_k32(c, a, b.x, b.y);
+                    is[j][0] += s0 * c[0];
+                    is[j][1] += s0 * c[1];
+                    is[j][2] += s1 * c[2];
+                    is[j][3] += s1 * c[3];
+                    mma_s8_k32_acc(im[j], am, b.x, b.y);
+                }
+            }
+        }
+        const float d0 = ld_h(p0), dm0 = ld_h(p0 + 2), d1 = ld_h(p1), dm1 = ld_h(p1 + 2);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float2 s0, s1;
+            xscale(v, j, 0, s0, s1);
+            acc[j][0] = fmaf(s0.x, fmaf(d0, (float)is[j][0], -dm0 * (float)im[j][0]), acc[j][0]);
+            acc[j][1] = fmaf(s1.x, fmaf(d0, (float)is[j][1], -dm0 * (float)im[j][1]), acc[j][1]);
+            acc[j][2] = fmaf(s0.x, fmaf(d1, (float)is[j][2], -dm1 * (float)im[j][2]), acc[j][2]);
+            acc[j][3] = fmaf(s1.x, fmaf(d1, (float)is[j][3], -dm1 * (float)im[j][3]), acc[j][3]);
+        }
+    }
 };
 
 template <> struct i8w<MINFER_TYPE_Q4_K> : i8kq<false> {};
@@ -224,12 +303,12 @@ template <> struct i8w<MINFER_TYPE_Q6_K> {
         unsigned t = q ^ 0x20202020u;
         return t + (t & 0x20202020u) * 6u;
     }
-    template <int NJ>
-    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
-                                                 const iview &v, float (&acc)[NJ][4])
+    /* Calls f(a, k, si) for each k16 step of the lane's two rows: A
+     * fragment a, the step's first value k, its scale index si. */
+    template <typename F>
+    static __device__ __forceinline__ void steps(const uint8_t *p0, const uint8_t *p1, int tig,
+                                                 F &&f)
     {
-        const int tig = lane & 3;
-        const float d0 = ld_h(p0 + 208), d1 = ld_h(p1 + 208);
 #pragma unroll 1 /* unrolled, ptxas spilled a kilobyte at 64 tokens */
         for (int n = 0; n < 2; n++)
 #pragma unroll
@@ -244,27 +323,69 @@ template <> struct i8w<MINFER_TYPE_Q6_K> {
                     ldw(l1, p1 + 64 * n + 32 * qo + 16 * i + 4 * tig);
 #pragma unroll
                     for (int hi = 0; hi < 2; hi++) {
-                        const int q = qo + 2 * hi, si = 8 * n + 2 * q + i;
-                        unsigned a[2] = {
+                        const int q = qo + 2 * hi;
+                        const unsigned a[2] = {
                             off32(((l0[0] >> 4 * hi) & 0x0F0F0F0Fu) |
                                   (((h0[0] >> 2 * q) & 0x03030303u) << 4)),
                             off32(((l1[0] >> 4 * hi) & 0x0F0F0F0Fu) |
                                   (((h1[0] >> 2 * q) & 0x03030303u) << 4))};
-                        float s0d = d0 * (float)(int8_t)p0[192 + si];
-                        float s1d = d1 * (float)(int8_t)p1[192 + si];
-                        const int k = 128 * n + 32 * q + 16 * i; /* value of slot 0 */
-#pragma unroll
-                        for (int j = 0; j < NJ; j++) {
-                            unsigned b = *(const unsigned *)(v.x + j * 8 * I_XP + k + 4 * tig);
-                            int c[4];
-                            mma_s8_k16(c, a, b);
-                            float2 s0, s1;
-                            xscale(v, j, k / 32, s0, s1);
-                            iscale<false>(acc[j], c, s0d, 0.0f, s1d, 0.0f, s0, s1);
-                        }
+                        f(a, 128 * n + 32 * q + 16 * i, 8 * n + 2 * q + i);
                     }
                 }
             }
+    }
+    template <int NJ>
+    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        const float d0 = ld_h(p0 + 208), d1 = ld_h(p1 + 208);
+        steps(p0, p1, tig, [&](const unsigned (&a)[2], int k, int si) {
+            float s0d = d0 * (float)(int8_t)p0[192 + si];
+            float s1d = d1 * (float)(int8_t)p1[192 + si];
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                unsigned b = *(const unsigned *)(v.x + j * 8 * I_XP + k + 4 * tig);
+                int c[4];
+                mma_s8_k16(c, a, b);
+                float2 s0, s1;
+                xscale(v, j, k / 32, s0, s1);
+                iscale<false>(acc[j], c, s0d, 0.0f, s1d, 0.0f, s0, s1);
+            }
+        });
+    }
+    /* The group-256 form (i8kq's chunk_k): the int8 scales times each
+     * step's int32 sums add up in int32 (16 steps of 127 * 16 * 32 * 128
+     * stay below 2^31), one float step per chunk. */
+    template <int NJ>
+    static __device__ __forceinline__ void chunk_k(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                   const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        int is[NJ][4] = {};
+        steps(p0, p1, tig, [&](const unsigned (&a)[2], int k, int si) {
+            const int s0 = (int8_t)p0[192 + si], s1 = (int8_t)p1[192 + si];
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                unsigned b = *(const unsigned *)(v.x + j * 8 * I_XP + k + 4 * tig);
+                int c[4];
+                mma_s8_k16(c, a, b);
+                is[j][0] += s0 * c[0];
+                is[j][1] += s0 * c[1];
+                is[j][2] += s1 * c[2];
+                is[j][3] += s1 * c[3];
+            }
+        });
+        const float d0 = ld_h(p0 + 208), d1 = ld_h(p1 + 208);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            float2 s0, s1;
+            xscale(v, j, 0, s0, s1);
+            acc[j][0] = fmaf(d0 * s0.x, (float)is[j][0], acc[j][0]);
+            acc[j][1] = fmaf(d0 * s1.x, (float)is[j][1], acc[j][1]);
+            acc[j][2] = fmaf(d1 * s0.x, (float)is[j][2], acc[j][2]);
+            acc[j][3] = fmaf(d1 * s1.x, (float)is[j][3], acc[j][3]);
+        }
     }
 };
 
@@ -294,6 +415,16 @@ __device__ __forceinline__ const uint8_t *i8_row(const uint8_t *W, int64_t w_nb1
 {
     int n = n0 + r;
     return W + (int64_t)(n < N ? n : N - 1) * w_nb1;
+}
+
+/* Which activations a (type, n-tiles) kernel reads: the K-quants up to 4
+ * n-tiles (32 tokens) take group-256 blocks (chunk_k); q8_0's scales are
+ * per 32 anyway, and at 8 n-tiles chunk_k's two more int32 accumulators
+ * per output would not fit 2 blocks' registers (64 tokens take gemm-wg.cu
+ * where it runs). */
+__host__ __device__ constexpr bool i_group256(int T, int NJ)
+{
+    return T != MINFER_TYPE_Q8_0 && NJ <= 4;
 }
 
 template <int T, int NJ>
@@ -330,9 +461,12 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
         const iview v = {As + S::A + gid * I_XP,
                          (const float2 *)(As + S::A + S::X + 2 * tig * I_SP)};
         size_t cb = (size_t)(c0 + i) * BYTES;
-        i8w<T>::template chunk<NJ>(As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15),
-                                   As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), lane, v,
-                                   acc);
+        const uint8_t *p0 = As + r0 * PITCH + (((uintptr_t)g0 + cb) & 15);
+        const uint8_t *p1 = As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15);
+        if constexpr (i_group256(T, NJ))
+            i8w<T>::template chunk_k<NJ>(p0, p1, lane, v, acc);
+        else
+            i8w<T>::template chunk<NJ>(p0, p1, lane, v, acc);
     });
     gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
     if (fs.count)
@@ -354,6 +488,11 @@ static int i_nj(int64_t M)
 {
     int bm = g_bm ? g_bm : M <= 16 ? 16 : M <= 32 ? 32 : 64;
     return bm / 8;
+}
+
+int gemm_i8_group(uint32_t type, int64_t M)
+{
+    return i_group256((int)type, i_nj(M)) ? 256 : 32;
 }
 
 /* Splits of K (in whole chunks) until there are 3 blocks per SM, at most

@@ -602,7 +602,9 @@ extern "C" int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, i
 
 extern "C" int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 {
-    return gemm_q_eligible(type, K) && path(k, type, K, M, NULL) == PATH_I8;
+    if (!gemm_q_eligible(type, K) || path(k, type, K, M, NULL) != PATH_I8)
+        return 0;
+    return gemm_i8_group(type, M);
 }
 
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,
@@ -614,7 +616,7 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
         return k_fail(k, "gemm act", "f16 activation buffers must be 16-byte aligned");
     enum gpath pa = path(k, wtype, K, M, xl);
     if (pa == PATH_I8) /* k_gemm_act_bytes covers q8_1's 1.25 bytes per value */
-        return k_quantize_q8_1(k, x, K, M, x_nb1, xh);
+        return k_quantize_q8_1(k, x, K, M, x_nb1, gemm_i8_group(wtype, M), xh);
     int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
     int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG || order == ACT_CM ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,

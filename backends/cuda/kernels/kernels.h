@@ -62,9 +62,13 @@ int k_prepare(struct kctx *k);
 /* Bytes of q8_1-style blocks for K values (K % 32 == 0) times M rows. */
 size_t k_q8_1_bytes(int64_t K, int64_t M);
 
-/* x: F32 [K, M] with row stride x_nb1 -> q8_1 blocks, M rows of K/32. */
+/* x: F32 [K, M] with row stride x_nb1 -> q8_1 blocks, M rows of K/32.
+ * group 32: each block its own scale (the matrix-vector kernels' rule);
+ * 256 (K % 256 == 0): one scale per 256 values, the CPU's Q8_K rule, what
+ * gemm-i8.cu reads for the K-quants (k_gemm_takes_q8_1). Either is valid
+ * q8_1 for every reader; 256 keeps gemm-i8's sums integer per chunk. */
 int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_t M, int64_t x_nb1,
-                    void *xq);
+                    int group, void *xq);
 
 /* True if the dp4a matrix-vector path handles this weight type. */
 int k_matvec_q_supported(uint32_t type);
@@ -167,7 +171,8 @@ struct kgemm_epi {
 int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* Whether k_gemm's activations for this product are k_quantize_q8_1's
  * blocks (gemm-i8.cu), which the caller may then share between products
- * of one x instead of calling k_gemm_act for each. */
+ * of one x instead of calling k_gemm_act for each: 0 = no, else the
+ * group those blocks must be quantized with (32 or 256). */
 int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of

@@ -46,14 +46,56 @@ __global__ void quantize_q8_1_kernel(const float *x, int64_t K, int64_t M, int64
         ((float2 *)(row + 32 * (size_t)nb))[blk] = make_float2(d, d * s);
 }
 
+/* The same blocks with one scale per 256 values (the CPU's Q8_K rule,
+ * quant_q8k: id = 127 / amax, q = rint(x id), d = amax / 127): one warp
+ * per 256, lane l holding values l, l + 32, ... of it; each of the 8
+ * blocks gets the pair (d, d * its sum). */
+__global__ void quantize_q8_1_g256_kernel(const float *x, int64_t K, int64_t M, int64_t x_nb1,
+                                          uint8_t *out)
+{
+    int nb = (int)(K / 32), ng = (int)(K / 256);
+    int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (w >= (int64_t)ng * M)
+        return;
+    int64_t m = w / ng;
+    int g = (int)(w % ng);
+    const float *xr = (const float *)((const char *)x + m * x_nb1) + 256 * g;
+    float v[8], amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = xr[32 * i + lane];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    amax = warp_max(amax);
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+    uint8_t *row = out + (size_t)m * (size_t)nb * 40;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = __float2int_rn(v[i] * id);
+        float s = warp_sum((float)q);
+        ((int8_t *)row)[256 * g + 32 * i + lane] = (int8_t)q;
+        if (lane == 0)
+            ((float2 *)(row + 32 * (size_t)nb))[8 * g + i] = make_float2(d, d * s);
+    }
+}
+
 extern "C" size_t k_q8_1_bytes(int64_t K, int64_t M)
 {
     return (size_t)(K / 32) * 40 * (size_t)M;
 }
 
 extern "C" int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_t M,
-                               int64_t x_nb1, void *xq)
+                               int64_t x_nb1, int group, void *xq)
 {
+    if (group == 256) {
+        if (K % 256)
+            return k_fail(k, "quantize_q8_1", "K is not a multiple of 256");
+        int64_t blocks = ((K / 256) * M + 7) / 8;
+        KLAUNCH(k, "quantize_q8_1", quantize_q8_1_g256_kernel, (unsigned)blocks, 256, 0, x, K, M,
+                x_nb1, (uint8_t *)xq);
+        return 0;
+    }
     if (K % 32)
         return k_fail(k, "quantize_q8_1", "K is not a multiple of 32");
     int64_t warps = (K / 32) * M;

@@ -97,6 +97,15 @@ __device__ __forceinline__ void mma_s8_k32(int (&c)[4], const unsigned (&a)[4], 
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
+/* The same adding into c. */
+__device__ __forceinline__ void mma_s8_k32_acc(int (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                               unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 /* The k16 form: a0 = (row gid, k 4tig..4tig+3), a1 = row gid+8; b0 = (k
  * 4tig..4tig+3; column gid). */
 __device__ __forceinline__ void mma_s8_k16(int (&c)[4], const unsigned (&a)[2], unsigned b0)
