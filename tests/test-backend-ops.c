@@ -624,6 +624,20 @@ START_TEST(rope_neox)
 }
 END_TEST
 
+/* w [K, N] times M random tokens (rows padded by x_pad bytes) on both
+ * backends, compared under `stat` with tolerance tol. */
+static void mul_mat_case(struct tt *w, int64_t K, int64_t N, int M, size_t x_pad, const char *stat,
+                         const char *what, double tol)
+{
+    struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, x_pad);
+    tt_place(x, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
+    struct tt *src[2] = {w, x};
+    run_both(&n, src, 2, dst, what);
+    compare(dst, stat, what, tol);
+}
+
 /* Catches: matvec kernels (nt = 1..8) and the GEMM (nt > 8) with a wrong
  * block decode, wrong activation scale/sum term, missed tails in N or M,
  * strided activations, and the dispatch between the two families. */
@@ -639,17 +653,12 @@ START_TEST(mul_mat_every_type)
             struct tt *w = tt_weight(t, K, N, 0, "w");
             for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
                 int M = nts[m];
-                struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, m % 3 == 1 ? 16 : 0);
-                tt_place(x, NULL);
-                struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
-                struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
-                struct tt *src[2] = {w, x};
                 char what[96];
                 snprintf(what, sizeof what, "mul_mat %s K=%lld N=%lld nt=%d", tn(t), (long long)K,
                          (long long)N, M);
-                run_both(&n, src, 2, dst, what);
-                compare(dst, is_float(t) ? "mul_mat_float" : "mul_mat_quant", what,
-                        is_float(t) ? TOL_FDOT : TOL_Q8ACT);
+                mul_mat_case(w, K, N, M, m % 3 == 1 ? 16 : 0,
+                             is_float(t) ? "mul_mat_float" : "mul_mat_quant", what,
+                             is_float(t) ? TOL_FDOT : TOL_Q8ACT);
             }
         }
         /* float weights with K not a multiple of 8 or 32 */
@@ -657,15 +666,9 @@ START_TEST(mul_mat_every_type)
             int64_t K = 100, N = 9;
             struct tt *w = tt_weight(t, K, N, 0, "w");
             for (int M = 1; M <= 12; M += 11) {
-                struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
-                tt_place(x, NULL);
-                struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
-                struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
-                struct tt *src[2] = {w, x};
                 char what[96];
                 snprintf(what, sizeof what, "mul_mat %s K=100 N=9 nt=%d", tn(t), M);
-                run_both(&n, src, 2, dst, what);
-                compare(dst, "mul_mat_float", what, TOL_FDOT);
+                mul_mat_case(w, K, N, M, 0, "mul_mat_float", what, TOL_FDOT);
             }
         }
     }
@@ -678,16 +681,10 @@ END_TEST
 static void gemm_variant_case(const int v[3], struct tt *w, uint32_t type, int64_t K, int64_t N,
                               int M, const char *stat)
 {
-    struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
-    tt_place(x, NULL);
-    struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
-    struct minfer_node n = {.op = MINFER_OP_MUL_MAT};
-    struct tt *src[2] = {w, x};
     char what[128];
     snprintf(what, sizeof what, "gemm bk=%d splits=%d bn=%d %s K=%lld N=%lld nt=%d", v[0], v[1],
              v[2], tn(type), (long long)K, (long long)N, M);
-    run_both(&n, src, 2, dst, what);
-    compare(dst, stat, what, is_float(type) ? TOL_FDOT : TOL_Q8ACT);
+    mul_mat_case(w, K, N, M, 0, stat, what, is_float(type) ? TOL_FDOT : TOL_Q8ACT);
 }
 
 /* Catches a prefill GEMM variant that is only right when the per-shape

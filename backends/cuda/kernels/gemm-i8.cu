@@ -153,32 +153,24 @@ template <int T> struct i8w;
  * works out d sc and dmin m of sub-blocks 2 tig and 2 tig + 1 of both of
  * its rows; the others' come by shuffle. */
 template <bool Q5> struct i8kq {
-    template <int NJ>
-    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
-                                                 const iview &v, float (&acc)[NJ][4])
+    /* Calls f(a, sb, e, src) for each sub-block sb = 2h + e of the chunk:
+     * A fragment a of the lane's two rows; src is the lane of this quad
+     * that read sb's scales (lane tig reads sub-blocks 2 tig, 2 tig + 1). */
+    template <typename F>
+    static __device__ __forceinline__ void steps(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 F &&f)
     {
         const int tig = lane & 3;
-        const uint8_t *p[2] = {p0, p1};
-        float ds[2][2], dm[2][2];
         uint2 qh[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float d = ld_h(p[r]), dmin = ld_h(p[r] + 2);
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int sc, m;
-                kscale(p[r] + 4, 2 * tig + e, sc, m);
-                ds[r][e] = d * (float)sc;
-                dm[r][e] = dmin * (float)m;
-            }
-            if (Q5)
-                qh[r] = ld8(p[r] + 16 + 8 * tig);
+        if (Q5) {
+            qh[0] = ld8(p0 + 16 + 8 * tig);
+            qh[1] = ld8(p1 + 16 + 8 * tig);
         }
         const int qo = (Q5 ? 48 : 16) + 8 * tig;
 #pragma unroll
         for (int h = 0; h < 4; h++) {
             uint2 w0 = ld8(p0 + qo + 32 * h), w1 = ld8(p1 + qo + 32 * h);
-            const int src = (lane & ~3) | h; /* the lane that scaled sub-blocks 2h, 2h+1 */
+            const int src = (lane & ~3) | h;
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int sb = 2 * h + e;
@@ -190,13 +182,38 @@ template <bool Q5> struct i8kq {
                     a[2] |= ((qh[0].y >> sb) & 0x01010101u) << 4;
                     a[3] |= ((qh[1].y >> sb) & 0x01010101u) << 4;
                 }
-                float d0 = __shfl_sync(0xffffffffu, ds[0][e], src);
-                float m0 = __shfl_sync(0xffffffffu, dm[0][e], src);
-                float d1 = __shfl_sync(0xffffffffu, ds[1][e], src);
-                float m1 = __shfl_sync(0xffffffffu, dm[1][e], src);
-                k32_step<NJ, true>(v, a, sb, tig, d0, m0, d1, m1, acc);
+                f(a, sb, e, src);
             }
         }
+    }
+
+    /* The group-32 form: d sc and dmin m as floats, each sub-block's sums
+     * scaled at once (k32_step). */
+    template <int NJ>
+    static __device__ __forceinline__ void chunk(const uint8_t *p0, const uint8_t *p1, int lane,
+                                                 const iview &v, float (&acc)[NJ][4])
+    {
+        const int tig = lane & 3;
+        const uint8_t *p[2] = {p0, p1};
+        float ds[2][2], dm[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float d = ld_h(p[r]), dmin = ld_h(p[r] + 2);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int sc, m;
+                kscale(p[r] + 4, 2 * tig + e, sc, m);
+                ds[r][e] = d * (float)sc;
+                dm[r][e] = dmin * (float)m;
+            }
+        }
+        steps(p0, p1, lane, [&](const unsigned (&a)[4], int sb, int e, int src) {
+            float d0 = __shfl_sync(0xffffffffu, ds[0][e], src);
+            float m0 = __shfl_sync(0xffffffffu, dm[0][e], src);
+            float d1 = __shfl_sync(0xffffffffu, ds[1][e], src);
+            float m1 = __shfl_sync(0xffffffffu, dm[1][e], src);
+            k32_step<NJ, true>(v, a, sb, tig, d0, m0, d1, m1, acc);
+        });
     }
 
     /* The group-256 form (the chunk's activations share one scale, the
@@ -214,50 +231,30 @@ template <bool Q5> struct i8kq {
         const int tig = lane & 3;
         const uint8_t *p[2] = {p0, p1};
         int sc[2][2], mn[2][2];
-        uint2 qh[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
                 kscale(p[r] + 4, 2 * tig + e, sc[r][e], mn[r][e]);
-            if (Q5)
-                qh[r] = ld8(p[r] + 16 + 8 * tig);
-        }
         int is[NJ][4] = {}, im[NJ][4] = {};
-        const int qo = (Q5 ? 48 : 16) + 8 * tig;
+        steps(p0, p1, lane, [&](const unsigned (&a)[4], int sb, int e, int src) {
+            const int s0 = __shfl_sync(0xffffffffu, sc[0][e], src);
+            const int s1 = __shfl_sync(0xffffffffu, sc[1][e], src);
+            const unsigned n0 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[0][e], src);
+            const unsigned n1 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[1][e], src);
+            const unsigned am[4] = {n0, n1, n0, n1};
 #pragma unroll
-        for (int h = 0; h < 4; h++) {
-            uint2 w0 = ld8(p0 + qo + 32 * h), w1 = ld8(p1 + qo + 32 * h);
-            const int src = (lane & ~3) | h; /* the lane that read sub-blocks 2h, 2h+1 */
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int sb = 2 * h + e;
-                unsigned a[4] = {(w0.x >> 4 * e) & 0x0F0F0F0Fu, (w1.x >> 4 * e) & 0x0F0F0F0Fu,
-                                 (w0.y >> 4 * e) & 0x0F0F0F0Fu, (w1.y >> 4 * e) & 0x0F0F0F0Fu};
-                if (Q5) {
-                    a[0] |= ((qh[0].x >> sb) & 0x01010101u) << 4;
-                    a[1] |= ((qh[1].x >> sb) & 0x01010101u) << 4;
-                    a[2] |= ((qh[0].y >> sb) & 0x01010101u) << 4;
-                    a[3] |= ((qh[1].y >> sb) & 0x01010101u) << 4;
-                }
-                const int s0 = __shfl_sync(0xffffffffu, sc[0][e], src);
-                const int s1 = __shfl_sync(0xffffffffu, sc[1][e], src);
-                const unsigned n0 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[0][e], src);
-                const unsigned n1 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[1][e], src);
-                const unsigned am[4] = {n0, n1, n0, n1};
-#pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
-                    int c[4];
-                    mma_s8_k32(c, a, b.x, b.y);
-                    is[j][0] += s0 * c[0];
-                    is[j][1] += s0 * c[1];
-                    is[j][2] += s1 * c[2];
-                    is[j][3] += s1 * c[3];
-                    mma_s8_k32_acc(im[j], am, b.x, b.y);
-                }
+            for (int j = 0; j < NJ; j++) {
+                uint2 b = xfrag8(v, j, 32 * sb + 8 * tig);
+                int c[4];
+                mma_s8_k32(c, a, b.x, b.y);
+                is[j][0] += s0 * c[0];
+                is[j][1] += s0 * c[1];
+                is[j][2] += s1 * c[2];
+                is[j][3] += s1 * c[3];
+                mma_s8_k32_acc(im[j], am, b.x, b.y);
             }
-        }
+        });
         const float d0 = ld_h(p0), dm0 = ld_h(p0 + 2), d1 = ld_h(p1), dm1 = ld_h(p1 + 2);
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
