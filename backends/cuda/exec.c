@@ -99,11 +99,11 @@ static bool gemm_route(const struct kctx *k, const struct minfer_tensor *w, int6
     return M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && w->ne[0] % 32 == 0;
 }
 
-bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
+int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
 {
     if (M <= MMV_MAX_NT)
-        return k_matvec_q_supported(w->type);
-    return gemm_route(k, w, M) && k_gemm_takes_q8_1(k, w->type, w->ne[0], M) == 32;
+        return k_matvec_q_supported(w->type) ? 32 : 0;
+    return gemm_route(k, w, M) ? k_gemm_takes_q8_1(k, w->type, w->ne[0], M) : 0;
 }
 
 /* dst[N, M] = W . x, choosing the kernel family by token count. epi

@@ -38,7 +38,8 @@ static int is_plain_f32_2d(const struct minfer_tensor *t)
 }
 /* If n is an RMS norm whose output a (the next node) reads as q8_1
  * activations (a quantized matvec, or a GEMM on gemm-i8.cu: a batched
- * decode), returns 1: the norm can write the q8_1 blocks too. */
+ * decode), returns their group: the norm can write the q8_1 blocks too;
+ * else 0. */
 static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
                         const struct minfer_node *a)
 {
@@ -54,10 +55,13 @@ static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
     } else {
         return 0;
     }
-    if (!w || !x || !is_plain_f32_2d(d) || d->ne[0] % 32 || n->src[0]->ne[2] != 1 ||
-        n->src[0]->ne[3] != 1 || !cuda_reads_q8_1(k, w, x->ne[1]))
+    int group = w && x ? cuda_q8_1_group(k, w, x->ne[1]) : 0;
+    if (!group || !is_plain_f32_2d(d) || d->ne[0] % group || n->src[0]->ne[2] != 1 ||
+        n->src[0]->ne[3] != 1)
         return 0;
-    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] && w->ne[0] == d->ne[0];
+    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] && w->ne[0] == d->ne[0]
+               ? group
+               : 0;
 }
 
 /* Two nodes that may run in one launch: neither writes what the other
@@ -214,14 +218,15 @@ static int lists_feeds_q(const struct kctx *k, const struct minfer_node *n,
     return w && reads_heads_as_rows(n->dst, a->src[1], w) &&
            k_attn_lists_q8_1_ok(n->dst->ne[0], kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                                 (int64_t)vc->nb[1]) &&
-           cuda_reads_q8_1(k, w, n->dst->ne[2]);
+           cuda_q8_1_group(k, w, n->dst->ne[2]) == 32;
 }
 
 /* ---- fused runners ---- */
 
-/* The norm node n with its q8_1 output left in SLOT_XQ for the next node. */
+/* The norm node n with its q8_1 output (that group) left in SLOT_XQ for
+ * the next node. */
 static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_node *n,
-                                struct kctx *k)
+                                struct kctx *k, int group)
 {
     const struct minfer_tensor *d = n->dst;
     int64_t K = d->ne[0], M = d->ne[1];
@@ -231,8 +236,8 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
-    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], xq));
-    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq, 32};
+    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], group, xq));
+    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq, group};
     return MINFER_OK;
 }
 
@@ -429,8 +434,9 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         *st = cuda_run_attention_lists(be, n, k, a); /* notes its own write */
         return 1;
     }
-    if (norm_feeds_q(k, n, a)) {
-        *st = run_norm_q(be, n, k); /* notes its own write */
+    int q8_group = norm_feeds_q(k, n, a);
+    if (q8_group) {
+        *st = run_norm_q(be, n, k, q8_group); /* notes its own write */
         return 1;
     }
     return 0;

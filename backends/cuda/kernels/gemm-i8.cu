@@ -64,15 +64,19 @@ template <int T> struct ishape {
     static constexpr int PITCH = 16 * PU;
 };
 
-template <int T, int NJ> struct ismem {
+/* ST stages of the ring. The default 3: two blocks per SM where 9.0's 227
+ * KiB of shared memory holds them, registers for that many (128), else
+ * for one (up to 255). ST = 2 (16-token tiles, forced by bn 4216 while it
+ * is measured): a third block per SM, registers capped at 80 — Nsight
+ * Compute had the 3-stage kernel latency-bound at 25% occupancy, held by
+ * registers and shared memory alike (docs/PERF.md, session 10). */
+template <int T, int NJ, int ST = I_STAGES> struct ismem {
     static constexpr int BM = 8 * NJ;
     static constexpr int A = I_BN * ishape<T>::PITCH;
     static constexpr int X = BM * I_XP;
     static constexpr int STAGE = A + X + BM * I_SP;
-    static constexpr int BYTES = STAGE * I_STAGES;
-    /* two blocks per SM where 9.0's 227 KiB of shared memory holds them:
-     * registers for that many (128), else for one (up to 255) */
-    static constexpr int MIN_BLOCKS = 2 * BYTES <= 227 * 1024 ? 2 : 1;
+    static constexpr int BYTES = STAGE * ST;
+    static constexpr int MIN_BLOCKS = ST < I_STAGES ? 3 : 2 * BYTES <= 227 * 1024 ? 2 : 1;
 };
 
 /* 8 bytes of shared memory at a 2-byte aligned address. */
@@ -230,18 +234,24 @@ template <bool Q5> struct i8kq {
     {
         const int tig = lane & 3;
         const uint8_t *p[2] = {p0, p1};
-        int sc[2][2], mn[2][2];
+        /* per row, the lane's two sub-blocks' 6-bit scales and mins as the
+         * bytes (sc e0, sc e1, m e0, m e1) of one word: one shuffle per row
+         * and sub-block pair, and 6 fewer live registers */
+        unsigned pk[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                kscale(p[r] + 4, 2 * tig + e, sc[r][e], mn[r][e]);
+        for (int r = 0; r < 2; r++) {
+            int s0, m0, s1, m1;
+            kscale(p[r] + 4, 2 * tig, s0, m0);
+            kscale(p[r] + 4, 2 * tig + 1, s1, m1);
+            pk[r] = (unsigned)s0 | (unsigned)s1 << 8 | (unsigned)m0 << 16 | (unsigned)m1 << 24;
+        }
         int is[NJ][4] = {}, im[NJ][4] = {};
         steps(p0, p1, lane, [&](const unsigned (&a)[4], int sb, int e, int src) {
-            const int s0 = __shfl_sync(0xffffffffu, sc[0][e], src);
-            const int s1 = __shfl_sync(0xffffffffu, sc[1][e], src);
-            const unsigned n0 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[0][e], src);
-            const unsigned n1 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[1][e], src);
+            const unsigned w0 = __shfl_sync(0xffffffffu, pk[0], src);
+            const unsigned w1 = __shfl_sync(0xffffffffu, pk[1], src);
+            const int s0 = (int)((w0 >> 8 * e) & 0xFFu), s1 = (int)((w1 >> 8 * e) & 0xFFu);
+            const unsigned n0 = 0x01010101u * ((w0 >> (16 + 8 * e)) & 0xFFu);
+            const unsigned n1 = 0x01010101u * ((w1 >> (16 + 8 * e)) & 0xFFu);
             const unsigned am[4] = {n0, n1, n0, n1};
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
@@ -424,13 +434,13 @@ __host__ __device__ constexpr bool i_group256(int T, int NJ)
     return T != MINFER_TYPE_Q8_0 && NJ <= 4;
 }
 
-template <int T, int NJ>
-__global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
+template <int T, int NJ, int ST>
+__global__ void __launch_bounds__(I_THREADS, ismem<T, NJ, ST>::MIN_BLOCKS)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
                    int64_t split_nb, gepi ep, gsplit fs)
 {
-    using S = ismem<T, NJ>;
+    using S = ismem<T, NJ, ST>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -453,7 +463,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
 
     const int r0 = warp * 16 + gid;
     const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
-    cp_ring<I_STAGES>(c0, nc, load, [&](int stage, int i) {
+    cp_ring<ST>(c0, nc, load, [&](int stage, int i) {
         const unsigned char *As = smem + stage * S::STAGE;
         const iview v = {As + S::A + gid * I_XP,
                          (const float2 *)(As + S::A + S::X + 2 * tig * I_SP)};
@@ -473,12 +483,15 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
 
 /* ---- dispatch ---- */
 
-static int g_bm, g_splits; /* forced token tile (16, 32, 64) and split count; 0 = automatic */
+/* forced token tile (16, 32, 64), split count and ring stages (2 with a
+ * 16-token tile); 0 = automatic */
+static int g_bm, g_splits, g_stages;
 
-void gemm_i8_tune(int bm, int splits)
+void gemm_i8_tune(int bm, int splits, int stages)
 {
     g_bm = bm == 16 || bm == 32 || bm == 64 ? bm : 0;
     g_splits = splits >= 1 && splits <= I_MAX_SPLITS ? splits : 0;
+    g_stages = stages == 2 && g_bm == 16 ? 2 : 0;
 }
 
 static int i_nj(int64_t M)
@@ -507,13 +520,15 @@ size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
     return gemm_planes_bytes(i_splits(k, K, N, M), N, M);
 }
 
-template <int T, int NJ> static int i_optin_one(struct kctx *k)
+template <int T, int NJ, int ST> static int i_optin_one(struct kctx *k)
 {
-    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8");
+    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ, ST>, ismem<T, NJ, ST>::BYTES,
+                        "gemm_i8");
 }
 template <int T> static int i_optin(struct kctx *k)
 {
-    return i_optin_one<T, 2>(k) || i_optin_one<T, 4>(k) || i_optin_one<T, 8>(k);
+    return i_optin_one<T, 2, I_STAGES>(k) || i_optin_one<T, 4, I_STAGES>(k) ||
+           i_optin_one<T, 8, I_STAGES>(k) || i_optin_one<T, 2, 2>(k);
 }
 
 int gemm_i8_prepare(struct kctx *k)
@@ -532,7 +547,7 @@ int gemm_i8_prepare(struct kctx *k)
 }
 
 struct i_launchers {
-    template <int T, int NJ>
+    template <int T, int NJ, int ST>
     static int go(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                   int64_t split_nb, gepi e, const gsplit *fs)
@@ -540,8 +555,8 @@ struct i_launchers {
         dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
                   (unsigned)splits);
         const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
-        const int smem = ismem<T, NJ>::BYTES;
-        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
+        const int smem = ismem<T, NJ, ST>::BYTES;
+        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ, ST>), grid, I_THREADS, smem,
                 (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
                 out, out_nb1, split_nb, e, fs ? *fs : none);
         return 0;
@@ -553,7 +568,9 @@ struct i_launchers {
                    int64_t split_nb, gepi e, const gsplit *fs)
     {
         int nj = i_nj(M);
-        auto f = nj == 2 ? go<T, 2> : nj == 4 ? go<T, 4> : go<T, 8>;
+        auto f = nj == 2 ? (g_stages == 2 ? go<T, 2, 2> : go<T, 2, I_STAGES>)
+                 : nj == 4 ? go<T, 4, I_STAGES>
+                           : go<T, 8, I_STAGES>;
         return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e, fs);
     }
 };
