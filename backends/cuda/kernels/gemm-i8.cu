@@ -1,8 +1,8 @@
 /*
  * gemm-i8.cu — the batched-decode products (9-64 tokens) on int8 tensor
- * cores: q4_K, q5_K, q6_K and q8_0 weights read in place, times the q8_1
- * activations the matrix-vector kernels use (k_quantize_q8_1: int8
- * values and a (d, d * sum) pair per 32).
+ * cores: q4_K, q5_K, q6_K and q8_0 weights read in place, times q8_1
+ * activations (k_quantize_q8_1: int8 values and a (d, d * sum) pair per
+ * 32, the matrix-vector kernels' layout).
  *
  * gemm-q.cu turns every weight into an exact f16 before its f16 mma: 4-6
  * lane instructions per weight, so at 16 tokens it ran at a fifth of the
@@ -33,8 +33,9 @@
  * activations and their scales, into a 3-stage shared-memory ring (the
  * copy starts at the 16-byte unit holding the chunk's first byte, as in
  * gemm-q.cu, so q6_K's and q8_0's 2-byte aligned blocks need no
- * repacking). Too few tiles to fill the GPU split K over blockIdx.z into
- * gemm.cu's fixed-order reduction (deterministic).
+ * repacking). Too few tiles to fill the GPU split K over blockIdx.z; the
+ * tile's last block to finish adds the split planes in split order
+ * (gemm_split_finish, gemm.cuh: deterministic).
  */
 #include "common.cuh"
 #include "gemm-q.cuh"
