@@ -736,6 +736,57 @@ START_TEST(quantize_unaligned_rows)
 }
 END_TEST
 
+/* Catches quantize turning weights it cannot represent into a model that
+ * computes NaN: a NaN or an infinity in a weight, and finite values whose
+ * block scale overflows the type (1e30 in Q8_0's f16 scale, 1e5 past
+ * F16's range), each refused with the tensor, row and column, leaving no
+ * output. */
+START_TEST(quantize_refuses_non_finite)
+{
+    static const struct {
+        float v;
+        uint32_t ftype;
+        minfer_status st;
+        const char *says;
+    } cases[] = {
+        {NAN, MINFER_FTYPE_MOSTLY_Q8_0, MINFER_ERR_FORMAT, "NaN"},
+        {INFINITY, MINFER_FTYPE_MOSTLY_Q4_K_M, MINFER_ERR_FORMAT, "+infinity"},
+        {-INFINITY, MINFER_FTYPE_MOSTLY_F16, MINFER_ERR_FORMAT, "-infinity"},
+        {1e30f, MINFER_FTYPE_MOSTLY_Q8_0, MINFER_ERR_RANGE, "too large"},
+        {1e5f, MINFER_FTYPE_MOSTLY_F16, MINFER_ERR_RANGE, "too large"},
+    };
+    make_tmpdir();
+    char in[400], out[400], err[512];
+    snprintf(in, sizeof in, "%s/in.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        static float f[256 * 2];
+        for (int i = 0; i < 256 * 2; i++)
+            f[i] = sinf((float)i) * 0.1f;
+        f[256 + 7] = cases[c].v; /* row 1, column 7 */
+        struct minfer_gguf_writer *w = minfer_gguf_writer_new(3);
+        int64_t ne[2] = {256, 2};
+        ck_assert_int_eq(minfer_gguf_writer_set_str(w, "general.architecture", "qwen2", 5),
+                         MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", MINFER_TYPE_F32,
+                                                       2, ne, f, NULL, NULL),
+                         MINFER_OK);
+        ck_assert_int_eq(minfer_gguf_writer_write(w, in, err, sizeof err), MINFER_OK);
+        minfer_gguf_writer_free(w);
+        struct minfer_quantize_opts qo = {.struct_size = sizeof qo, .ftype = cases[c].ftype,
+                                          .n_threads = 2};
+        minfer_status st = minfer_quantize(in, out, &qo, err, sizeof err);
+        ck_assert_msg(st == cases[c].st, "case %zu (%g): status %d, %s", c, (double)cases[c].v,
+                      (int)st, err);
+        ck_assert_msg(strstr(err, "blk.0.attn_q.weight") && strstr(err, "row 1") &&
+                          strstr(err, "column 7") && strstr(err, cases[c].says),
+                      "case %zu: %s", c, err);
+        ck_assert_int_ne(access(out, F_OK), 0);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 /* Catches quantize leaving a partial output on failure or accepting a
  * file type it cannot write. */
 START_TEST(quantize_refusals)
@@ -915,6 +966,7 @@ Suite *synth_suite(void)
     tcase_add_test(tc, quantize_fixture_a);
     tcase_add_test(tc, quantize_unaligned_rows);
     tcase_add_test(tc, quantize_refusals);
+    tcase_add_test(tc, quantize_refuses_non_finite);
     suite_add_tcase(s, tc);
     return s;
 }

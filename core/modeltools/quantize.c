@@ -4,6 +4,7 @@
  * GGUF in, the same model in another type out, streamed through the GGUF
  * writer by worker threads.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/stat.h>
@@ -186,6 +187,20 @@ struct qtensor {
     size_t in_row;                   /* bytes of one input row */
 };
 
+/* The first value of x[0, n) that is not finite, or -1. */
+static int64_t first_non_finite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return -1;
+}
+
+/* Input values a block cannot hold (NaN, an infinity) and rows whose
+ * converted form does not read back finite (a block scale past the
+ * type's range, as values near FLT_MAX give) are refused with the tensor,
+ * row and column: a model that quietly computes NaN is worse than no
+ * model. llama.cpp's llama-quantize refuses the second kind as well. */
 static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst, void *scratch,
                                   char *err, size_t err_len)
 {
@@ -213,11 +228,39 @@ static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst,
             }
             x = scratch;
         }
+        int64_t bad = first_non_finite(x, n);
+        if (bad >= 0) {
+            return errf(err, err_len, MINFER_ERR_FORMAT,
+                        "tensor %s: row %lld, column %lld holds %s; type %s cannot hold it",
+                        q->in->name, (long long)r, (long long)bad,
+                        isnan(x[bad]) ? "NaN" : x[bad] > 0 ? "+infinity" : "-infinity",
+                        minfer_type_name(q->out_type));
+        }
         st = minfer_quantize_row_ref(q->out_type, x, out, n);
         if (st != MINFER_OK) {
             return errf(err, err_len, st, "tensor %s: cannot write type %s for rows of %lld (%s)",
                         q->in->name, minfer_type_name(q->out_type), (long long)n,
                         minfer_status_str(st));
+        }
+        float *back = (float *)scratch + 2 * n;
+        st = minfer_dequantize_row(q->out_type, out, back, n);
+        if (st != MINFER_OK) {
+            return errf(err, err_len, st, "tensor %s: cannot read back row %lld as %s (%s)",
+                        q->in->name, (long long)r, minfer_type_name(q->out_type),
+                        minfer_status_str(st));
+        }
+        bad = first_non_finite(back, n);
+        if (bad >= 0) {
+            /* name the largest value of the block that overflowed */
+            int64_t bs = minfer_type_traits_of(q->out_type)->block_size, big = bad / bs * bs;
+            for (int64_t i = big + 1; i < bad / bs * bs + bs && i < n; i++)
+                if (fabsf(x[i]) > fabsf(x[big]))
+                    big = i;
+            return errf(err, err_len, MINFER_ERR_RANGE,
+                        "tensor %s: row %lld, column %lld holds %g, too large for type %s "
+                        "(its block reads back as %g)",
+                        q->in->name, (long long)r, (long long)big, (double)x[big],
+                        minfer_type_name(q->out_type), (double)back[bad]);
         }
     }
     return MINFER_OK;
@@ -352,8 +395,10 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
                       minfer_type_name(q->out_type));
             goto out;
         }
-        if ((size_t)t->ne[0] * 2 * sizeof(float) > scratch)
-            scratch = (size_t)t->ne[0] * 2 * sizeof(float); /* floats + an aligned row copy */
+        /* the dequantized input, an aligned copy of the input row, the
+         * converted row read back */
+        if ((size_t)t->ne[0] * 3 * sizeof(float) > scratch)
+            scratch = (size_t)t->ne[0] * 3 * sizeof(float);
         total += (uint64_t)q->st.n_rows * q->st.row_bytes;
     }
     ts = tstream_new(o->n_threads, scratch, total, o->progress, o->progress_user);
