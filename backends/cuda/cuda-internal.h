@@ -157,6 +157,13 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
  * none; a norm or attention pass before it may write them (the norm
  * either group, the attention combines group 32). */
 int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
+/* SLOT_XQ for q8_1 blocks of x [ne0, ne1] that a pass is about to write
+ * (be->xq is invalid until cuda_xq_written records them with their
+ * group); a failure is reported against node n. */
+minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *n,
+                           const struct minfer_tensor *x, void **xq);
+void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
+                     int group);
 /* q8_1 blocks of x [K, M] with that group (k_quantize_q8_1) in SLOT_XQ,
  * reusing be->xq when it holds exactly these. */
 minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,

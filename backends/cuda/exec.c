@@ -192,6 +192,21 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
 
 /* ---- attention and the dispatch ---- */
 
+minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *n,
+                           const struct minfer_tensor *x, void **xq)
+{
+    *xq = NULL;
+    be->xq.valid = false;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), xq);
+    return st == MINFER_OK ? st : cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+}
+
+void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
+                     int group)
+{
+    be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group};
+}
+
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
  * as quantized activations: the combine pass then writes the q8_1 blocks
  * into SLOT_XQ too and be->xq records them. */
@@ -208,18 +223,14 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     minfer_status st = need ? cu_scratch(be->c, SLOT_ATTN, need, &part) : MINFER_OK;
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    if (x) {
-        be->xq.valid = false;
-        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
-        if (st != MINFER_OK)
-            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    }
+    if (x && (st = cuda_xq_slot(be, n, x, &xq)) != MINFER_OK)
+        return st;
     LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                          (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                          n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
                          xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
+        cuda_xq_written(be, x, xq, 32);
     return MINFER_OK;
 }
 
@@ -238,18 +249,14 @@ minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct m
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    if (x) {
-        be->xq.valid = false;
-        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
-        if (st != MINFER_OK)
-            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    }
+    if (x && (st = cuda_xq_slot(be, n, x, &xq)) != MINFER_OK)
+        return st;
     LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                              (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                              n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
                              view_of(n->dst), part, xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
+        cuda_xq_written(be, x, xq, 32);
     return MINFER_OK;
 }
 

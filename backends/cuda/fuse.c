@@ -229,15 +229,13 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
                                 struct kctx *k, int group)
 {
     const struct minfer_tensor *d = n->dst;
-    int64_t K = d->ne[0], M = d->ne[1];
     void *xq = NULL;
-    be->xq.valid = false;
-    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    minfer_status st = cuda_xq_slot(be, n, d, &xq);
     if (st != MINFER_OK)
-        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        return st;
     const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
     LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], group, xq));
-    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq, group};
+    cuda_xq_written(be, d, xq, group);
     return MINFER_OK;
 }
 
