@@ -289,6 +289,12 @@ START_TEST(bench_output_formats)
     ck_assert_int_eq(cli_lines(cli_out), 4);
     ck_assert_ptr_nonnull(strstr(cli_out, "| pp8 |"));
     ck_assert_int_eq(cli_sh("%s bench -m %s -o yaml", CLI_BIN, cli_small), 2);
+    /* --parallel with nothing to time: a row of zeros per count, as
+     * llama.cpp's batched-bench, not a full cache (its warm-up step had no
+     * cells: the context was sized 0 + 1) */
+    ck_assert_msg(cli_sh("%s bench -m %s -t 1 --parallel 1,3 -p 0 -n 0", CLI_BIN, cli_small) == 0,
+                  "%s", cli_err);
+    ck_assert_int_eq(cli_lines(cli_out), 4);
 }
 END_TEST
 

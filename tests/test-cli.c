@@ -470,6 +470,39 @@ START_TEST(stdout_write_errors)
 }
 END_TEST
 
+START_TEST(prompts_file_refusals)
+{
+    /* Catches `run --prompts` taking a line with both "prompt" and "ids"
+     * (one silently ignored), an id past the vocabulary reported without
+     * its file and line (or only by the decode), and broken JSON reported
+     * as "not an object" without a column. The good file runs. */
+    static const struct {
+        const char *text, *says;
+    } cases[] = {
+        {"{\"prompt\": \"hi\"}\n{\"ids\": [1, 2], \"prompt\": \"x\"}\n", "line 2 has both"},
+        {"{\"ids\": [1, 2]}\n\n{\"ids\": [3, 99999]}\n", "line 3: ids[1] = 99999 is outside"},
+        {"{\"prompt\": \"hi\"\n", "line 1 is not valid JSON (at column"},
+        {"[1, 2]\n", "line 1 is not a JSON object"},
+        {"{\"prompt\": \"hi\"}\n{\"ids\": [1, 2]}\n", NULL},
+    };
+    char path[128];
+    snprintf(path, sizeof path, "%s/prompts.jsonl", cli_dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(cases[i].text, f);
+        fclose(f);
+        int rc = cli_sh("%s run -m %s --raw -n 1 --prompts %s", CLI_BIN, cli_small, path);
+        if (!cases[i].says) {
+            ck_assert_msg(rc == 0, "case %zu: exit %d: %s", i, rc, cli_err);
+            continue;
+        }
+        ck_assert_msg(rc == 1 && strstr(cli_err, path) && strstr(cli_err, cases[i].says),
+                      "case %zu: exit %d: %s", i, rc, cli_err);
+    }
+}
+END_TEST
+
 START_TEST(threads_above_cpus_warn)
 {
     /* Catches -t above the online CPUs passing silently. */
@@ -508,6 +541,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, context_cut_and_stop_reason);
     tcase_add_test(tc, run_ctrl_c);
     tcase_add_test(tc, stdout_write_errors);
+    tcase_add_test(tc, prompts_file_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -74,7 +74,7 @@ static int one_row(struct cli_session *s, const struct cli_opts *o, int32_t B, i
 {
     struct minfer_ctx_params cp;
     minfer_ctx_params_default(&cp);
-    cp.n_ctx = B * (pp + tg) + 1;
+    cp.n_ctx = B * (pp + tg > 0 ? pp + tg : 1) + 1; /* the warm-up step needs a cell each */
     cp.n_batch = o->n_batch > 0 ? o->n_batch : 2048;
     cp.n_threads = o->n_threads;
     cp.type_k = o->type_k;

@@ -96,6 +96,11 @@ static int job_ids_from_line(const struct cli_opts *o, const struct cli_session 
 {
     cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
     cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
+    if (p && ids) {
+        fprintf(stderr, "minfer run: %s line %d has both \"prompt\" and \"ids\"; give one\n",
+                path, line);
+        return 1;
+    }
     if (cJSON_IsString(p)) {
         struct cli_opts po = *o;
         po.prompt = p->valuestring;
@@ -105,6 +110,8 @@ static int job_ids_from_line(const struct cli_opts *o, const struct cli_session 
     }
     if (cJSON_IsArray(ids) && cJSON_GetArraySize(ids) > 0) {
         int n = cJSON_GetArraySize(ids);
+        struct minfer_model_info info = {.struct_size = sizeof info};
+        minfer_model_info(s->model, &info);
         jb->ids = malloc(sizeof *jb->ids * (size_t)n);
         if (!jb->ids)
             return 1;
@@ -117,6 +124,13 @@ static int job_ids_from_line(const struct cli_opts *o, const struct cli_session 
                 return 1;
             }
             jb->ids[i] = (int32_t)e->valuedouble;
+            if (jb->ids[i] >= info.n_vocab) {
+                fprintf(stderr,
+                        "minfer run: %s line %d: ids[%d] = %d is outside the vocabulary "
+                        "[0, %d)\n",
+                        path, line, i, (int)jb->ids[i], (int)info.n_vocab);
+                return 1;
+            }
         }
         jb->n = (size_t)n;
         return 0;
@@ -148,7 +162,12 @@ static int read_jobs(const struct cli_opts *o, const struct cli_session *s, cons
             continue;
         cJSON *j = cJSON_Parse(p);
         if (!cJSON_IsObject(j)) {
-            fprintf(stderr, "minfer run: %s line %d is not a JSON object\n", path, line);
+            const char *at = j ? NULL : cJSON_GetErrorPtr();
+            if (at && at >= p && at <= p + strlen(p))
+                fprintf(stderr, "minfer run: %s line %d is not valid JSON (at column %d)\n",
+                        path, line, (int)(at - buf) + 1);
+            else
+                fprintf(stderr, "minfer run: %s line %d is not a JSON object\n", path, line);
             cJSON_Delete(j);
             rc = 1;
             break;
