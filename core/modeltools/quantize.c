@@ -428,11 +428,8 @@ MINFER_API minfer_status minfer_quantize(const char *in_path, const char *out_pa
         }
     }
     st = minfer_gguf_writer_write(w, out_path, msg, sizeof msg);
-    if (st != MINFER_OK) {
-        const char *why = tstream_error(ts);
-        st = errf(err, err_len, st, "writing %s: %s%s%s", out_path, msg, why[0] ? ": " : "",
-                  why);
-    }
+    if (st != MINFER_OK)
+        st = tstream_write_failed(ts, st, out_path, msg, err, err_len);
 out:
     tstream_free(ts);
     free(qt);

@@ -973,10 +973,8 @@ static minfer_status synth_file(const struct minfer_synth_opts *o, const char *p
         }
     }
     st = minfer_gguf_writer_write(w, path, msg, sizeof msg);
-    if (st != MINFER_OK) {
-        const char *why = tstream_error(ts);
-        st = errf(err, err_len, st, "writing %s: %s%s%s", path, msg, why[0] ? ": " : "", why);
-    }
+    if (st != MINFER_OK)
+        st = tstream_write_failed(ts, st, path, msg, err, err_len);
 out:
     tstream_free(ts);
     minfer_gguf_writer_free(w);

@@ -93,9 +93,11 @@ void tstream_set_cancel(struct tstream *s, const volatile int *cancel)
     s->cancel = cancel;
 }
 
-const char *tstream_error(const struct tstream *s)
+minfer_status tstream_write_failed(const struct tstream *s, minfer_status st, const char *path,
+                                   const char *writer_msg, char *err, size_t err_len)
 {
-    return s->err;
+    return errf(err, err_len, st, "writing %s: %s", path,
+                s && s->err[0] ? s->err : writer_msg);
 }
 
 int tstream_threads(const struct tstream *s)

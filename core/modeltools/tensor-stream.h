@@ -42,8 +42,13 @@ void tstream_free(struct tstream *s);
 /* The minfer_gguf_fill_fn to pass with a struct tstream_tensor * as user. */
 minfer_status tstream_fill(void *user, uint64_t offset, void *dst, size_t size);
 
-/* The first error message a row function reported, or "". */
-const char *tstream_error(const struct tstream *s);
+/* err for a failed minfer_gguf_writer_write of path (status st, message
+ * writer_msg): the first reason a row function (or the cancel check)
+ * reported, when there is one (the writer's
+ * message only wraps it: "the fill callback failed ..."), else the
+ * writer's. Returns st. */
+minfer_status tstream_write_failed(const struct tstream *s, minfer_status st, const char *path,
+                                   const char *writer_msg, char *err, size_t err_len);
 
 /* Number of worker threads the stream uses. */
 int tstream_threads(const struct tstream *s);
