@@ -252,8 +252,9 @@ static minfer_status convert_rows(void *user, int64_t r0, int64_t r1, void *dst,
         bad = first_non_finite(back, n);
         if (bad >= 0) {
             /* name the largest value of the block that overflowed */
-            int64_t bs = minfer_type_traits_of(q->out_type)->block_size, big = bad / bs * bs;
-            for (int64_t i = big + 1; i < bad / bs * bs + bs && i < n; i++)
+            int64_t bs = minfer_type_traits_of(q->out_type)->block_size;
+            int64_t b0 = bad / bs * bs, big = b0;
+            for (int64_t i = b0 + 1; i < b0 + bs && i < n; i++)
                 if (fabsf(x[i]) > fabsf(x[big]))
                     big = i;
             return errf(err, err_len, MINFER_ERR_RANGE,

@@ -44,9 +44,8 @@ minfer_status tstream_fill(void *user, uint64_t offset, void *dst, size_t size);
 
 /* err for a failed minfer_gguf_writer_write of path (status st, message
  * writer_msg): the first reason a row function (or the cancel check)
- * reported, when there is one (the writer's
- * message only wraps it: "the fill callback failed ..."), else the
- * writer's. Returns st. */
+ * reported, when there is one (the writer's message only wraps it: "the
+ * fill callback failed ..."), else the writer's. Returns st. */
 minfer_status tstream_write_failed(const struct tstream *s, minfer_status st, const char *path,
                                    const char *writer_msg, char *err, size_t err_len);
 
