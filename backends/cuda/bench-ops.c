@@ -474,7 +474,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        gemmwg_only = 0, crossover_only = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
+        gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -493,10 +493,13 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--gemmwg") == 0) {
             gemmwg_only = 1;
         } else if (strcmp(argv[i], "--gemm-one") == 0 && i + 4 < argc) {
-            /* one q4_K GEMM call: K N M bn (bn as k_tune_gemm), for profilers */
+            /* one q4_K GEMM call: K N M bn [splits] (as k_tune_gemm), for
+             * profilers and split sweeps */
             one_k = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_m = atoi(argv[i + 3]);
             one_bn = atoi(argv[i + 4]);
             i += 4;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9')
+                one_splits = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
@@ -567,7 +570,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (one_k > 0 && one_n > 0 && one_m > 0) {
-        int cfg[3] = {0, 0, one_bn};
+        int cfg[3] = {0, one_splits, one_bn};
         memcpy(g_cfg, cfg, sizeof g_cfg);
         k_tune_gemm(cfg[0], cfg[1], cfg[2]);
         fails += bench_gemm(c, MINFER_TYPE_Q4_K, one_k, one_n, one_m, 0, "one") != 0;

@@ -23,7 +23,8 @@
 /* Scratch slots of an instance (cu_scratch). */
 enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2, SLOT_SPLIT = 3 };
 
-/* Above this many tokens MUL_MAT / FFN_GATE_UP use the tensor-core GEMM. */
+/* The most tokens of one matvec launch; products of more tokens use the
+ * tensor-core GEMM, and some of fewer (cuda_matvec_tokens). */
 #define MMV_MAX_NT 8
 
 /* Windows remembered per instance (least recently used one is dropped). */
@@ -156,6 +157,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
  * 64-token tiles, 256 for gemm-i8.cu on the K-quants), 0 if it reads
  * none; a norm or attention pass before it may write them (the norm
  * either group, the attention combines group 32). */
+int cuda_matvec_tokens(const struct kctx *k, const struct minfer_tensor *w);
 int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
 /* SLOT_XQ for q8_1 blocks of x [ne0, ne1] that a pass is about to write
  * (be->xq is invalid until cuda_xq_written records them with their

@@ -198,12 +198,13 @@ static int is_product(const struct minfer_node *a)
 
 /* ATTENTION whose output a (the next node) reads, reshaped to
  * [hd * n_head, T], as the activations of a quantized matvec. */
-static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+static int attn_feeds_q(const struct kctx *k, const struct minfer_node *n,
+                        const struct minfer_node *a)
 {
     if (n->op != MINFER_OP_ATTENTION || !is_product(a))
         return 0;
     const struct minfer_tensor *w = a->src[0];
-    return w && k_matvec_q_supported(w->type) && n->dst->ne[2] <= MMV_MAX_NT &&
+    return w && k_matvec_q_supported(w->type) && n->dst->ne[2] <= cuda_matvec_tokens(k, w) &&
            reads_heads_as_rows(n->dst, a->src[1], w);
 }
 
@@ -424,7 +425,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         cuda_xq_note_write(be, a->dst);
         return 2;
     }
-    if (attn_feeds_q(n, a)) {
+    if (attn_feeds_q(k, n, a)) {
         *st = cuda_run_attention(be, n, k, a); /* notes its own write */
         return 1;
     }
