@@ -704,8 +704,7 @@ START_TEST(gemm_every_variant)
      * tile; bn 2256: the Hopper wgmma one on f16 scratch (gemm-ss.cu, any
      * type, K % 64 == 0; F16 runs it twice, hi and lo activations), its
      * splits even and uneven; bn 4016/4032/4064: the int8 one (gemm-i8.cu,
-     * gemm-q.cu's types) with a 16/32/64-token tile; bn 4216: its 16-token
-     * tile on a 2-stage ring. The Hopper ones run only on a 9.0 device
+     * gemm-q.cu's types) with a 16/32/64-token tile. The Hopper ones run only on a 9.0 device
      * of an sm_90a build (elsewhere the hook leaves the choice automatic
      * and these repeat other rows) */
     static const int variants[][3] = {
@@ -713,7 +712,7 @@ START_TEST(gemm_every_variant)
         {32, 4, 256}, {0, 1, 16},   {0, 3, 16},   {0, 1, 64},     {0, 3, 64},
         {0, 1, 1064}, {0, 3, 1064}, {0, 1, 1128}, {0, 2, 1128},   {0, 1, 2256},
         {0, 2, 2256}, {0, 3, 2256}, {0, 1, 4016}, {0, 3, 4016}, {0, 1, 4032}, {0, 1, 4064},
-        {0, 2, 4064}, {0, 1, 4216}, {0, 3, 4216}};
+        {0, 2, 4064}};
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q8_0, MINFER_TYPE_Q6_K, MINFER_TYPE_Q5_K,
                         MINFER_TYPE_F16};
     /* K % 64 == 32 in the second; 3 chunks of 256 and a 300-row tail in the third */
@@ -747,8 +746,8 @@ START_TEST(gemm_i8_long_k)
     typedef void (*tune_fn)(int bk, int splits, int bn);
     tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
     ck_assert_msg(tune, "the CUDA plugin lacks minfer_cuda_test_tune_gemm");
-    static const int variants[][3] = {{0, 1, 4016}, {0, 2, 4016}, {0, 1, 4032}, {0, 3, 4032},
-                                      {0, 1, 4064}, {0, 2, 4064}, {0, 1, 4216}, {0, 2, 4216}};
+    static const int variants[][3] = {{0, 1, 4016}, {0, 2, 4016}, {0, 1, 4032},
+                                      {0, 3, 4032}, {0, 1, 4064}, {0, 2, 4064}};
     uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
     int Ms[] = {9, 32};
     const int64_t K = 2304, N = 136;

@@ -65,19 +65,17 @@ template <int T> struct ishape {
     static constexpr int PITCH = 16 * PU;
 };
 
-/* ST stages of the ring. The default 3: two blocks per SM where 9.0's 227
- * KiB of shared memory holds them, registers for that many (128), else
- * for one (up to 255). ST = 2 (16-token tiles, forced by bn 4216 while it
- * is measured): a third block per SM, registers capped at 80 — Nsight
- * Compute had the 3-stage kernel latency-bound at 25% occupancy, held by
- * registers and shared memory alike (docs/PERF.md, session 10). */
-template <int T, int NJ, int ST = I_STAGES> struct ismem {
+template <int T, int NJ> struct ismem {
     static constexpr int BM = 8 * NJ;
     static constexpr int A = I_BN * ishape<T>::PITCH;
     static constexpr int X = BM * I_XP;
     static constexpr int STAGE = A + X + BM * I_SP;
-    static constexpr int BYTES = STAGE * ST;
-    static constexpr int MIN_BLOCKS = ST < I_STAGES ? 3 : 2 * BYTES <= 227 * 1024 ? 2 : 1;
+    static constexpr int BYTES = STAGE * I_STAGES;
+    /* two blocks per SM where 9.0's 227 KiB of shared memory holds them:
+     * registers for that many (128), else for one (up to 255). A 2-stage
+     * ring at 3 blocks per SM (80 registers) ran the 16-token tile 2-10%
+     * slower (docs/PERF.md, session 11). */
+    static constexpr int MIN_BLOCKS = 2 * BYTES <= 227 * 1024 ? 2 : 1;
 };
 
 /* 8 bytes of shared memory at a 2-byte aligned address. */
@@ -435,13 +433,13 @@ __host__ __device__ constexpr bool i_group256(int T, int NJ)
     return T != MINFER_TYPE_Q8_0 && NJ <= 4;
 }
 
-template <int T, int NJ, int ST>
-__global__ void __launch_bounds__(I_THREADS, ismem<T, NJ, ST>::MIN_BLOCKS)
+template <int T, int NJ>
+__global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
                    int64_t split_nb, gepi ep, gsplit fs)
 {
-    using S = ismem<T, NJ, ST>;
+    using S = ismem<T, NJ>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -464,7 +462,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ, ST>::MIN_BLOCKS)
 
     const int r0 = warp * 16 + gid;
     const uint8_t *g0 = wrow(r0), *g1 = wrow(r0 + 8);
-    cp_ring<ST>(c0, nc, load, [&](int stage, int i) {
+    cp_ring<I_STAGES>(c0, nc, load, [&](int stage, int i) {
         const unsigned char *As = smem + stage * S::STAGE;
         const iview v = {As + S::A + gid * I_XP,
                          (const float2 *)(As + S::A + S::X + 2 * tig * I_SP)};
@@ -484,15 +482,12 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ, ST>::MIN_BLOCKS)
 
 /* ---- dispatch ---- */
 
-/* forced token tile (16, 32, 64), split count and ring stages (2 with a
- * 16-token tile); 0 = automatic */
-static int g_bm, g_splits, g_stages;
+static int g_bm, g_splits; /* forced token tile (16, 32, 64) and split count; 0 = automatic */
 
-void gemm_i8_tune(int bm, int splits, int stages)
+void gemm_i8_tune(int bm, int splits)
 {
     g_bm = bm == 16 || bm == 32 || bm == 64 ? bm : 0;
     g_splits = splits >= 1 && splits <= I_MAX_SPLITS ? splits : 0;
-    g_stages = stages == 2 && g_bm == 16 ? 2 : 0;
 }
 
 static int i_nj(int64_t M)
@@ -521,15 +516,13 @@ size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
     return gemm_planes_bytes(i_splits(k, K, N, M), N, M);
 }
 
-template <int T, int NJ, int ST> static int i_optin_one(struct kctx *k)
+template <int T, int NJ> static int i_optin_one(struct kctx *k)
 {
-    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ, ST>, ismem<T, NJ, ST>::BYTES,
-                        "gemm_i8");
+    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8");
 }
 template <int T> static int i_optin(struct kctx *k)
 {
-    return i_optin_one<T, 2, I_STAGES>(k) || i_optin_one<T, 4, I_STAGES>(k) ||
-           i_optin_one<T, 8, I_STAGES>(k) || i_optin_one<T, 2, 2>(k);
+    return i_optin_one<T, 2>(k) || i_optin_one<T, 4>(k) || i_optin_one<T, 8>(k);
 }
 
 int gemm_i8_prepare(struct kctx *k)
@@ -548,7 +541,7 @@ int gemm_i8_prepare(struct kctx *k)
 }
 
 struct i_launchers {
-    template <int T, int NJ, int ST>
+    template <int T, int NJ>
     static int go(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
                   int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                   int64_t split_nb, gepi e, const gsplit *fs)
@@ -556,8 +549,8 @@ struct i_launchers {
         dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
                   (unsigned)splits);
         const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
-        const int smem = ismem<T, NJ, ST>::BYTES;
-        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ, ST>), grid, I_THREADS, smem,
+        const int smem = ismem<T, NJ>::BYTES;
+        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
                 (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
                 out, out_nb1, split_nb, e, fs ? *fs : none);
         return 0;
@@ -569,9 +562,7 @@ struct i_launchers {
                    int64_t split_nb, gepi e, const gsplit *fs)
     {
         int nj = i_nj(M);
-        auto f = nj == 2 ? (g_stages == 2 ? go<T, 2, 2> : go<T, 2, I_STAGES>)
-                 : nj == 4 ? go<T, 4, I_STAGES>
-                           : go<T, 8, I_STAGES>;
+        auto f = nj == 2 ? go<T, 2> : nj == 4 ? go<T, 4> : go<T, 8>;
         return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e, fs);
     }
 };

@@ -357,8 +357,7 @@ static int g_path;
 
 /* bn 128 or 256 forces this file's kernel with that tile; bn 16 or 64
  * forces gemm-q.cu's with that token tile; bn 4016, 4032 or 4064
- * gemm-i8.cu's with a 16-, 32- or 64-token tile, bn 4216 its 16-token
- * tile on a 2-stage ring at 3 blocks per SM; bn 1064 or 1128
+ * gemm-i8.cu's with a 16-, 32- or 64-token tile; bn 1064 or 1128
  * gemm-wg.cu's with a 64- or 128-token tile, bn 2256 gemm-ss.cu's, where
  * they can run (a 9.0 device and a build with sm_90a), else the choice
  * stays automatic. */
@@ -368,7 +367,7 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
     g_splits = splits >= 1 && splits <= G_MAX_SPLITS ? splits : 0;
     g_bn = bn == 128 || bn == 256 ? bn : 0;
     bool q = bn == 16 || bn == 64, wg = bn == 1064 || bn == 1128, ss = bn == 2256;
-    bool i8 = bn == 4016 || bn == 4032 || bn == 4064 || bn == 4216;
+    bool i8 = bn == 4016 || bn == 4032 || bn == 4064;
     g_path = q      ? PATH_Q + 1
              : i8   ? PATH_I8 + 1
              : wg   ? PATH_WG + 1
@@ -376,7 +375,7 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
              : g_bn ? PATH_F16 + 1
                     : 0;
     gemm_q_tune(q ? bn : 0, q ? splits : 0);
-    gemm_i8_tune(i8 ? bn % 100 : 0, i8 ? splits : 0, bn == 4216 ? 2 : 0);
+    gemm_i8_tune(i8 ? bn - 4000 : 0, i8 ? splits : 0);
 #ifdef MINFER_CUDA_WGMMA /* gemm-wg.cu and gemm-ss.cu are built (the sm_90a object) */
     gemm_wg_tune(wg ? bn - 1000 : 0, wg ? splits : 0);
     gemm_ss_tune(ss ? splits : 0);

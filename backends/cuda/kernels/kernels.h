@@ -188,9 +188,8 @@ int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
  * the in-place quantized GEMM (kernels/gemm-q.cu) with token tile bn 16
  * or 64 and splits 1..8, or the Hopper ones (kernels/gemm-wg.cu, bn 1064
  * or 1128; gemm-ss.cu, bn 2256) where they can run, or the int8 one
- * (kernels/gemm-i8.cu, bn 4016/4032/4064; 4216: the 16-token tile on a
- * 2-stage ring at 3 blocks per SM); 0 leaves each to the per-shape
- * choice.
+ * (kernels/gemm-i8.cu, bn 4016/4032/4064); 0 leaves each to the
+ * per-shape choice.
  * Process-wide. */
 void k_tune_gemm(int bk, int splits, int bn);
 
