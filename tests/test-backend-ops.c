@@ -874,6 +874,48 @@ START_TEST(ffn_gate_up)
 }
 END_TEST
 
+/* Catches the batched-decode dispatch that sends 3..8-token products on
+ * 7B-sized matrices to gemm-i8.cu instead of the matvec
+ * (cuda_matvec_tokens): wrong activation groups at those counts, the ADD
+ * epilogue or SwiGLU fusion lost on the way, or a token count where the
+ * two families disagree on who quantizes. The small shapes of the tests
+ * above never leave the matvec below 9 tokens. */
+START_TEST(decode_gemm_crossover)
+{
+    UNDER_TEST(UT_CUDA);
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+    int nts[] = {2, 3, 5, 6, 8};
+    const int64_t K = 3584, N = 3584;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        struct tt *w = tt_weight(types[ti], K, N, 0, "w");
+        for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+            int M = nts[m];
+            char what[112];
+            snprintf(what, sizeof what, "crossover mul_mat %s K=N=3584 nt=%d", tn(types[ti]), M);
+            mul_mat_case(w, K, N, M, 0, "decode_crossover", what, TOL_Q8ACT);
+            if (M != 3 && M != 8)
+                continue;
+            struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+            tt_place(x, NULL);
+            struct tt *a = tt_new(MINFER_TYPE_F32, N, M, 1, 1, 0);
+            tt_place(a, NULL);
+            snprintf(what, sizeof what, "crossover mul_mat_add %s nt=%d in place", tn(types[ti]),
+                     M);
+            run_mul_mat_add(w, x, a, a, what);
+            compare(a, "decode_crossover", what, TOL_Q8ACT);
+            struct tt *u = tt_weight(types[ti], K, N, 0, "up");
+            struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+            struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
+            struct tt *src[3] = {w, u, x};
+            snprintf(what, sizeof what, "crossover ffn_gate_up %s nt=%d", tn(types[ti]), M);
+            run_both(&n, src, 3, dst, what);
+            compare(dst, "decode_crossover", what, TOL_Q8ACT);
+        }
+    }
+    print_stats("decode_gemm_crossover");
+}
+END_TEST
+
 /* Catches a GEMM epilogue (k_gemm's KGEMM_ADD for MUL_MAT_ADD, and
  * KGEMM_SILU_MUL for FFN_GATE_UP's up product) that is only right in the
  * kernel and split count the per-shape choice picks: every prefill GEMM
@@ -1300,6 +1342,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, gemm_every_variant);
     tcase_add_test(tc, gemm_i8_long_k);
     tcase_add_test(tc, gemm_epilogues);
+    tcase_add_test(tc, decode_gemm_crossover);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);

@@ -203,10 +203,12 @@ out:
 /* The prefill GEMM as run_gemm drives it: activations to f16, then
  * k_gemm (the in-place quantized kernel, or dequantization to f16
  * scratch + the tensor-core kernel); xl adds the float-weight hi/lo second
- * pass. The weights rotate over copies worth >= 512 MB, so small token
- * counts read them from memory as a model does, not from the L2. TFLOP/s
- * counts 2*K*N*M once; GB/s is the quantized weight bytes per call. */
-#define GEMM_COPIES 16
+ * pass. The weights rotate over copies worth >= 512 MB (up to 512 of
+ * them: a 1 MB attention K matrix took 16 before, which the 50 MB L2
+ * held), so small token counts read them from memory as a model does.
+ * TFLOP/s counts 2*K*N*M once; GB/s is the quantized weight bytes per
+ * call. */
+#define GEMM_COPIES 512
 static int bench_gemm(struct cu_ctx *c, uint32_t t, int64_t K, int64_t N, int64_t M, int split,
                       const char *what)
 {
@@ -472,7 +474,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        gemmwg_only = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
+        gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -484,19 +486,24 @@ int main(int argc, char **argv)
             matvec_only = 1;
         } else if (strcmp(argv[i], "--multi") == 0) {
             multi_only = 1;
+        } else if (strcmp(argv[i], "--crossover") == 0) {
+            crossover_only = 1;
         } else if (strcmp(argv[i], "--gemmq") == 0) {
             gemmq_only = 1;
         } else if (strcmp(argv[i], "--gemmwg") == 0) {
             gemmwg_only = 1;
         } else if (strcmp(argv[i], "--gemm-one") == 0 && i + 4 < argc) {
-            /* one q4_K GEMM call: K N M bn (bn as k_tune_gemm), for profilers */
+            /* one q4_K GEMM call: K N M bn [splits] (as k_tune_gemm), for
+             * profilers and split sweeps */
             one_k = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_m = atoi(argv[i + 3]);
             one_bn = atoi(argv[i + 4]);
             i += 4;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9')
+                one_splits = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
-                    "[--matvec] [--multi]\n");
+                    "[--matvec] [--multi] [--crossover]\n");
             return 2;
         }
     }
@@ -563,7 +570,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (one_k > 0 && one_n > 0 && one_m > 0) {
-        int cfg[3] = {0, 0, one_bn};
+        int cfg[3] = {0, one_splits, one_bn};
         memcpy(g_cfg, cfg, sizeof g_cfg);
         k_tune_gemm(cfg[0], cfg[1], cfg[2]);
         fails += bench_gemm(c, MINFER_TYPE_Q4_K, one_k, one_n, one_m, 0, "one") != 0;
@@ -598,6 +605,31 @@ int main(int argc, char **argv)
                 }
         memset(g_cfg, 0, sizeof g_cfg);
         k_tune_gemm(0, 0, 0);
+        goto done;
+    }
+    if (crossover_only) {
+        /* where batched decode should leave the nt = 2..8 matvec for
+         * gemm-i8.cu's 16-token tile: both at 2-8 tokens, the types that
+         * kernel covers, on the 7B and 1.5B shapes */
+        static const uint32_t ct[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K,
+                                      MINFER_TYPE_Q8_0};
+        struct shape cs[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"},
+                             {1536, 8960, "1536x8960 (1.5b ffn up)"},
+                             {1536, 256, "1536x256 (1.5b k/v)"}};
+        static const int cnt[] = {2, 3, 4, 6, 8};
+        k_tune_matvec_rows(2);
+        for (size_t ti = 0; ti < 4; ti++)
+            for (size_t si = 0; si < 6; si++)
+                for (size_t ni = 0; ni < 5; ni++) {
+                    fails += bench_matvec(c, ct[ti], cs[si], cnt[ni], 1) != 0;
+                    int cfg[3] = {0, 0, 4016};
+                    memcpy(g_cfg, cfg, sizeof g_cfg);
+                    k_tune_gemm(cfg[0], cfg[1], cfg[2]);
+                    fails += bench_gemm(c, ct[ti], cs[si].K, cs[si].N, cnt[ni], 0,
+                                        cs[si].what) != 0;
+                    memset(g_cfg, 0, sizeof g_cfg);
+                    k_tune_gemm(0, 0, 0);
+                }
         goto done;
     }
     if (multi_only) {

@@ -23,7 +23,8 @@
 /* Scratch slots of an instance (cu_scratch). */
 enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2, SLOT_SPLIT = 3 };
 
-/* Above this many tokens MUL_MAT / FFN_GATE_UP use the tensor-core GEMM. */
+/* The most tokens of one matvec launch; products of more tokens use the
+ * tensor-core GEMM, and some of fewer (cuda_matvec_tokens). */
 #define MMV_MAX_NT 8
 
 /* Windows remembered per instance (least recently used one is dropped). */
@@ -151,11 +152,20 @@ minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node
 
 /* Runs one validated node by direct launches on k's stream. */
 minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k);
-/* Whether the product of M tokens by weight w reads q8_1 blocks of group
- * 32 (the matvec kernels, and gemm-i8.cu's GEMM on q8_0 or at 64 tokens),
- * so a norm or attention pass before it may write them (those write
- * group 32 only). */
-bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
+/* The group of the q8_1 blocks the product of M tokens by weight w reads
+ * (k_quantize_q8_1: 32 for the matvec kernels and gemm-i8.cu on q8_0 or
+ * 64-token tiles, 256 for gemm-i8.cu on the K-quants), 0 if it reads
+ * none; a norm or attention pass before it may write them (the norm
+ * either group, the attention combines group 32). */
+int cuda_matvec_tokens(const struct kctx *k, const struct minfer_tensor *w);
+int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
+/* SLOT_XQ for q8_1 blocks of x [ne0, ne1] that a pass is about to write
+ * (be->xq is invalid until cuda_xq_written records them with their
+ * group); a failure is reported against node n. */
+minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *n,
+                           const struct minfer_tensor *x, void **xq);
+void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
+                     int group);
 /* q8_1 blocks of x [K, M] with that group (k_quantize_q8_1) in SLOT_XQ,
  * reusing be->xq when it holds exactly these. */
 minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,

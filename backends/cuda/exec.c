@@ -93,23 +93,57 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
     return MINFER_OK;
 }
 
+static bool gemm_can_run(const struct kctx *k, const struct minfer_tensor *w)
+{
+    return k->gemm_optin_ok && k_gemm_supported(w->type) && w->ne[0] % 32 == 0;
+}
+
+/* The most tokens the nt = 1..8 matvec serves for weight w; more run the
+ * GEMM. minfer-cuda-bench --crossover on the H200 (docs/PERF.md, session
+ * 11): gemm-i8.cu's 16-token tile costs about the same from 2 to 16
+ * tokens (q4_K ffn up 37.4-38.6 us, quantization included) while the
+ * matvec's cost grows with each token (30.5 us at 2, 46.3 at 3, 90.6 at
+ * 8). Where the GEMM won: q4_K and q6_K from 3 tokens on matrices of at
+ * least 3584 x 3584 and from 6 on the 1.5B ffn (1536 x 8960); q5_K,
+ * whose int8 kernel is slower, from 6 on the large ones; q8_0, whose
+ * matvec is the fastest, at 8. Small matrices (3584 x 512, 1536 x 256)
+ * stay on the matvec: the GEMM's floor there is ~11 us. */
+int cuda_matvec_tokens(const struct kctx *k, const struct minfer_tensor *w)
+{
+    if (!gemm_can_run(k, w))
+        return MMV_MAX_NT;
+    int64_t K = w->ne[0], N = w->ne[1];
+    bool large = K >= 3584 && N >= 3584, mid = !large && K * N >= 12 * 1024 * 1024;
+    switch (w->type) {
+    case MINFER_TYPE_Q4_K:
+    case MINFER_TYPE_Q6_K:
+        return large ? 2 : mid ? 5 : MMV_MAX_NT;
+    case MINFER_TYPE_Q5_K:
+        return large ? 5 : MMV_MAX_NT;
+    case MINFER_TYPE_Q8_0:
+        return large ? 7 : MMV_MAX_NT;
+    default:
+        return MMV_MAX_NT;
+    }
+}
+
 /* Whether a product of M tokens runs the tensor-core GEMM (run_gemm). */
 static bool gemm_route(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
 {
-    return M > MMV_MAX_NT && k->gemm_optin_ok && k_gemm_supported(w->type) && w->ne[0] % 32 == 0;
+    return M > cuda_matvec_tokens(k, w) && gemm_can_run(k, w);
 }
 
-bool cuda_reads_q8_1(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
+int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M)
 {
-    if (M <= MMV_MAX_NT)
-        return k_matvec_q_supported(w->type);
-    return gemm_route(k, w, M) && k_gemm_takes_q8_1(k, w->type, w->ne[0], M) == 32;
+    if (M <= cuda_matvec_tokens(k, w))
+        return k_matvec_q_supported(w->type) ? 32 : 0;
+    return gemm_route(k, w, M) ? k_gemm_takes_q8_1(k, w->type, w->ne[0], M) : 0;
 }
 
 /* dst[N, M] = W . x, choosing the kernel family by token count. epi
  * (NULL: none) asks the matvec for a fused ADD; the caller only passes
- * one when M <= MMV_MAX_NT. Quantized activations are reused from
- * be->xq when it holds exactly this x. */
+ * one when M <= cuda_matvec_tokens. Quantized activations are reused
+ * from be->xq when it holds exactly this x. */
 static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_node *n,
                                 struct kctx *k, const struct minfer_tensor *w,
                                 const struct minfer_tensor *x, float *dst, int64_t dst_nb1,
@@ -118,10 +152,11 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
     int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
     const float *xd = x->data;
     int64_t xnb1 = (int64_t)x->nb[1];
-    if (epi && M > MMV_MAX_NT)
-        return cuda_node_fail(be, n, MINFER_ERR_STATE, "fused ADD on a GEMM-sized product");
-    if (gemm_route(k, w, M))
+    if (gemm_route(k, w, M)) {
+        if (epi)
+            return cuda_node_fail(be, n, MINFER_ERR_STATE, "fused ADD on a GEMM-sized product");
         return run_gemm(be, n, k, w, x, dst, dst_nb1, NULL);
+    }
     if (is_float_type(w->type)) {
         LAUNCH(k_matvec_f_epi(k, w->type, w->data, K, N, (int64_t)w->nb[1], xd, xnb1, M, dst,
                               dst_nb1, epi));
@@ -160,7 +195,7 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
 {
     const struct minfer_tensor *w = n->src[0], *x = n->src[1], *a = n->src[2], *d = n->dst;
     int64_t N = d->ne[0], M = d->ne[1];
-    if (M <= MMV_MAX_NT) {
+    if (M <= cuda_matvec_tokens(k, w)) {
         struct kepi e = cuda_sum_epi(n);
         return run_matmul(be, n, k, w, x, d->data, (int64_t)d->nb[1], &e);
     }
@@ -192,6 +227,21 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
 
 /* ---- attention and the dispatch ---- */
 
+minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *n,
+                           const struct minfer_tensor *x, void **xq)
+{
+    *xq = NULL;
+    be->xq.valid = false;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), xq);
+    return st == MINFER_OK ? st : cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+}
+
+void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
+                     int group)
+{
+    be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group};
+}
+
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
  * as quantized activations: the combine pass then writes the q8_1 blocks
  * into SLOT_XQ too and be->xq records them. */
@@ -208,18 +258,14 @@ minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_
     minfer_status st = need ? cu_scratch(be->c, SLOT_ATTN, need, &part) : MINFER_OK;
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    if (x) {
-        be->xq.valid = false;
-        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
-        if (st != MINFER_OK)
-            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    }
+    if (x && (st = cuda_xq_slot(be, n, x, &xq)) != MINFER_OK)
+        return st;
     LAUNCH(k_attention_q(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                          (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                          n->src[4]->data, n->fparams[0], n->iparams[1], view_of(d), part,
                          xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
+        cuda_xq_written(be, x, xq, 32);
     return MINFER_OK;
 }
 
@@ -238,18 +284,14 @@ minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct m
     minfer_status st = cu_scratch(be->c, SLOT_ATTN, need, &part);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    if (x) {
-        be->xq.valid = false;
-        st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(x->ne[0], x->ne[1]), &xq);
-        if (st != MINFER_OK)
-            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    }
+    if (x && (st = cuda_xq_slot(be, n, x, &xq)) != MINFER_OK)
+        return st;
     LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                              (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                              n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
                              view_of(n->dst), part, xq));
     if (x)
-        be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, 32};
+        cuda_xq_written(be, x, xq, 32);
     return MINFER_OK;
 }
 
@@ -292,7 +334,8 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return run_matmul_add(be, n, k);
     case MINFER_OP_FFN_GATE_UP: {
         int64_t N = s0->ne[1], M = n->src[2]->ne[1];
-        if (M <= MMV_MAX_NT && k_matvec_q_supported(s0->type) && s0->nb[1] == s1->nb[1] &&
+        if (M <= cuda_matvec_tokens(k, s1) && k_matvec_q_supported(s0->type) &&
+            s0->type == s1->type && s0->nb[1] == s1->nb[1] &&
             !be->fuse_off) {
             /* decode, one or a batch of up to 8 tokens: one launch for
              * gate, up and SwiGLU */

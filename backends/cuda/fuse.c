@@ -38,7 +38,8 @@ static int is_plain_f32_2d(const struct minfer_tensor *t)
 }
 /* If n is an RMS norm whose output a (the next node) reads as q8_1
  * activations (a quantized matvec, or a GEMM on gemm-i8.cu: a batched
- * decode), returns 1: the norm can write the q8_1 blocks too. */
+ * decode), returns their group: the norm can write the q8_1 blocks too;
+ * else 0. */
 static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
                         const struct minfer_node *a)
 {
@@ -54,10 +55,13 @@ static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
     } else {
         return 0;
     }
-    if (!w || !x || !is_plain_f32_2d(d) || d->ne[0] % 32 || n->src[0]->ne[2] != 1 ||
-        n->src[0]->ne[3] != 1 || !cuda_reads_q8_1(k, w, x->ne[1]))
+    int group = w && x ? cuda_q8_1_group(k, w, x->ne[1]) : 0;
+    if (!group || !is_plain_f32_2d(d) || d->ne[0] % group || n->src[0]->ne[2] != 1 ||
+        n->src[0]->ne[3] != 1)
         return 0;
-    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] && w->ne[0] == d->ne[0];
+    return x->data == d->data && same_ne(x, d) && x->nb[1] == d->nb[1] && w->ne[0] == d->ne[0]
+               ? group
+               : 0;
 }
 
 /* Two nodes that may run in one launch: neither writes what the other
@@ -194,12 +198,13 @@ static int is_product(const struct minfer_node *a)
 
 /* ATTENTION whose output a (the next node) reads, reshaped to
  * [hd * n_head, T], as the activations of a quantized matvec. */
-static int attn_feeds_q(const struct minfer_node *n, const struct minfer_node *a)
+static int attn_feeds_q(const struct kctx *k, const struct minfer_node *n,
+                        const struct minfer_node *a)
 {
     if (n->op != MINFER_OP_ATTENTION || !is_product(a))
         return 0;
     const struct minfer_tensor *w = a->src[0];
-    return w && k_matvec_q_supported(w->type) && n->dst->ne[2] <= MMV_MAX_NT &&
+    return w && k_matvec_q_supported(w->type) && n->dst->ne[2] <= cuda_matvec_tokens(k, w) &&
            reads_heads_as_rows(n->dst, a->src[1], w);
 }
 
@@ -214,25 +219,24 @@ static int lists_feeds_q(const struct kctx *k, const struct minfer_node *n,
     return w && reads_heads_as_rows(n->dst, a->src[1], w) &&
            k_attn_lists_q8_1_ok(n->dst->ne[0], kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                                 (int64_t)vc->nb[1]) &&
-           cuda_reads_q8_1(k, w, n->dst->ne[2]);
+           cuda_q8_1_group(k, w, n->dst->ne[2]) == 32;
 }
 
 /* ---- fused runners ---- */
 
-/* The norm node n with its q8_1 output left in SLOT_XQ for the next node. */
+/* The norm node n with its q8_1 output (that group) left in SLOT_XQ for
+ * the next node. */
 static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_node *n,
-                                struct kctx *k)
+                                struct kctx *k, int group)
 {
     const struct minfer_tensor *d = n->dst;
-    int64_t K = d->ne[0], M = d->ne[1];
     void *xq = NULL;
-    be->xq.valid = false;
-    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    minfer_status st = cuda_xq_slot(be, n, d, &xq);
     if (st != MINFER_OK)
-        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+        return st;
     const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
-    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], xq));
-    be->xq = (struct xq_cache){true, d->data, K, M, (int64_t)d->nb[1], xq, 32};
+    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], group, xq));
+    cuda_xq_written(be, d, xq, group);
     return MINFER_OK;
 }
 
@@ -421,7 +425,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         cuda_xq_note_write(be, a->dst);
         return 2;
     }
-    if (attn_feeds_q(n, a)) {
+    if (attn_feeds_q(k, n, a)) {
         *st = cuda_run_attention(be, n, k, a); /* notes its own write */
         return 1;
     }
@@ -429,8 +433,9 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         *st = cuda_run_attention_lists(be, n, k, a); /* notes its own write */
         return 1;
     }
-    if (norm_feeds_q(k, n, a)) {
-        *st = run_norm_q(be, n, k); /* notes its own write */
+    int q8_group = norm_feeds_q(k, n, a);
+    if (q8_group) {
+        *st = run_norm_q(be, n, k, q8_group); /* notes its own write */
         return 1;
     }
     return 0;

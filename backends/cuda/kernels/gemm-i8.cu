@@ -37,6 +37,8 @@
  * tile's last block to finish adds the split planes in split order
  * (gemm_split_finish, gemm.cuh: deterministic).
  */
+#include <type_traits>
+
 #include "common.cuh"
 #include "gemm-q.cuh"
 #include "gemm.cuh"
@@ -72,7 +74,9 @@ template <int T, int NJ> struct ismem {
     static constexpr int STAGE = A + X + BM * I_SP;
     static constexpr int BYTES = STAGE * I_STAGES;
     /* two blocks per SM where 9.0's 227 KiB of shared memory holds them:
-     * registers for that many (128), else for one (up to 255) */
+     * registers for that many (128), else for one (up to 255). A 2-stage
+     * ring at 3 blocks per SM (80 registers) ran the 16-token tile 2-10%
+     * slower (docs/PERF.md, session 11). */
     static constexpr int MIN_BLOCKS = 2 * BYTES <= 227 * 1024 ? 2 : 1;
 };
 
@@ -217,6 +221,67 @@ template <bool Q5> struct i8kq {
         });
     }
 
+    /* Sub-block scales and mins of the lane's two rows for chunk_k, all
+     * eight of each row unpacked as bytes of four words (kscale's
+     * unpacking, a word at a time; sc[0] scales 0-3, sc[1] 4-7, mn the
+     * mins), each sub-block's then taken with one byte permute. The
+     * per-lane unpacking of two sub-blocks and the shuffles that spread
+     * them (kscale_pairs) cost 109 and 48 instructions per chunk, a
+     * quarter of the 16-token loop (Nsight Compute, session 11); at 32
+     * tokens the six more live registers spill, so that tile keeps the
+     * pairs. */
+    struct kscale_words {
+        unsigned sc[2][2], mn[2][2]; /* [row][word] */
+        __device__ __forceinline__ kscale_words(const uint8_t *p0, const uint8_t *p1, int)
+        {
+            const uint8_t *p[2] = {p0, p1};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                unsigned w[3];
+                ldw(w, p[r] + 4);
+                sc[r][0] = w[0] & 0x3F3F3F3Fu;
+                mn[r][0] = w[1] & 0x3F3F3F3Fu;
+                sc[r][1] = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+                mn[r][1] = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+            }
+        }
+        /* row r's scale of sub-block sb, and its min in all four bytes */
+        __device__ __forceinline__ int scale(int r, int sb, int, int) const
+        {
+            return (int)__byte_perm(sc[r][sb >> 2], 0u, 0x4440u | (sb & 3));
+        }
+        __device__ __forceinline__ unsigned min4(int r, int sb, int, int) const
+        {
+            return __byte_perm(mn[r][sb >> 2], 0u, 0x1111u * (sb & 3));
+        }
+    };
+    /* The same from lane tig's sub-blocks 2 tig and 2 tig + 1 only, as
+     * the bytes (sc e0, sc e1, m e0, m e1) of one word per row, passed
+     * around the quad by shuffle (src: the lane holding sub-block sb). */
+    struct kscale_pairs {
+        unsigned pk[2];
+        __device__ __forceinline__ kscale_pairs(const uint8_t *p0, const uint8_t *p1, int tig)
+        {
+            const uint8_t *p[2] = {p0, p1};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int s0, m0, s1, m1;
+                kscale(p[r] + 4, 2 * tig, s0, m0);
+                kscale(p[r] + 4, 2 * tig + 1, s1, m1);
+                pk[r] = (unsigned)s0 | (unsigned)s1 << 8 | (unsigned)m0 << 16 |
+                        (unsigned)m1 << 24;
+            }
+        }
+        __device__ __forceinline__ int scale(int r, int, int e, int src) const
+        {
+            return (int)((__shfl_sync(0xffffffffu, pk[r], src) >> 8 * e) & 0xFFu);
+        }
+        __device__ __forceinline__ unsigned min4(int r, int, int e, int src) const
+        {
+            return 0x01010101u * ((__shfl_sync(0xffffffffu, pk[r], src) >> (16 + 8 * e)) & 0xFFu);
+        }
+    };
+
     /* The group-256 form (the chunk's activations share one scale, the
      * pairs' d): per sub-block the int32 sums times the integer scale sc
      * add up in int32, and the mins come from a second mma whose A
@@ -230,19 +295,12 @@ template <bool Q5> struct i8kq {
                                                    const iview &v, float (&acc)[NJ][4])
     {
         const int tig = lane & 3;
-        const uint8_t *p[2] = {p0, p1};
-        int sc[2][2], mn[2][2];
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                kscale(p[r] + 4, 2 * tig + e, sc[r][e], mn[r][e]);
+        using KS = typename std::conditional<NJ <= 2, kscale_words, kscale_pairs>::type;
+        const KS ks(p0, p1, tig);
         int is[NJ][4] = {}, im[NJ][4] = {};
         steps(p0, p1, lane, [&](const unsigned (&a)[4], int sb, int e, int src) {
-            const int s0 = __shfl_sync(0xffffffffu, sc[0][e], src);
-            const int s1 = __shfl_sync(0xffffffffu, sc[1][e], src);
-            const unsigned n0 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[0][e], src);
-            const unsigned n1 = 0x01010101u * (unsigned)__shfl_sync(0xffffffffu, mn[1][e], src);
+            const int s0 = ks.scale(0, sb, e, src), s1 = ks.scale(1, sb, e, src);
+            const unsigned n0 = ks.min4(0, sb, e, src), n1 = ks.min4(1, sb, e, src);
             const unsigned am[4] = {n0, n1, n0, n1};
 #pragma unroll
             for (int j = 0; j < NJ; j++) {

@@ -284,10 +284,10 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
  * instead of f16 ones; 16, 32 or 64 tokens per block. */
 size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M);
 int gemm_i8_prepare(struct kctx *k);
-/* Forces the token tile (16, 32 or 64) and split count; 0 = automatic. */
 /* The q8_1 group (k_quantize_q8_1) gemm_i8 reads for this type and token
  * count: 256 for the K-quants up to a 32-token tile, else 32. */
 int gemm_i8_group(uint32_t type, int64_t M);
+/* Forces the token tile (16, 32 or 64) and split count; 0 = automatic. */
 void gemm_i8_tune(int bm, int splits);
 int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xq, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);

@@ -202,10 +202,11 @@ int k_get_rows(struct kctx *k, uint32_t type, const void *table, int64_t n, int6
 /* RMS norm per row over ne[0]; w (F32 [ne0]) multiplies when non-NULL. */
 int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps);
 
-/* k_rms_norm that also writes its output as q8_1 blocks into xq (what
- * k_quantize_q8_1 of dst would give, bit for bit). ne0 % 32 == 0, dst 2-D. */
+/* k_rms_norm that also writes its output as q8_1 blocks of that group
+ * (32 or 256) into xq (what k_quantize_q8_1 of dst would give, bit for
+ * bit). ne0 % group == 0, dst 2-D. */
 int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps,
-                    void *xq);
+                    int group, void *xq);
 
 /* NeoX RoPE. x, dst: [hd, n_head, n_tokens]; pos: I32 [n_tokens] on device. */
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,

@@ -278,10 +278,14 @@ extern "C" int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct
 }
 
 /* One chunk's 4 outputs into dst and its share of a q8_1 block; every
- * lane of the warp calls it (shuffles), live or not. */
+ * thread of the block calls it (shuffles; group 256 also a barrier), live
+ * or not. Group 32: k_quantize_q8_1's per-block rule; group 256: its
+ * per-256 rule, the 64 chunks of a 256-value group being two whole warps
+ * (c % 64 == thread % 64), which meet in shared memory. */
 static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, bool has_w,
                                                        float scale, bool live, int64_t c,
-                                                       float *o, bool vec, uint8_t *row, int nb)
+                                                       float *o, bool vec, uint8_t *row, int nb,
+                                                       int group)
 {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (live) {
@@ -300,12 +304,32 @@ static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, boo
 #pragma unroll
     for (int off = 4; off > 0; off >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    float d = amax / 127.0f;
     int q[4], qs = 0;
+    float d;
+    if (group == 256) {
+        __shared__ float wmax[NORM_VT / 32];
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+        const int warp = threadIdx.x / 32;
+        if (threadIdx.x % 32 == 0)
+            wmax[warp] = amax;
+        __syncthreads();
+        amax = fmaxf(wmax[warp], wmax[warp ^ 1]);
+        __syncthreads(); /* wmax is rewritten by the next chunk's call */
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d = amax / 127.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        q[j] = d != 0.0f ? __float2int_rn(v[j] / d) : 0;
-        qs += q[j];
+        for (int j = 0; j < 4; j++) {
+            q[j] = __float2int_rn(v[j] * id);
+            qs += q[j];
+        }
+    } else {
+        d = amax / 127.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            q[j] = d != 0.0f ? __float2int_rn(v[j] / d) : 0;
+            qs += q[j];
+        }
     }
 #pragma unroll
     for (int off = 4; off > 0; off >>= 1)
@@ -322,12 +346,13 @@ static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, boo
  * k_quantize_q8_1, row r at r * ne0/32 * 40 bytes). Thread t holds chunks
  * t, t + NORM_VT, ... of 4 values; a q8_1 block is 8 chunks, i.e. 8
  * neighbouring lanes. Same values and the same quantization arithmetic as
- * rms_norm_kernel followed by quantize_q8_1_kernel (amax, d = amax / 127,
- * q = rint(v / d), the integer sum exact in float), so both outputs are
- * bit-identical to the two separate kernels'. Rows of up to 4 * NORM_VT
- * values (every decode row) load x and w once, both before the reduction. */
+ * rms_norm_kernel followed by k_quantize_q8_1 with the same group (group
+ * 32: amax, d = amax / 127, q = rint(v / d); group 256: the per-256 rule;
+ * the integer sum exact in float), so both outputs are bit-identical to
+ * the two separate kernels'. Rows of up to 4 * NORM_VT values (every
+ * decode row) load x and w once, both before the reduction. */
 __global__ void __launch_bounds__(NORM_VT)
-    rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps, uint8_t *xq)
+    rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps, int group, uint8_t *xq)
 {
     int64_t r = blockIdx.x;
     const float *xr = (const float *)view_row(x, r);
@@ -344,7 +369,7 @@ __global__ void __launch_bounds__(NORM_VT)
         float4 xv = live ? load4(xr, c, vx) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float4 wv = live && w ? load4(w, c, vw) : one;
         float scale = rms_from_sum(block_sum_sq(live ? __fadd_rn(0.0f, sq4(xv)) : 0.0f), n, eps);
-        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb);
+        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb, group);
         return;
     }
     float scale = rms_scale(xr, n, eps);
@@ -353,20 +378,20 @@ __global__ void __launch_bounds__(NORM_VT)
         bool live = c < nc;
         float4 xv = live ? load4(xr, c, vx) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float4 wv = live && w ? load4(w, c, vw) : one;
-        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb);
+        norm_q8_1_chunk(xv, wv, w != NULL, scale, live, c, o, vo, row, nb, group);
     }
 }
 
 extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview dst,
-                               float eps, void *xq)
+                               float eps, int group, void *xq)
 {
     int64_t rows = nrows(x);
-    if (x.ne[0] % 32 || dst.ne[2] != 1 || dst.ne[3] != 1)
-        return k_fail(k, "rms_norm_q8_1", "rows not a multiple of 32 or dst not 2-D");
+    if (x.ne[0] % group || dst.ne[2] != 1 || dst.ne[3] != 1 || (group != 32 && group != 256))
+        return k_fail(k, "rms_norm_q8_1", "rows not a multiple of the group or dst not 2-D");
     if (grid_ok(k, "rms_norm_q8_1", rows))
         return -1;
     KLAUNCH(k, "rms_norm_q8_1", rms_norm_q8_1_kernel, (unsigned)rows, norm_threads(x.ne[0]), 0,
-            x, w, dst, eps, (uint8_t *)xq);
+            x, w, dst, eps, group, (uint8_t *)xq);
     return 0;
 }
 
