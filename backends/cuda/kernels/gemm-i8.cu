@@ -473,6 +473,56 @@ __device__ __forceinline__ const uint8_t *i8_row(const uint8_t *W, int64_t w_nb1
     return W + (int64_t)(n < N ? n : N - 1) * w_nb1;
 }
 
+/* The weight copy of the ring for types whose 256-value chunk is whole
+ * 16-byte units (q4_K 144 bytes, q5_K 176): chunk c of a row starts at
+ * the same offset within its unit for every c, so each thread's units
+ * (q_copy_chunk's, same shared layout and zero fill) are worked out once
+ * per block: the unit's source offset from the tile's first unit and its
+ * shared offset, with bit 31 set where it holds chunk bytes. A chunk
+ * then costs an add and a cp.async per unit; q_copy_chunk redid the row
+ * arithmetic every chunk, 123 instructions per warp (Nsight Compute,
+ * session 11). At 16 tokens only: the 10-12 registers it holds push the
+ * larger tiles past 128. */
+template <int T> struct i8_wcopy {
+    static constexpr int UNITS = qshape<T>::UNITS, BYTES = qgemm<T>::BYTES;
+    static constexpr int TOTAL = I_BN * UNITS, PER = (TOTAL + I_THREADS - 1) / I_THREADS;
+    const uint8_t *base;
+    unsigned src[PER], dst[PER];
+    __device__ __forceinline__ i8_wcopy(const uint8_t *W, int64_t w_nb1, int n0, int N, int tid)
+    {
+        base = (const uint8_t *)((uintptr_t)(W + (int64_t)n0 * w_nb1) & ~(uintptr_t)15);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = tid + k * I_THREADS, r = i / UNITS, u = i % UNITS;
+            const uint8_t *row = i8_row(W, w_nb1, n0, i < TOTAL ? r : 0, N);
+            const uint8_t *g = (const uint8_t *)((uintptr_t)row & ~(uintptr_t)15) + 16 * u;
+            src[k] = (unsigned)(g - base);
+            dst[k] = (unsigned)(r * ishape<T>::PITCH + 16 * u) | (g < row + BYTES ? 1u << 31 : 0u);
+        }
+    }
+    __device__ __forceinline__ void copy(unsigned char *As, int c, int tid) const
+    {
+        const uint8_t *b = base + (size_t)c * BYTES;
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            if (TOTAL % I_THREADS == 0 || tid + k * I_THREADS < TOTAL)
+                cp16(As + (dst[k] & 0x7FFFFFFFu), b + src[k], dst[k] >> 31);
+    }
+};
+template <bool WC, int T>
+__device__ __forceinline__ typename std::conditional<WC, i8_wcopy<T>, int>::type
+i8_wcopy_make(const uint8_t *W, int64_t w_nb1, int n0, int N, int tid)
+{
+    if constexpr (WC)
+        return i8_wcopy<T>(W, w_nb1, n0, N, tid);
+    else
+        return 0;
+}
+template <int T, int NJ> __host__ __device__ constexpr bool i_wcopy_used()
+{
+    return (T == MINFER_TYPE_Q4_K || T == MINFER_TYPE_Q5_K) && NJ == 2;
+}
+
 /* Which activations a (type, n-tiles) kernel reads: the K-quants up to 4
  * n-tiles (32 tokens) take group-256 blocks (chunk_k); q8_0's scales are
  * per 32 anyway, and at 8 n-tiles chunk_k's two more int32 accumulators
@@ -502,9 +552,15 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     dst = (float *)((char *)dst + z * split_nb);
 
     auto wrow = [&](int r) { return i8_row(W, w_nb1, n0, r, N); };
+    constexpr bool WC = i_wcopy_used<T, NJ>();
+    using WCopy = typename std::conditional<WC, i8_wcopy<T>, int>::type;
+    const WCopy wc = i8_wcopy_make<WC, T>(W, w_nb1, n0, N, tid);
     auto load = [&](int stage, int c) {
         unsigned char *As = smem + stage * S::STAGE, *Xs = As + S::A, *Ss = Xs + S::X;
-        q_copy_chunk<T, I_BN, I_THREADS, PITCH>(As, wrow, c, tid);
+        if constexpr (WC)
+            wc.copy(As, c, tid);
+        else
+            q_copy_chunk<T, I_BN, I_THREADS, PITCH>(As, wrow, c, tid);
         i8_copy_x<BM>(Xs, Ss, xq, K, c, m0, M, tid);
     };
 
@@ -622,6 +678,8 @@ int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
 {
     if ((M + 15) / 16 > 65535 || (N + I_BN - 1) / I_BN > 65535)
         return k_fail(k, "gemm_i8", "too many tokens or rows for one launch");
+    if (w_nb1 > (int64_t)(UINT32_MAX / I_BN) - 16) /* i8_wcopy's 32-bit offsets in a tile */
+        return k_fail(k, "gemm_i8", "weight rows of more than 32 MiB");
     gemm_inplace_launch fn = inplace_pick<i_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_i8", "weight type has no int8 GEMM");
