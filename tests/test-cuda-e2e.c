@@ -217,9 +217,10 @@ START_TEST(batched_greedy_cuda_matches_cpu)
      * batched decode step that drifts from the CPU, and batched steps that
      * never replay a captured graph. Six sequences (steps padded to 8
      * tokens: the matvec kernels), then twelve (padded to 16: gemm-i8.cu's
-     * GEMM with its split-K finish, and the norm writing its q8_1
-     * activations in the capture) of 1..100 prompt tokens, then 12 steps,
-     * teacher-forced with the CPU's tokens. */
+     * GEMM with its split-K finish, the norm writing its q8_1 activations
+     * and Q, K and V as one launch, k_gemm_multi, in the capture) of
+     * 1..100 prompt tokens, then 12 steps, teacher-forced with the CPU's
+     * tokens. */
     enum { NS_MAX = 12, STEPS = 12 };
     const int NS = _i == 0 ? 6 : 12;
     static const int32_t plen[NS_MAX] = {1, 3, 9, 16, 33, 100, 2, 5, 7, 20, 50, 64};
@@ -256,6 +257,9 @@ START_TEST(batched_greedy_cuda_matches_cpu)
     for (int k = 0; k < 2; k++)
         batch_step(cx[k], NS, tp, plen, pos0);
     struct graph_stats g0 = stats(rt);
+    typedef uint64_t (*gcount_fn)(void);
+    gcount_fn gemm_groups = (gcount_fn)cuda_proc(rt, "minfer_cuda_fused_gemm_groups");
+    uint64_t gg0 = gemm_groups();
     int agree = 0;
     for (int s = 0; s <= STEPS; s++) {
         for (int q = 0; q < NS; q++) {
@@ -299,10 +303,15 @@ START_TEST(batched_greedy_cuda_matches_cpu)
             batch_step(cx[k], NS, tp, one, pos0);
     }
     struct graph_stats g1 = stats(rt);
-    printf("batched, %d sequences: cuda arg max equals cpu's at %d of %d; %llu replays\n", NS,
-           agree, NS * (STEPS + 1), (unsigned long long)(g1.replays - g0.replays));
+    uint64_t gg = gemm_groups() - gg0;
+    printf("batched, %d sequences: cuda arg max equals cpu's at %d of %d; %llu replays; %llu "
+           "grouped GEMM launches\n",
+           NS, agree, NS * (STEPS + 1), (unsigned long long)(g1.replays - g0.replays),
+           (unsigned long long)gg);
     ck_assert_int_ge(agree, NS * (STEPS + 1) * 3 / 4);
     ck_assert_uint_gt(g1.replays, g0.replays);
+    if (NS == 12) /* the 16-token steps' Q/K(/V) products captured as one launch */
+        ck_assert_uint_gt(gg, 0);
     for (int k = 0; k < 2; k++)
         minfer_ctx_free(cx[k]);
     minfer_model_free(mc);

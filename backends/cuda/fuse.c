@@ -381,6 +381,91 @@ static minfer_status run_matvec_group(struct minfer_backend *be, const struct mi
     return MINFER_OK;
 }
 
+/* A batched decode product gemm-i8.cu runs with its addend as the
+ * epilogue: MUL_MAT, or MUL_MAT_ADD whose addend ([N, M] or a [N, 1]
+ * bias) is apart from dst, of plain f32 x and dst. */
+static int is_q_gemm(const struct kctx *k, const struct minfer_node *n)
+{
+    if ((n->op != MINFER_OP_MUL_MAT && n->op != MINFER_OP_MUL_MAT_ADD) || n->n_src < 2)
+        return 0;
+    const struct minfer_tensor *w = n->src[0], *x = n->src[1], *d = n->dst;
+    int64_t M = x->ne[1];
+    if (!w || !d || x->type != MINFER_TYPE_F32 || !is_plain_f32_2d(x) || !is_plain_f32_2d(d) ||
+        d->ne[0] != w->ne[1] || d->ne[1] != M || M <= cuda_matvec_tokens(k, w) ||
+        !k_gemm_takes_q8_1(k, w->type, w->ne[0], M))
+        return 0;
+    if (n->op == MINFER_OP_MUL_MAT_ADD) {
+        const struct minfer_tensor *a = n->src[2];
+        if (n->n_src < 3 || !a || a->type != MINFER_TYPE_F32 || a->nb[0] != sizeof(float) ||
+            a->ne[0] != d->ne[0] || (a->ne[1] != 1 && a->ne[1] != M) || overlaps(a, d))
+            return 0;
+    }
+    return 1;
+}
+
+/* How many nodes from i (2..3, 0: none) are batched products of the same
+ * x and weight type that k_gemm_multi runs as one launch (Q, K and V, or
+ * the two of them that share a type): none writes what another reads. */
+static uint32_t gemm_group(const struct kctx *k, const struct minfer_replay_window *w,
+                           uint32_t i, struct kgemm_seg *segs, struct kgemm_epi *epis)
+{
+    const struct minfer_node *nd = w->nodes;
+    if (!is_q_gemm(k, &nd[i]))
+        return 0;
+    const struct minfer_tensor *x = nd[i].src[1], *w0 = nd[i].src[0];
+    uint32_t n = 1;
+    while (n < 3 && i + n <= w->last && is_q_gemm(k, &nd[i + n]) &&
+           same_view(nd[i + n].src[1], x) && nd[i + n].src[0]->type == w0->type &&
+           nd[i + n].src[0]->ne[0] == w0->ne[0])
+        n++;
+    if (n < 2)
+        return 0;
+    for (uint32_t a = 0; a < n; a++) {
+        const struct minfer_node *na = &nd[i + a];
+        if (overlaps(na->dst, x))
+            return 0;
+        for (uint32_t b = 0; b < n; b++) {
+            const struct minfer_node *nb = &nd[i + b];
+            if (a != b && (overlaps(na->dst, nb->dst) || overlaps(na->dst, nb->src[0]) ||
+                           (nb->op == MINFER_OP_MUL_MAT_ADD && overlaps(na->dst, nb->src[2]))))
+                return 0;
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        const struct minfer_node *nj = &nd[i + j];
+        const struct minfer_tensor *wj = nj->src[0], *a = nj->src[2];
+        bool sum = nj->op == MINFER_OP_MUL_MAT_ADD;
+        if (sum)
+            epis[j] = (struct kgemm_epi){KGEMM_ADD, a->data, a->ne[1] == 1 ? 0 : (int64_t)a->nb[1]};
+        segs[j] = (struct kgemm_seg){wj->data, wj->ne[1], (int64_t)wj->nb[1], nj->dst->data,
+                                     (int64_t)nj->dst->nb[1], sum ? &epis[j] : NULL};
+    }
+    return k_gemm_multi_ok(k, w0->type, segs, (int)n, w0->ne[0], x->ne[1]) ? n : 0;
+}
+
+/* The n products at g (a gemm_group) as one k_gemm_multi launch. */
+static minfer_status run_gemm_group(struct minfer_backend *be, const struct minfer_node *g,
+                                    uint32_t count, struct kctx *k,
+                                    const struct kgemm_seg *segs)
+{
+    const struct minfer_node *n = &g[0]; /* named in errors */
+    const struct minfer_tensor *x = n->src[1], *w = n->src[0];
+    int64_t K = w->ne[0], M = x->ne[1];
+    void *xq = NULL, *part = NULL;
+    minfer_status st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1],
+                                        k_gemm_takes_q8_1(k, w->type, K, M), &xq);
+    if (st != MINFER_OK)
+        return st;
+    size_t pb = k_gemm_multi_scratch_bytes(k, w->type, segs, (int)count, K, M);
+    if (pb) {
+        st = cu_scratch(be->c, SLOT_SPLIT, pb, &part);
+        if (st != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    }
+    LAUNCH(k_gemm_multi(k, w->type, segs, (int)count, K, xq, M, part));
+    return MINFER_OK;
+}
+
 /* ---- the capture's entry ---- */
 
 /* The patterns in the order capture_window always tried them: a group of
@@ -391,6 +476,19 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
 {
     char why[400];
     const struct minfer_node *n = &w->nodes[i];
+    struct kgemm_seg segs[3];
+    struct kgemm_epi epis[3];
+    uint32_t gg = gemm_group(k, w, i, segs, epis);
+    for (uint32_t j = 0; j < gg; j++)
+        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
+            gg = 0; /* the separate path reports it */
+    if (gg) {
+        *st = run_gemm_group(be, n, gg, k, segs);
+        for (uint32_t j = 0; j < gg; j++)
+            cuda_xq_note_write(be, w->nodes[i + j].dst);
+        CUDA_COUNT(gemm_groups);
+        return gg;
+    }
     uint32_t group = matvec_group(w, i);
     for (uint32_t j = 1; j < group; j++)
         if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))

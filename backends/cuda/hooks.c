@@ -87,6 +87,13 @@ static uint64_t x_fused_groups(void)
     return __atomic_load_n(&cuda_count.groups, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_gemm_groups": uint64_t f(void) — the same at 9-16
+ * tokens (batched decode), run as one gemm-i8.cu launch (process-wide). */
+static uint64_t x_fused_gemm_groups(void)
+{
+    return __atomic_load_n(&cuda_count.gemm_groups, __ATOMIC_RELAXED);
+}
+
 /* "minfer_cuda_test_fake_cc": void f(int major, int minor) — every device
  * reports this compute capability to probe and create (-1, -1: the real
  * one), so a test on any GPU can see a capability the build lacks refused.
@@ -124,6 +131,8 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_rope_kv;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
+    if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))
+        return (void *)x_fused_gemm_groups;
     if (!strcmp(name, "minfer_cuda_test_fake_cc"))
         return (void *)x_fake_cc;
     if (!strcmp(name, "minfer_cuda_test_arch_runs"))

@@ -533,23 +533,53 @@ __host__ __device__ constexpr bool i_group256(int T, int NJ)
     return T != MINFER_TYPE_Q8_0 && NJ <= 4;
 }
 
-template <int T, int NJ>
+/* One product of a launch: weight rows W (w_nb1 apart, N of them) whose
+ * row tiles are blockIdx.y t0.. of the grid; out and out_nb1 the plane
+ * (dst, or split-K planes split_nb bytes apart); ep applied at the
+ * store, fs by the tile's last split. A launch runs up to I_SEGS
+ * products of the same activations (a batched decode's Q, K and V:
+ * k_gemm_multi), so the small K and V products ride in Q's waves. */
+#define I_SEGS 3
+struct iseg {
+    const uint8_t *W;
+    int64_t w_nb1;
+    int N, t0;
+    float *out;
+    int64_t out_nb1, split_nb;
+    gepi ep;
+    gsplit fs;
+};
+struct igroup {
+    int count;
+    iseg s[I_SEGS];
+};
+
+/* GRP: the launch may hold several products (g.count > 1); the
+ * one-product form keeps the registers it had before groups (picking a
+ * product's fields cost up to 30 registers per thread). */
+template <int T, int NJ, bool GRP>
 __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
-    gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
-                   int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                   int64_t split_nb, gepi ep, gsplit fs)
+    gemm_i8_kernel(const uint8_t *__restrict__ xq, int K, int M, int splits, igroup g)
 {
     using S = ismem<T, NJ>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
 
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * I_BN, z = blockIdx.z;
+    int si = 0; /* this block's product; its fields are read where used (SEG) */
+    if constexpr (GRP) {
+#pragma unroll
+        for (int q = 1; q < I_SEGS; q++)
+            si = q < g.count && (int)blockIdx.y >= g.s[q].t0 ? q : si;
+    }
+#define SEG(f) (si == 0 ? g.s[0].f : si == 1 ? g.s[1].f : g.s[2].f)
+    const uint8_t *__restrict__ W = SEG(W);
+    const int64_t w_nb1 = SEG(w_nb1);
+    const int N = SEG(N);
+    const int m0 = blockIdx.x * BM, n0 = ((int)blockIdx.y - SEG(t0)) * I_BN, z = blockIdx.z;
     int c0, nc;
     split_chunks(K, z, splits, &c0, &nc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
-    const float *planes = dst;
-    dst = (float *)((char *)dst + z * split_nb);
 
     auto wrow = [&](int r) { return i8_row(W, w_nb1, n0, r, N); };
     constexpr bool WC = i_wcopy_used<T, NJ>();
@@ -580,10 +610,14 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
         else
             i8w<T>::template chunk<NJ>(p0, p1, lane, v, acc);
     });
-    gemm_store_frag<NJ>(ep, &acc[0][0], n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
-    if (fs.count)
-        gemm_split_finish<I_THREADS, I_BN, BM>(fs, planes, split_nb / 4, splits, N, M, n0, m0,
+    float *const planes = SEG(out);
+    const int64_t split_nb = SEG(split_nb);
+    gemm_store_frag<NJ>(SEG(ep), &acc[0][0], n0 + r0, m0, tig, N, M,
+                        (float *)((char *)planes + z * split_nb), SEG(out_nb1), 0);
+    if (SEG(fs.count))
+        gemm_split_finish<I_THREADS, I_BN, BM>(SEG(fs), planes, split_nb / 4, splits, N, M, n0, m0,
                                                blockIdx.y * gridDim.x + blockIdx.x);
+#undef SEG
 }
 
 /* ---- dispatch ---- */
@@ -622,13 +656,17 @@ size_t gemm_i8_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
     return gemm_planes_bytes(i_splits(k, K, N, M), N, M);
 }
 
-template <int T, int NJ> static int i_optin_one(struct kctx *k)
+template <int T, int NJ, bool GRP> static int i_optin_one(struct kctx *k)
 {
-    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ>, ismem<T, NJ>::BYTES, "gemm_i8");
+    return k_smem_optin(k, (const void *)gemm_i8_kernel<T, NJ, GRP>, ismem<T, NJ>::BYTES,
+                        "gemm_i8");
 }
+/* groups run the 16-token tile only (gemm_i8_multi_ok; at 32 tokens the
+ * grouped q4_K kernel spilled) */
 template <int T> static int i_optin(struct kctx *k)
 {
-    return i_optin_one<T, 2>(k) || i_optin_one<T, 4>(k) || i_optin_one<T, 8>(k);
+    return i_optin_one<T, 2, false>(k) || i_optin_one<T, 4, false>(k) ||
+           i_optin_one<T, 8, false>(k) || i_optin_one<T, 2, true>(k);
 }
 
 int gemm_i8_prepare(struct kctx *k)
@@ -647,29 +685,40 @@ int gemm_i8_prepare(struct kctx *k)
 }
 
 struct i_launchers {
-    template <int T, int NJ>
-    static int go(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
-                  int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                  int64_t split_nb, gepi e, const gsplit *fs)
+    template <int T, int NJ, bool GRP>
+    static int launch(struct kctx *k, const igroup &g, int64_t tiles_y, const void *xq,
+                      int64_t K, int64_t M, int splits)
     {
-        dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)((N + I_BN - 1) / I_BN),
-                  (unsigned)splits);
-        const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
+        dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)tiles_y, (unsigned)splits);
         const int smem = ismem<T, NJ>::BYTES;
-        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ>), grid, I_THREADS, smem,
-                (const uint8_t *)W, w_nb1, (const uint8_t *)xq, (int)K, (int)N, (int)M, splits,
-                out, out_nb1, split_nb, e, fs ? *fs : none);
+        KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ, GRP>), grid, I_THREADS, smem,
+                (const uint8_t *)xq, (int)K, (int)M, splits, g);
         return 0;
     }
-    /* the launcher of each covered type (inplace_pick's L::run<T>) */
+    template <int T>
+    static int run_group(struct kctx *k, const igroup &g, int64_t tiles_y, const void *xq,
+                         int64_t K, int64_t M, int splits)
+    {
+        int nj = i_nj(M);
+        if (g.count > 1)
+            return nj == 2 ? launch<T, 2, true>(k, g, tiles_y, xq, K, M, splits)
+                           : k_fail(k, "gemm_i8", "a group of products takes at most 16 tokens");
+        auto f = nj == 2 ? launch<T, 2, false> : nj == 4 ? launch<T, 4, false> : launch<T, 8, false>;
+        return f(k, g, tiles_y, xq, K, M, splits);
+    }
+    /* the launcher of each covered type (inplace_pick's L::run<T>): one
+     * product */
     template <int T>
     static int run(struct kctx *k, const void *W, int64_t w_nb1, const void *xq, int64_t K,
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb, gepi e, const gsplit *fs)
     {
-        int nj = i_nj(M);
-        auto f = nj == 2 ? go<T, 2> : nj == 4 ? go<T, 4> : go<T, 8>;
-        return f(k, W, w_nb1, xq, K, N, M, splits, out, out_nb1, split_nb, e, fs);
+        const gsplit none = {nullptr, 0, {0, nullptr, 0}, nullptr};
+        igroup g = {};
+        g.count = 1;
+        g.s[0] = {(const uint8_t *)W, w_nb1, (int)N, 0, out, out_nb1, split_nb, e,
+                  fs ? *fs : none};
+        return run_group<T>(k, g, (N + I_BN - 1) / I_BN, xq, K, M, splits);
     }
 };
 
@@ -686,4 +735,94 @@ int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
     const int64_t bm = 8 * i_nj(M), tiles = (M + bm - 1) / bm * ((N + I_BN - 1) / I_BN);
     return gemm_inplace_run(k, "gemm_i8", fn, i_splits(k, K, N, M), W, w_nb1, xq, K, N, M, dst,
                             dst_nb1, part, e, tiles);
+}
+
+/* A group's split count: the most splits (at most 8, whole chunks) that
+ * keep its blocks within one wave of 2 per SM; a second, mostly empty
+ * wave would cost what the group saves. */
+static int i_group_splits(const struct kctx *k, int64_t K, int64_t tiles)
+{
+    int64_t s = g_splits ? g_splits : 2LL * k->sm_count / tiles;
+    int64_t nch = K / Q_CHUNK;
+    s = s < 1 ? 1 : s > I_MAX_SPLITS ? I_MAX_SPLITS : s;
+    return (int)(s < nch ? s : nch);
+}
+
+static int64_t i_group_tiles(const struct kgemm_seg *segs, int count)
+{
+    int64_t t = 0;
+    for (int i = 0; i < count; i++)
+        t += (segs[i].N + I_BN - 1) / I_BN;
+    return t;
+}
+
+int gemm_i8_multi_ok(const struct kctx *k, uint32_t type, const struct kgemm_seg *segs,
+                     int count, int64_t K, int64_t M)
+{
+    if (count < 2 || count > I_SEGS || i_nj(M) != 2 || !inplace_pick<i_launchers>(type) ||
+        !k->tile_count)
+        return 0;
+    int64_t tiles = i_group_tiles(segs, count);
+    for (int i = 0; i < count; i++)
+        if (segs[i].N < 1 || segs[i].N > INT32_MAX ||
+            segs[i].w_nb1 > (int64_t)(UINT32_MAX / I_BN) - 16)
+            return 0;
+    return tiles <= 65535 && tiles <= KTILE_COUNTERS && K / Q_CHUNK >= 1;
+}
+
+size_t gemm_i8_multi_part_bytes(const struct kctx *k, const struct kgemm_seg *segs, int count,
+                                int64_t K, int64_t M)
+{
+    int splits = i_group_splits(k, K, i_group_tiles(segs, count));
+    size_t b = 0;
+    for (int i = 0; i < count; i++)
+        b += gemm_planes_bytes(splits, segs[i].N, M);
+    return b;
+}
+
+int gemm_i8_multi(struct kctx *k, uint32_t type, const struct kgemm_seg *segs, int count,
+                  int64_t K, const void *xq, int64_t M, void *part)
+{
+    if (!gemm_i8_multi_ok(k, type, segs, count, K, M))
+        return k_fail(k, "gemm_i8", "these products cannot run as one launch");
+    const int64_t tiles = i_group_tiles(segs, count);
+    const int splits = i_group_splits(k, K, tiles);
+    if (splits > 1 && !part)
+        return k_fail(k, "gemm_i8", "no scratch for the split-K planes was given");
+    const gepi none = {0, nullptr, 0};
+    const gsplit nofs = {nullptr, 0, none, nullptr};
+    igroup g = {};
+    g.count = count;
+    float *p = (float *)part;
+    int t0 = 0;
+    for (int i = 0; i < count; i++) {
+        const kgemm_seg &q = segs[i];
+        const gepi e = gepi_of(q.epi);
+        iseg &s = g.s[i];
+        s.W = (const uint8_t *)q.W;
+        s.w_nb1 = q.w_nb1;
+        s.N = (int)q.N;
+        s.t0 = t0;
+        s.split_nb = q.N * M * 4;
+        if (splits > 1) {
+            s.out = p;
+            s.out_nb1 = q.N * 4;
+            s.ep = none;
+            s.fs = {q.dst, q.dst_nb1, e, k->tile_count};
+            p += (size_t)splits * (size_t)q.N * (size_t)M;
+        } else {
+            s.out = q.dst;
+            s.out_nb1 = q.dst_nb1;
+            s.ep = e;
+            s.fs = nofs;
+        }
+        t0 += (int)((q.N + I_BN - 1) / I_BN);
+    }
+    switch (type) {
+    case MINFER_TYPE_Q4_K: return i_launchers::run_group<MINFER_TYPE_Q4_K>(k, g, tiles, xq, K, M, splits);
+    case MINFER_TYPE_Q5_K: return i_launchers::run_group<MINFER_TYPE_Q5_K>(k, g, tiles, xq, K, M, splits);
+    case MINFER_TYPE_Q6_K: return i_launchers::run_group<MINFER_TYPE_Q6_K>(k, g, tiles, xq, K, M, splits);
+    case MINFER_TYPE_Q8_0: return i_launchers::run_group<MINFER_TYPE_Q8_0>(k, g, tiles, xq, K, M, splits);
+    default: return k_fail(k, "gemm_i8", "weight type has no int8 GEMM");
+    }
 }

@@ -595,6 +595,31 @@ extern "C" size_t k_gemm_scratch_bytes(const struct kctx *k, uint32_t type, cons
     return wb + (pb > pl ? pb : pl);
 }
 
+extern "C" int k_gemm_multi_ok(const struct kctx *k, uint32_t type, const struct kgemm_seg *segs,
+                               int count, int64_t K, int64_t M)
+{
+    return k->gemm_optin_ok && gemm_q_eligible(type, K) && path(k, type, K, M, NULL) == PATH_I8 &&
+           gemm_i8_multi_ok(k, type, segs, count, K, M);
+}
+
+extern "C" size_t k_gemm_multi_scratch_bytes(const struct kctx *k, uint32_t type,
+                                             const struct kgemm_seg *segs, int count, int64_t K,
+                                             int64_t M)
+{
+    (void)type;
+    return gemm_i8_multi_part_bytes(k, segs, count, K, M);
+}
+
+extern "C" int k_gemm_multi(struct kctx *k, uint32_t type, const struct kgemm_seg *segs,
+                            int count, int64_t K, const void *xq, int64_t M, void *scratch)
+{
+    if (!k_gemm_multi_ok(k, type, segs, count, K, M))
+        return k_fail(k, "gemm", "these products cannot run as one launch");
+    if (((uintptr_t)scratch & 255))
+        return k_fail(k, "gemm", "scratch must be 256-byte aligned");
+    return gemm_i8_multi(k, type, segs, count, K, xq, M, scratch);
+}
+
 extern "C" int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 {
     return path(k, type, K, M, NULL) != PATH_SS;

@@ -291,6 +291,14 @@ int gemm_i8_group(uint32_t type, int64_t M);
 void gemm_i8_tune(int bm, int splits);
 int gemm_i8(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xq, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
+/* k_gemm_multi on gemm-i8.cu: whether it takes these products (2-3, at
+ * most 16 tokens), its split planes' bytes, and the launch. */
+int gemm_i8_multi_ok(const struct kctx *k, uint32_t type, const struct kgemm_seg *segs,
+                     int count, int64_t K, int64_t M);
+size_t gemm_i8_multi_part_bytes(const struct kctx *k, const struct kgemm_seg *segs, int count,
+                                int64_t K, int64_t M);
+int gemm_i8_multi(struct kctx *k, uint32_t type, const struct kgemm_seg *segs, int count,
+                  int64_t K, const void *xq, int64_t M, void *part);
 
 /* gemm-wg.cu (sm_90a builds only; gemm.cu asks wg_ready first): the
  * same contract as gemm_q's, on Hopper's warpgroup MMA, 64 or 128 tokens

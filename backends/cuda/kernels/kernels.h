@@ -183,6 +183,28 @@ int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 int k_gemm(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
            const void *xh, const void *xl, int64_t M, float *dst, int64_t dst_nb1,
            void *scratch, const struct kgemm_epi *epi);
+/* One product of a k_gemm_multi launch: weight W [K, N] (rows w_nb1
+ * apart) into dst [N, M] (rows dst_nb1 apart), then epi (NULL: none). */
+struct kgemm_seg {
+    const void *W;
+    int64_t N, w_nb1;
+    float *dst;
+    int64_t dst_nb1;
+    const struct kgemm_epi *epi;
+};
+/* Whether count products of one x (a batched decode's Q, K and V: same
+ * type and K, M tokens) can run as one k_gemm_multi launch: gemm-i8.cu's
+ * path, 2-3 products, at most 16 tokens. */
+int k_gemm_multi_ok(const struct kctx *k, uint32_t type, const struct kgemm_seg *segs,
+                    int count, int64_t K, int64_t M);
+/* Scratch of k_gemm_multi (its split-K planes), 256-byte aligned. */
+size_t k_gemm_multi_scratch_bytes(const struct kctx *k, uint32_t type,
+                                  const struct kgemm_seg *segs, int count, int64_t K, int64_t M);
+/* The products of k_gemm_multi_ok as one launch, on x's q8_1 blocks xq
+ * (k_gemm_takes_q8_1's group): the small K and V products run in the
+ * waves of Q's instead of after them. Results as k_gemm's, bit for bit. */
+int k_gemm_multi(struct kctx *k, uint32_t type, const struct kgemm_seg *segs, int count,
+                 int64_t K, const void *xq, int64_t M, void *scratch);
 /* Benchmark and test hook: force the f16-scratch GEMM's K slice depth
  * (32/64), split-K count (1..8) and weight rows per tile (bn 128/256), or
  * the in-place quantized GEMM (kernels/gemm-q.cu) with token tile bn 16
