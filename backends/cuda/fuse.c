@@ -326,6 +326,21 @@ static int is_q_matvec(const struct minfer_node *n)
            x->type == MINFER_TYPE_F32;
 }
 
+/* Whether the n products at g, all of x, may run as one launch: none
+ * writes x or what another reads (its weight, its addend) or writes. */
+static int products_apart(const struct minfer_node *g, uint32_t n, const struct minfer_tensor *x)
+{
+    for (uint32_t a = 0; a < n; a++) {
+        if (overlaps(g[a].dst, x))
+            return 0;
+        for (uint32_t b = 0; b < n; b++)
+            if (a != b && (overlaps(g[a].dst, g[b].dst) || overlaps(g[a].dst, g[b].src[0]) ||
+                           (g[b].op == MINFER_OP_MUL_MAT_ADD && overlaps(g[a].dst, g[b].src[2]))))
+                return 0;
+    }
+    return 1;
+}
+
 /* How many nodes from i (2..4, 0: none) are decode products of the same x
  * that may run as one launch (Q, K and V): none writes what another reads
  * (x, a weight, an addend) or writes. */
@@ -338,22 +353,7 @@ static uint32_t matvec_group(const struct minfer_replay_window *w, uint32_t i)
     uint32_t n = 1;
     while (n < 4 && i + n <= w->last && is_q_matvec(&nd[i + n]) && same_view(nd[i + n].src[1], x))
         n++;
-    if (n < 2)
-        return 0;
-    for (uint32_t a = 0; a < n; a++) {
-        const struct minfer_node *na = &nd[i + a];
-        if (overlaps(na->dst, x))
-            return 0;
-        for (uint32_t b = 0; b < n; b++) {
-            const struct minfer_node *nb = &nd[i + b];
-            if (a == b)
-                continue;
-            if (overlaps(na->dst, nb->dst) || overlaps(na->dst, nb->src[0]) ||
-                (nb->op == MINFER_OP_MUL_MAT_ADD && overlaps(na->dst, nb->src[2])))
-                return 0;
-        }
-    }
-    return n;
+    return n >= 2 && products_apart(&nd[i], n, x) ? n : 0;
 }
 
 /* The n products at g (a matvec_group) as one k_matvec_q_multi launch. */
@@ -418,19 +418,8 @@ static uint32_t gemm_group(const struct kctx *k, const struct minfer_replay_wind
            same_view(nd[i + n].src[1], x) && nd[i + n].src[0]->type == w0->type &&
            nd[i + n].src[0]->ne[0] == w0->ne[0])
         n++;
-    if (n < 2)
+    if (n < 2 || !products_apart(&nd[i], n, x))
         return 0;
-    for (uint32_t a = 0; a < n; a++) {
-        const struct minfer_node *na = &nd[i + a];
-        if (overlaps(na->dst, x))
-            return 0;
-        for (uint32_t b = 0; b < n; b++) {
-            const struct minfer_node *nb = &nd[i + b];
-            if (a != b && (overlaps(na->dst, nb->dst) || overlaps(na->dst, nb->src[0]) ||
-                           (nb->op == MINFER_OP_MUL_MAT_ADD && overlaps(na->dst, nb->src[2]))))
-                return 0;
-        }
-    }
     for (uint32_t j = 0; j < n; j++) {
         const struct minfer_node *nj = &nd[i + j];
         const struct minfer_tensor *wj = nj->src[0], *a = nj->src[2];
