@@ -455,6 +455,25 @@ static minfer_status run_gemm_group(struct minfer_backend *be, const struct minf
     return MINFER_OK;
 }
 
+/* count, the nodes of a group from i, if those after i validate (the
+ * separate path reports one that does not), else 0. */
+static uint32_t group_checked(const struct minfer_replay_window *w, uint32_t i, uint32_t count)
+{
+    char why[400];
+    for (uint32_t j = 1; j < count; j++)
+        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
+            return 0;
+    return count;
+}
+
+/* A group's outputs as written, for the activation cache. */
+static void group_written(struct minfer_backend *be, const struct minfer_replay_window *w,
+                          uint32_t i, uint32_t count)
+{
+    for (uint32_t j = 0; j < count; j++)
+        cuda_xq_note_write(be, w->nodes[i + j].dst);
+}
+
 /* ---- the capture's entry ---- */
 
 /* The patterns in the order capture_window always tried them: a group of
@@ -467,25 +486,17 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
     const struct minfer_node *n = &w->nodes[i];
     struct kgemm_seg segs[3];
     struct kgemm_epi epis[3];
-    uint32_t gg = gemm_group(k, w, i, segs, epis);
-    for (uint32_t j = 0; j < gg; j++)
-        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
-            gg = 0; /* the separate path reports it */
-    if (gg) {
-        *st = run_gemm_group(be, n, gg, k, segs);
-        for (uint32_t j = 0; j < gg; j++)
-            cuda_xq_note_write(be, w->nodes[i + j].dst);
+    uint32_t group = group_checked(w, i, gemm_group(k, w, i, segs, epis));
+    if (group) {
+        *st = run_gemm_group(be, n, group, k, segs);
+        group_written(be, w, i, group);
         CUDA_COUNT(gemm_groups);
-        return gg;
+        return group;
     }
-    uint32_t group = matvec_group(w, i);
-    for (uint32_t j = 1; j < group; j++)
-        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
-            group = 0; /* the separate path reports it */
+    group = group_checked(w, i, matvec_group(w, i));
     if (group) {
         *st = run_matvec_group(be, n, group, k);
-        for (uint32_t j = 0; j < group; j++)
-            cuda_xq_note_write(be, w->nodes[i + j].dst);
+        group_written(be, w, i, group);
         CUDA_COUNT(groups);
         return group;
     }
