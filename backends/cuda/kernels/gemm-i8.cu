@@ -703,7 +703,9 @@ struct i_launchers {
         if (g.count > 1)
             return nj == 2 ? launch<T, 2, true>(k, g, tiles_y, xq, K, M, splits)
                            : k_fail(k, "gemm_i8", "a group of products takes at most 16 tokens");
-        auto f = nj == 2 ? launch<T, 2, false> : nj == 4 ? launch<T, 4, false> : launch<T, 8, false>;
+        auto f = nj == 2   ? launch<T, 2, false>
+                 : nj == 4 ? launch<T, 4, false>
+                           : launch<T, 8, false>;
         return f(k, g, tiles_y, xq, K, M, splits);
     }
     /* the launcher of each covered type (inplace_pick's L::run<T>): one
@@ -818,11 +820,11 @@ int gemm_i8_multi(struct kctx *k, uint32_t type, const struct kgemm_seg *segs, i
         }
         t0 += (int)((q.N + I_BN - 1) / I_BN);
     }
-    switch (type) {
-    case MINFER_TYPE_Q4_K: return i_launchers::run_group<MINFER_TYPE_Q4_K>(k, g, tiles, xq, K, M, splits);
-    case MINFER_TYPE_Q5_K: return i_launchers::run_group<MINFER_TYPE_Q5_K>(k, g, tiles, xq, K, M, splits);
-    case MINFER_TYPE_Q6_K: return i_launchers::run_group<MINFER_TYPE_Q6_K>(k, g, tiles, xq, K, M, splits);
-    case MINFER_TYPE_Q8_0: return i_launchers::run_group<MINFER_TYPE_Q8_0>(k, g, tiles, xq, K, M, splits);
-    default: return k_fail(k, "gemm_i8", "weight type has no int8 GEMM");
-    }
+    using F = int (*)(struct kctx *, const igroup &, int64_t, const void *, int64_t, int64_t,
+                      int);
+    const F f = type == MINFER_TYPE_Q4_K   ? i_launchers::run_group<MINFER_TYPE_Q4_K>
+                : type == MINFER_TYPE_Q5_K ? i_launchers::run_group<MINFER_TYPE_Q5_K>
+                : type == MINFER_TYPE_Q6_K ? i_launchers::run_group<MINFER_TYPE_Q6_K>
+                                           : i_launchers::run_group<MINFER_TYPE_Q8_0>;
+    return f(k, g, tiles, xq, K, M, splits); /* the type is one of these: gemm_i8_multi_ok */
 }
