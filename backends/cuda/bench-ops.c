@@ -474,7 +474,8 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0, one_bn = 0;
+        gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0,
+        one_bn = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
