@@ -52,6 +52,10 @@ static struct graph_stats stats(struct minfer_runtime *rt)
 
 #define SHAPE_QWEN2 \
     "custom:n_embd=256,n_layer=2,n_head=4,n_head_kv=2,head_dim=64,n_ff=512,n_vocab=384,n_ctx=1024,tied=0"
+/* 512 wide: the products of the hidden state span two 256-value chunks,
+ * so gemm-i8.cu splits them (the batched test's 16-token steps) */
+#define SHAPE_QWEN2_WIDE \
+    "custom:n_embd=512,n_layer=2,n_head=8,n_head_kv=2,head_dim=64,n_ff=1024,n_vocab=384,n_ctx=1024,tied=0"
 #define SHAPE_QWEN3 \
     "custom:n_embd=256,n_layer=2,n_head=4,n_head_kv=2,head_dim=64,n_ff=512,n_vocab=384,n_ctx=1024,tied=1"
 
@@ -218,15 +222,16 @@ START_TEST(batched_greedy_cuda_matches_cpu)
      * never replay a captured graph. Six sequences (steps padded to 8
      * tokens: the matvec kernels), then twelve (padded to 16: gemm-i8.cu's
      * GEMM with its split-K finish, the norm writing its q8_1 activations
-     * and Q, K and V as one launch, k_gemm_multi, in the capture) of
-     * 1..100 prompt tokens, then 12 steps, teacher-forced with the CPU's
-     * tokens. */
+     * and Q, K and V as one launch, k_gemm_multi, split in two as well:
+     * the 512-wide shape) of 1..100 prompt tokens, then 12 steps,
+     * teacher-forced with the CPU's tokens. */
     enum { NS_MAX = 12, STEPS = 12 };
     const int NS = _i == 0 ? 6 : 12;
     static const int32_t plen[NS_MAX] = {1, 3, 9, 16, 33, 100, 2, 5, 7, 20, 50, 64};
     struct minfer_runtime *rt = ts_runtime("cuda");
     size_t size;
-    void *mem = ts_synth("qwen2", SHAPE_QWEN2, MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
+    void *mem = ts_synth("qwen2", NS == 12 ? SHAPE_QWEN2_WIDE : SHAPE_QWEN2,
+                         MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
     struct minfer_model *mc = load_mem(rt, mem, size, "cpu");
     struct minfer_model *mg = load_mem(rt, mem, size, "cuda");
     int32_t nv = n_vocab_of(mc);
