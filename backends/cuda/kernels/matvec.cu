@@ -88,6 +88,8 @@ extern "C" size_t k_q8_1_bytes(int64_t K, int64_t M)
 extern "C" int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_t M,
                                int64_t x_nb1, int group, void *xq)
 {
+    if (group != 32 && group != 256)
+        return k_fail(k, "quantize_q8_1", "the group must be 32 or 256 values");
     if (group == 256) {
         if (K % 256)
             return k_fail(k, "quantize_q8_1", "K is not a multiple of 256");

@@ -386,7 +386,9 @@ extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, s
                                float eps, int group, void *xq)
 {
     int64_t rows = nrows(x);
-    if (x.ne[0] % group || dst.ne[2] != 1 || dst.ne[3] != 1 || (group != 32 && group != 256))
+    if (group != 32 && group != 256)
+        return k_fail(k, "rms_norm_q8_1", "the group must be 32 or 256 values");
+    if (x.ne[0] % group || dst.ne[2] != 1 || dst.ne[3] != 1)
         return k_fail(k, "rms_norm_q8_1", "rows not a multiple of the group or dst not 2-D");
     if (grid_ok(k, "rms_norm_q8_1", rows))
         return -1;
