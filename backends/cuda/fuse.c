@@ -264,6 +264,25 @@ static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv
     return 1;
 }
 
+/* count, the nodes of a group from i, if those after i validate (the
+ * separate path reports one that does not), else 0. */
+static uint32_t group_checked(const struct minfer_replay_window *w, uint32_t i, uint32_t count)
+{
+    char why[400];
+    for (uint32_t j = 1; j < count; j++)
+        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
+            return 0;
+    return count;
+}
+
+/* A group's outputs as written, for the activation cache. */
+static void group_written(struct minfer_backend *be, const struct minfer_replay_window *w,
+                          uint32_t i, uint32_t count)
+{
+    for (uint32_t j = 0; j < count; j++)
+        cuda_xq_note_write(be, w->nodes[i + j].dst);
+}
+
 /* One token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at
  * nodes[i..] as one k_norm_rope2 launch: returns how many nodes it ran
  * (0: no such group here; 2 only where rope_pair refuses, since k_rope2
@@ -271,7 +290,6 @@ static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv
 static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
                            uint32_t i, struct kctx *k, minfer_status *st)
 {
-    char why[400];
     const struct minfer_node *nd = w->nodes;
     uint32_t avail = w->last - i + 1, r = 0, n = 0;
     if (avail >= 4 && norm_rope_quad(&nd[i], &nd[i + 1], &nd[i + 2], &nd[i + 3]))
@@ -291,9 +309,8 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     if (!with_kv && r == 0 && rope_pair(rq, rk))
         return 0; /* plain q + k RoPE: k_rope2 */
     uint32_t used = n + (with_kv ? 2 : 0);
-    for (uint32_t j = 1; j < used; j++)
-        if (cuda_validate(&nd[i + j], 1, why, sizeof(why)))
-            return 0; /* the separate path reports it */
+    if (group_checked(w, i, used) != used)
+        return 0; /* the separate path reports it */
     const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
     struct kview none = {0};
     const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
@@ -304,8 +321,7 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
                      view_of(rk->dst), nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
                      rq->iparams[0], rq->fparams[0], rq->fparams[1], with_kv ? &kv : NULL))
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
-    for (uint32_t j = 0; j < used; j++)
-        cuda_xq_note_write(be, nd[i + j].dst);
+    group_written(be, w, i, used);
     if (r)
         CUDA_COUNT(norm_ropes);
     else
@@ -455,25 +471,6 @@ static minfer_status run_gemm_group(struct minfer_backend *be, const struct minf
     return MINFER_OK;
 }
 
-/* count, the nodes of a group from i, if those after i validate (the
- * separate path reports one that does not), else 0. */
-static uint32_t group_checked(const struct minfer_replay_window *w, uint32_t i, uint32_t count)
-{
-    char why[400];
-    for (uint32_t j = 1; j < count; j++)
-        if (cuda_validate(&w->nodes[i + j], 1, why, sizeof(why)))
-            return 0;
-    return count;
-}
-
-/* A group's outputs as written, for the activation cache. */
-static void group_written(struct minfer_backend *be, const struct minfer_replay_window *w,
-                          uint32_t i, uint32_t count)
-{
-    for (uint32_t j = 0; j < count; j++)
-        cuda_xq_note_write(be, w->nodes[i + j].dst);
-}
-
 /* ---- the capture's entry ---- */
 
 /* The patterns in the order capture_window always tried them: a group of
@@ -482,7 +479,6 @@ static void group_written(struct minfer_backend *be, const struct minfer_replay_
 uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_window *w, uint32_t i,
                       struct kctx *k, minfer_status *st)
 {
-    char why[400];
     const struct minfer_node *n = &w->nodes[i];
     struct kgemm_seg segs[3];
     struct kgemm_epi epis[3];
@@ -506,7 +502,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
     const struct minfer_node *a = i < w->last ? &w->nodes[i + 1] : NULL;
     if (!a)
         return 0;
-    if ((rope_pair(n, a) || kv_pair(n, a)) && !cuda_validate(a, 1, why, sizeof(why))) {
+    if ((rope_pair(n, a) || kv_pair(n, a)) && group_checked(w, i, 2) == 2) {
         if (n->op == MINFER_OP_ROPE) {
             if (k_rope2(k, view_of(n->src[0]), view_of(n->dst), view_of(a->src[0]),
                         view_of(a->dst), n->src[1]->data, n->iparams[0], n->fparams[0],
@@ -519,8 +515,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
                             (int64_t)d1->nb[1], d1->ne[1], n->src[1]->data))
                 *st = cuda_node_fail(be, n, MINFER_ERR_BACKEND, k->err);
         }
-        cuda_xq_note_write(be, n->dst);
-        cuda_xq_note_write(be, a->dst);
+        group_written(be, w, i, 2);
         return 2;
     }
     if (attn_feeds_q(k, n, a)) {
