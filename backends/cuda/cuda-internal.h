@@ -153,12 +153,14 @@ minfer_status cuda_node_fail(struct minfer_backend *be, const struct minfer_node
 
 /* Runs one validated node by direct launches on k's stream. */
 minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, struct kctx *k);
+/* The most tokens (1..MMV_MAX_NT) the matvec kernels serve for weight w;
+ * products of more run the GEMM (exec.c says where each type crosses). */
+int cuda_matvec_tokens(const struct kctx *k, const struct minfer_tensor *w);
 /* The group of the q8_1 blocks the product of M tokens by weight w reads
  * (k_quantize_q8_1: 32 for the matvec kernels and gemm-i8.cu on q8_0 or
  * 64-token tiles, 256 for gemm-i8.cu on the K-quants), 0 if it reads
  * none; a norm or attention pass before it may write them (the norm
  * either group, the attention combines group 32). */
-int cuda_matvec_tokens(const struct kctx *k, const struct minfer_tensor *w);
 int cuda_q8_1_group(const struct kctx *k, const struct minfer_tensor *w, int64_t M);
 /* SLOT_XQ for q8_1 blocks of x [ne0, ne1] that a pass is about to write
  * (be->xq is invalid until cuda_xq_written records them with their
