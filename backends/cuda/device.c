@@ -366,6 +366,7 @@ struct cu_ctx *cu_ctx_new(int device, char *err, size_t err_len)
     c->k.device = device;
     c->k.err = c->kerr;
     c->k.err_len = sizeof(c->kerr);
+    k_dep_probe(&c->k);
     /* the violation flags word, then the GEMMs' tile counters */
     site = "cudaMalloc(violation flags and tile counters)";
     e = cudaMalloc((void **)&c->dflags, (1 + KTILE_COUNTERS) * sizeof(unsigned));

@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
                     const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
                     unsigned *flags, int n_splits, float *__restrict__ part)
 {
+    k_dep_enter();
     constexpr int LD = HD + 8, KS = HD / 16, NT = DM_TC / 8, OT = HD / 8;
     constexpr int TILE = DM_TC * LD; /* halves */
     __shared__ __align__(16) uint16_t sm[DM_WARPS * 2 * TILE];
@@ -248,6 +249,7 @@ template <int HD>
 __global__ void __launch_bounds__(DC_WARPS * 32)
     dm_combine(const float *__restrict__ part, int n_head, int n_splits, kview dst, uint8_t *xq)
 {
+    k_dep_enter();
     constexpr int RS = HD + 2;
     const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __shared__ float w[DM_MAX_SPLITS];

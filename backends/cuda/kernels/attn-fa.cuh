@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(FA_THREADS, MINB)
                int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                const int32_t *kv_len, const int32_t *pos, float scale, int window, kview dst)
 {
+    k_dep_enter();
 #if defined(WG_DEVICE) || !defined(FA_WG_ONLY)
     constexpr int LD = HD + 8, KS = HD / 16, NT = FA_BC / 8, OT = HD / 8;
     constexpr int TILE = fa_tile<HD, WG>();

@@ -104,6 +104,7 @@ __global__ void __launch_bounds__(L_THREADS)
                   const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists, float scale,
                   int n_splits, float *__restrict__ part, unsigned *flags, int vec)
 {
+    k_dep_enter();
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
     __shared__ float qs[L_MAX_HD];
@@ -168,6 +169,7 @@ __global__ void __launch_bounds__(L_THREADS)
 __global__ void lists_combine(const float *__restrict__ part, int hd, int n_head, int n_splits,
                               kview dst)
 {
+    k_dep_enter();
     combine_few(part, hd, n_head, n_splits, dst, NULL);
 }
 
@@ -184,6 +186,7 @@ __global__ void __launch_bounds__(L_THREADS)
                     float scale, int n_splits, float *__restrict__ part,
                     unsigned *flags, int vec)
 {
+    k_dep_enter();
     const int split = blockIdx.x, hk = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
     __shared__ float qs[L_MAX_G * L_MAX_HD];

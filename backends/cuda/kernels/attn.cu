@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(A_THREADS)
                  const int32_t *kv_len, const int32_t *pos, float scale, int window,
                  int chunk, int n_splits, float *__restrict__ part)
 {
+    k_dep_enter();
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int hd = (int)q.ne[0], hk = h / group, n_head = (int)q.ne[1];
     __shared__ float qs[A_MAX_HD];
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(D_WARPS * 32)
                 const int32_t *pos, float scale, int window, int n_splits,
                 float *__restrict__ part)
 {
+    k_dep_enter();
     constexpr int D_VB = 16 / DC; /* V rows in flight per batch */
     const int hd = (int)q.ne[0], n_head = (int)q.ne[1];
     const int n_gc = (group + D_G - 1) / D_G, hk = blockIdx.y / n_gc, gc = blockIdx.y % n_gc;
@@ -325,6 +327,7 @@ __global__ void __launch_bounds__(128)
     attn_combine(const float *__restrict__ part, int hd, int n_head, int n_splits, kview dst,
                  uint8_t *xq)
 {
+    k_dep_enter();
     const int h = blockIdx.x, t = blockIdx.y;
     __shared__ float w[A_MAX_SPLITS];
     __shared__ float red[4];
@@ -366,6 +369,7 @@ __global__ void __launch_bounds__(128)
 __global__ void attn_combine_few(const float *__restrict__ part, int hd, int n_head, int n_splits,
                              kview dst, uint8_t *xq)
 {
+    k_dep_enter();
     combine_few(part, hd, n_head, n_splits, dst, xq);
 }
 

@@ -271,9 +271,8 @@ template <> __device__ __forceinline__ void dq8<MINFER_TYPE_Q6_K>(const uint8_t 
 
 /* ---- launch discipline ---- */
 
-/* Reads the launch error of the launch just made at `site`. A latch that
- * predates the launch was already reported by k_pre (so this one is the
- * launch's own). Returns 0 or -1 with the message in k->err. */
+/* Before the launch at `site`: refuses it with the test hook's injected
+ * fault, or with an error an earlier runtime call left latched. */
 static inline int k_pre(struct kctx *k, const char *site)
 {
     if (cu_launch_injected()) {
@@ -291,25 +290,87 @@ static inline int k_pre(struct kctx *k, const char *site)
     }
     return 0;
 }
+/* Reports e, the error of the launch made at `site`, and clears the latch
+ * it left. */
+static inline int k_launch_err(struct kctx *k, const char *site, cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    snprintf(k->err, k->err_len, "%s: launch failed: %s (%s)", site, cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    return -1;
+}
+/* Reads the launch error of the launch just made at `site`. A latch that
+ * predates the launch was already reported by k_pre (so this one is the
+ * launch's own). Returns 0 or -1 with the message in k->err. */
 static inline int k_post(struct kctx *k, const char *site)
 {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        snprintf(k->err, k->err_len, "%s: launch failed: %s (%s)", site, cudaGetErrorString(e),
-                 cudaGetErrorName(e));
-        return -1;
-    }
-    return 0;
+    return k_launch_err(k, site, cudaGetLastError());
 }
 
 #define KSTREAM(k) ((cudaStream_t)(k)->stream)
 
-/* Launches kern<<<grid, block, smem, stream>>>(args...) and reads its error. */
+/* ---- programmatic dependent launch (sm_90) ----
+ *
+ * With k->dep_launch set (k_dep_probe), every launch lets the runtime
+ * start the kernel while its predecessor in the stream is still running:
+ * its blocks become resident during the predecessor's tail instead of
+ * after it, which hides the fixed cost each decode launch otherwise pays
+ * (docs/PERF.md). The price is a rule every kernel keeps:
+ *
+ *   k_dep_enter() is the first thing a kernel does, in every block,
+ *   before any early return. Before it a kernel may only read memory no
+ *   kernel writes (weights: k_prefetch_l2).
+ *
+ * k_dep_enter waits until the predecessor grid has completed and its
+ * writes are visible (griddepcontrol.wait; the predecessor waited for its
+ * own, so the guarantee covers the whole stream), then allows the
+ * successor to launch (griddepcontrol.launch_dependents), which can only
+ * take SM slots that this grid's blocks, all already started, leave. A
+ * kernel launched without the attribute, or built for an architecture
+ * below 9.0, returns from both at once. */
+__device__ __forceinline__ void k_dep_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Asks the L2 for the line at p (a weight, read before k_dep_enter). */
+__device__ __forceinline__ void k_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Benchmark hook's switch (ops.cu, k_tune_dep_launch): 0 turns the
+ * attribute off process-wide. */
+extern int g_k_dep_launch;
+
+/* Launches kern<<<grid, block, smem, stream>>>(args...), as a programmatic
+ * dependent of the kernel before it where the device allows (above), and
+ * reads its error. */
 #define KLAUNCH(k, site, kern, grid, block, smem, ...)                                     \
     do {                                                                                   \
         if (k_pre((k), (site)))                                                            \
             return -1;                                                                     \
-        kern<<<(grid), (block), (smem), KSTREAM(k)>>>(__VA_ARGS__);                        \
+        if ((k)->dep_launch && g_k_dep_launch) {                                           \
+            cudaLaunchAttribute at_[1];                                                    \
+            at_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;                \
+            at_[0].val.programmaticStreamSerializationAllowed = 1;                         \
+            cudaLaunchConfig_t cfg_ = {};                                                  \
+            cfg_.gridDim = dim3(grid);                                                     \
+            cfg_.blockDim = dim3(block);                                                   \
+            cfg_.dynamicSmemBytes = (smem);                                                \
+            cfg_.stream = KSTREAM(k);                                                      \
+            cfg_.attrs = at_;                                                              \
+            cfg_.numAttrs = 1;                                                             \
+            if (k_launch_err((k), (site), cudaLaunchKernelEx(&cfg_, kern, __VA_ARGS__)))   \
+                return -1;                                                                 \
+        } else {                                                                           \
+            kern<<<(grid), (block), (smem), KSTREAM(k)>>>(__VA_ARGS__);                    \
+        }                                                                                  \
         if (k_post((k), (site)))                                                           \
             return -1;                                                                     \
     } while (0)

@@ -562,6 +562,7 @@ template <int T, int NJ, bool GRP>
 __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
     gemm_i8_kernel(const uint8_t *__restrict__ xq, int K, int M, int splits, igroup g)
 {
+    k_dep_enter();
     using S = ismem<T, NJ>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;

@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(Q_THREADS, 1)
                   int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
                   int64_t split_nb, gepi ep)
 {
+    k_dep_enter();
     using Q = qgemm<T>;
     using S = qsmem<T, NJ>;
     constexpr int BM = S::BM, PITCH = qshape<T>::PITCH;

@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(S_THREADS, 1)
                    int64_t mp, int klen, int n, int M, float *__restrict__ dst,
                    int64_t dst_nb1, int64_t split_nb, int accumulate, gepi ep)
 {
+    k_dep_enter();
 #ifdef WG_DEVICE
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) uint64_t full[S_STAGES], empty[S_STAGES];

@@ -78,6 +78,7 @@ __global__ void __launch_bounds__(W_THREADS, 1)
                    int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
                    int64_t split_nb, gepi ep)
 {
+    k_dep_enter();
 #ifdef WG_DEVICE
     using Q = qgemm<T>;
     using S = wsmem<T, NT>;

@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(G_THREADS, gshape<BN, BK>::MIN_BLOCKS)
                     int64_t ldx, int klen, int N, int M, float *__restrict__ dst,
                     int64_t dst_nb1, int64_t split_nb, int accumulate, gepi ep)
 {
+    k_dep_enter();
     using S = gshape<BN, BK>;
     extern __shared__ __align__(128) unsigned char smem[];
     __half *ring = (__half *)smem; /* stage s: A [BN][LDS] then B [G_BM][LDS] */
@@ -182,6 +183,7 @@ __global__ void gemm_reduce_kernel(const float *__restrict__ part, int splits, i
                                    float *__restrict__ dst, int64_t dst_nb1, int accumulate,
                                    gepi ep)
 {
+    k_dep_enter();
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, plane = (int64_t)N * M;
     if (e >= plane)
         return;
@@ -237,6 +239,7 @@ enum act_order { ACT_PLAIN, ACT_PAIRS, ACT_WG, ACT_CM };
 __global__ void gemm_act_kernel(const float *__restrict__ x, int64_t x_nb1, int K, int M, int mp,
                                 __half *__restrict__ xh, __half *__restrict__ xl, int order)
 {
+    k_dep_enter();
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
     bool cm = order == ACT_WG || order == ACT_CM;
@@ -301,6 +304,7 @@ template <int T>
 __global__ void gemm_w16_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, int K, int rows,
                                 __half *__restrict__ wh, int cm)
 {
+    k_dep_enter();
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int kg = K / 8;
     int64_t rp = cm ? wg_act_tokens(rows) : rows;

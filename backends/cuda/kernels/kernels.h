@@ -38,6 +38,7 @@ struct kctx {
     int gemm_optin_ok;     /* the GEMM's >48 KiB dynamic smem was opted in */
     unsigned *flags;       /* device word, KFLAG_* */
     unsigned *tile_count;  /* KTILE_COUNTERS zeroed device words: gemm.cuh's gemm_split_finish */
+    int dep_launch;        /* launches may be programmatic dependents (k_dep_probe) */
     char *err;             /* message sink */
     size_t err_len;
 };
@@ -58,6 +59,15 @@ struct kview {
  * device, outside any capture. 0 = ok (k->gemm_optin_ok set or left 0
  * with the reason in k->err when the device limit is too small). */
 int k_prepare(struct kctx *k);
+
+/* Sets k->dep_launch: 1 when the device (compute capability 9.0 or
+ * later) and the kernels' build (code for 9.0 or later, which keeps
+ * common.cuh's k_dep_enter rule) allow programmatic dependent launch. */
+void k_dep_probe(struct kctx *k);
+
+/* Benchmark hook: 0 launches every kernel the plain way (each waits for
+ * the whole of the one before it), 1 (the default) as k_dep_probe allows. */
+void k_tune_dep_launch(int on);
 
 /* Bytes of q8_1-style blocks for K values (K % 32 == 0) times M rows. */
 size_t k_q8_1_bytes(int64_t K, int64_t M);

@@ -31,6 +31,7 @@ static __device__ __forceinline__ bool tk_before(float v, int i, float w, int j)
 
 __global__ void __launch_bounds__(TK_THREADS) topk_kernel(kview x, int kk, kview dst)
 {
+    k_dep_enter();
     __shared__ float v[TK_MAX_N];
     __shared__ unsigned char taken[TK_MAX_N];
     __shared__ float bv[TK_THREADS / 32];
@@ -94,6 +95,7 @@ extern "C" int k_topk(struct kctx *k, struct kview x, int kk, struct kview dst)
 /* One warp per token. */
 __global__ void moe_weights_kernel(kview lg, kview ids, int renorm, kview dst, unsigned *flags)
 {
+    k_dep_enter();
     const int t = blockIdx.x, lane = threadIdx.x, n = (int)lg.ne[0], kk = (int)ids.ne[0];
     const float *l = (const float *)((const char *)lg.data + t * lg.nb[1]);
     const int32_t *e = (const int32_t *)((const char *)ids.data + t * ids.nb[1]);
@@ -136,6 +138,7 @@ extern "C" int k_moe_weights(struct kctx *k, struct kview logits, struct kview i
 
 __global__ void moe_sum_kernel(kview x, kview w, kview dst)
 {
+    k_dep_enter();
     const int t = blockIdx.x, kk = (int)x.ne[1];
     const float *wt = (const float *)((const char *)w.data + t * w.nb[1]);
     float *o = (float *)((char *)dst.data + t * dst.nb[1]);
@@ -168,6 +171,7 @@ extern "C" size_t k_mul_mat_id_scratch_bytes(int64_t n_expert, int64_t slots)
 __global__ void __launch_bounds__(1024) mmid_route(kview ids, int n_expert, int32_t *scratch,
                                                    unsigned *flags)
 {
+    k_dep_enter();
     extern __shared__ int cnt[];
     const int kk = (int)ids.ne[0], S = kk * (int)ids.ne[1];
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
@@ -195,6 +199,7 @@ __global__ void __launch_bounds__(MI_THREADS)
                 int64_t w_nb2, kview x, int kk, int S, kview dst,
                 const int32_t *__restrict__ scratch, int n_expert)
 {
+    k_dep_enter();
     __shared__ int slot[MI_COLS];
     const int e = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int cnt = scratch[e];

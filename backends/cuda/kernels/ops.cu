@@ -34,6 +34,7 @@ template <int T>
 __global__ void get_rows_q(const uint8_t *table, int64_t n, int64_t n_rows, int64_t t_nb1,
                            const int32_t *ids, float *dst, int64_t dst_nb1, unsigned *flags)
 {
+    k_dep_enter();
     int64_t i = blockIdx.y;
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 8 */
     if (8 * g >= n)
@@ -60,6 +61,7 @@ template <int T>
 __global__ void get_rows_plain(const uint8_t *table, int64_t n, int64_t n_rows, int64_t t_nb1,
                                const int32_t *ids, float *dst, int64_t dst_nb1, unsigned *flags)
 {
+    k_dep_enter();
     int64_t i = blockIdx.y;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n)
@@ -257,6 +259,7 @@ static __device__ __forceinline__ float norm_val(float x, float scale, const flo
 
 __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
 {
+    k_dep_enter();
     int64_t r = blockIdx.x;
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
@@ -354,6 +357,7 @@ static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, boo
 __global__ void __launch_bounds__(NORM_VT)
     rms_norm_q8_1_kernel(kview x, const float *w, kview dst, float eps, int group, uint8_t *xq)
 {
+    k_dep_enter();
     int64_t r = blockIdx.x;
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
@@ -444,6 +448,7 @@ static __device__ __forceinline__ void rope_row(const kview &x, const int32_t *p
 __global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, float base,
                             float fscale)
 {
+    k_dep_enter();
     rope_row(x, pos, dst, n_rot, base, fscale, blockIdx.x, blockIdx.y);
 }
 
@@ -452,6 +457,7 @@ __global__ void rope_kernel(kview x, const int32_t *pos, kview dst, int n_rot, f
 __global__ void rope2_kernel(kview x0, kview d0, kview x1, kview d1, const int32_t *pos,
                              int n_rot, float base, float fscale)
 {
+    k_dep_enter();
     int64_t h = blockIdx.x;
     if (h < x0.ne[1])
         rope_row(x0, pos, d0, n_rot, base, fscale, h, blockIdx.y);
@@ -481,6 +487,7 @@ struct kyarn {
 __global__ void rope_ext_kernel(kview x, const int32_t *pos, kview dst, int n_rot, int layout,
                                 const float *fac, kyarn y)
 {
+    k_dep_enter();
     const int64_t h = blockIdx.x, t = blockIdx.y;
     const float *xr = (const float *)((const char *)x.data + h * x.nb[1] + t * x.nb[2]);
     float *o = (float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]);
@@ -546,6 +553,7 @@ extern "C" int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct 
  * the H200, latency-bound; element-wise, so the same bits). */
 __global__ void binary_kernel(int op, kview a, kview b, kview dst, int chunks)
 {
+    k_dep_enter();
     int64_t r = blockIdx.x / chunks;
     int c = (int)(blockIdx.x % chunks);
     int64_t i1 = r % a.ne[1], i23 = r / a.ne[1];
@@ -594,6 +602,7 @@ extern "C" int k_binary(struct kctx *k, int op, struct kview a, struct kview b, 
 
 __global__ void scale_kernel(kview s, kview dst, float f)
 {
+    k_dep_enter();
     const float *sr = (const float *)view_row(s, blockIdx.x);
     float *o = (float *)view_row(dst, blockIdx.x);
     for (int64_t i = threadIdx.x; i < s.ne[0]; i += blockDim.x)
@@ -611,6 +620,7 @@ extern "C" int k_scale(struct kctx *k, struct kview src, struct kview dst, float
 
 __global__ void copy_kernel(uint32_t st, kview s, uint32_t dt, kview dst)
 {
+    k_dep_enter();
     const char *sr = view_row(s, blockIdx.x);
     char *o = view_row(dst, blockIdx.x);
     for (int64_t i = threadIdx.x; i < s.ne[0]; i += blockDim.x) {
@@ -682,6 +692,7 @@ static __device__ __forceinline__ void kv_store_row(const kview &src, const int3
 __global__ void kv_store_kernel(kview src, const int32_t *cells, uint32_t dt, uint8_t *dst,
                                 int64_t dst_nb1, int64_t n_cells, unsigned *flags)
 {
+    k_dep_enter();
     kv_store_row(src, cells, dt, dst, dst_nb1, n_cells, flags, blockIdx.x);
 }
 
@@ -690,6 +701,7 @@ __global__ void kv_store2_kernel(kview s0, uint32_t t0, uint8_t *d0, int64_t nb0
                                  kview s1, uint32_t t1, uint8_t *d1, int64_t nb1, int64_t nc1,
                                  const int32_t *cells, unsigned *flags)
 {
+    k_dep_enter();
     if (blockIdx.y == 0)
         kv_store_row(s0, cells, t0, d0, nb0, nc0, flags, blockIdx.x);
     else
@@ -748,6 +760,7 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
                       const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
                       int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags)
 {
+    k_dep_enter();
     extern __shared__ __align__(16) float sm[]; /* rows x hd values, then cos, sin [half] */
     int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
     int half = n_rot / 2;
@@ -873,4 +886,29 @@ extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, st
             eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale, kv ? *kv : none,
             k->flags);
     return 0;
+}
+
+/* ---- programmatic dependent launch (common.cuh) ---- */
+
+int g_k_dep_launch = 1;
+
+extern "C" void k_tune_dep_launch(int on)
+{
+    g_k_dep_launch = on != 0;
+}
+
+/* The device's capability, and the PTX target of the code that runs there
+ * (rms_norm_kernel stands for every kernel: one build target): a kernel
+ * JIT-compiled from PTX below 9.0 has no griddepcontrol.wait in it. */
+extern "C" void k_dep_probe(struct kctx *k)
+{
+    struct cudaFuncAttributes a;
+    k->dep_launch = 0;
+    if (k->cc < 90)
+        return;
+    if (cudaFuncGetAttributes(&a, (const void *)rms_norm_kernel) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    k->dep_launch = a.ptxVersion >= 90;
 }
