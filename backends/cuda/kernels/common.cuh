@@ -320,8 +320,8 @@ static inline int k_post(struct kctx *k, const char *site)
  * (docs/PERF.md). The price is a rule every kernel keeps:
  *
  *   k_dep_enter() is the first thing a kernel does, in every block,
- *   before any early return. Before it a kernel may only read memory no
- *   kernel writes (weights: k_prefetch_l2).
+ *   before any early return; before it a kernel computes only from its
+ *   parameters (no load, no store).
  *
  * k_dep_enter waits until the predecessor grid has completed and its
  * writes are visible (griddepcontrol.wait; the predecessor waited for its
@@ -336,12 +336,6 @@ __device__ __forceinline__ void k_dep_enter()
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-/* Asks the L2 for the line at p (a weight, read before k_dep_enter). */
-__device__ __forceinline__ void k_prefetch_l2(const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* Benchmark hook's switch (ops.cu, k_tune_dep_launch): 0 turns the

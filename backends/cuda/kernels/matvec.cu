@@ -401,41 +401,6 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
 
 #define MV_THREADS 128
 
-/* Bytes of a weight row of nb 32-value blocks. */
-template <int T> __device__ __forceinline__ int64_t wrow_bytes(int nb)
-{
-    switch (T) {
-    case MINFER_TYPE_Q4_0: return (int64_t)nb * sizeof(bq4_0);
-    case MINFER_TYPE_Q4_1: return (int64_t)nb * sizeof(bq4_1);
-    case MINFER_TYPE_Q5_0: return (int64_t)nb * sizeof(bq5_0);
-    case MINFER_TYPE_Q5_1: return (int64_t)nb * sizeof(bq5_1);
-    case MINFER_TYPE_Q8_0: return (int64_t)nb * sizeof(bq8_0);
-    case MINFER_TYPE_Q4_K: return (int64_t)(nb / 8) * sizeof(bq4_K);
-    case MINFER_TYPE_Q5_K: return (int64_t)(nb / 8) * sizeof(bq5_K);
-    default: return (int64_t)(nb / 8) * sizeof(bq6_K);
-    }
-}
-
-/* The prologue of every quantized matrix-vector kernel: ask the L2 for
- * the weight rows wa and wb (NULL: one row) this thread's row group
- * streams, each thread every tpr-th 128-byte line of them, then
- * k_dep_enter. A prefetch only brings lines into the L2, where every
- * SM's writes land, so it may precede the wait: launched as a
- * programmatic dependent (common.cuh), the kernel pulls its rows from
- * DRAM while the kernel before it finishes. */
-template <int T>
-__device__ __forceinline__ void prefetch_then_enter(const uint8_t *wa, const uint8_t *wb, int nb,
-                                                    int lane, int tpr)
-{
-    const int64_t bytes = wrow_bytes<T>(nb);
-    for (int64_t o = (int64_t)lane * 128; o < bytes; o += (int64_t)tpr * 128) {
-        k_prefetch_l2(wa + o);
-        if (wb)
-            k_prefetch_l2(wb + o);
-    }
-    k_dep_enter();
-}
-
 /* Threads per output row (a power of two, 4..128): enough threads in
  * total to fill the GPU (~270K resident threads on 132 SMs) but no more
  * than the row has units, so short rows share a warp and few long rows
@@ -528,7 +493,7 @@ __global__ void __launch_bounds__(MV_THREADS, NT <= 2 ? 8 : 4)
     int lane = threadIdx.x % tpr;
     bool live = row < N;
     const uint8_t *wr = W + (int64_t)(live ? row : N - 1) * w_nb1;
-    prefetch_then_enter<T>(wr, NULL, nb, lane, tpr);
+    k_dep_enter();
     const size_t xstride = (size_t)nb * 40;
     float acc[NT];
 #pragma unroll
@@ -594,7 +559,7 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     bool la = ra < N, lb = rb < N;
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
     const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
-    prefetch_then_enter<T>(wa, wb, nb, lane, tpr);
+    k_dep_enter();
     float acc[2 * NT];
     MV_DOT2N(T, NT, acc, wa, wb, xq, nb, nunits, M, lane, tpr);
     if (lane != 0)
@@ -669,7 +634,7 @@ __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ 
     bool la = ra < N, lb = rb < N;
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
     const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
-    prefetch_then_enter<T>(wa, wb, nb, lane, tpr);
+    k_dep_enter();
     float a0, a1;
     dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0) {
@@ -751,7 +716,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    prefetch_then_enter<T>(wa, wb, nb, lane, tpr);
+    k_dep_enter();
     float a0, a1;
     dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0 && live)
@@ -774,7 +739,7 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    prefetch_then_enter<T>(wa, wb, nb, lane, tpr);
+    k_dep_enter();
     float acc[2 * NT];
     MV_DOT2N(T, NT, acc, wa, wb, xq, nb, nunits, M, lane, tpr);
     if (lane != 0 || !live)
