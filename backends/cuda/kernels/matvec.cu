@@ -634,7 +634,6 @@ __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ 
     bool la = ra < N, lb = rb < N;
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
     const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
-    k_dep_enter();
     float a0, a1;
     dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0) {
@@ -654,6 +653,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                  int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
 {
+    k_dep_enter();
     mmvq2_body<T>(blockIdx.x, W, w_nb1, xq, nb, nunits, N, dst, tpr, e);
 }
 
@@ -682,6 +682,7 @@ __device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
+    k_dep_enter();
     int i = 0;
     while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
         i++; /* uniform over the block */
@@ -696,7 +697,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     case MINFER_TYPE_Q4_K: multi_seg<MINFER_TYPE_Q4_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q5_K: multi_seg<MINFER_TYPE_Q5_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q6_K: multi_seg<MINFER_TYPE_Q6_K>(blk, g, xq, nb); break;
-    default: k_dep_enter(); break; /* refused by the launcher */
+    default: break; /* refused by the launcher */
     }
 }
 
