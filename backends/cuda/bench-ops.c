@@ -19,7 +19,7 @@
  * (BN as k_tune_gemm's), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
- * k/v; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
+ * k/v, with programmatic dependent launch allowed, then off; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
  * rows per thread group, the batched decode's products)
  */
 #include <math.h>
@@ -653,9 +653,17 @@ int main(int argc, char **argv)
         static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
         struct shape ms[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
         k_tune_matvec_rows(2);
-        for (size_t ti = 0; ti < 3; ti++)
-            for (size_t si = 0; si < 4; si++)
-                fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
+        /* back to back, each product's launch overlaps the one before it
+         * with programmatic dependent launch on (the default where the
+         * device allows) and waits for its end with it off */
+        for (int dep = 1; dep >= 0; dep--) {
+            k_tune_dep_launch(dep);
+            printf("programmatic dependent launch %s\n", dep ? "allowed" : "off");
+            for (size_t ti = 0; ti < 3; ti++)
+                for (size_t si = 0; si < 4; si++)
+                    fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
+        }
+        k_tune_dep_launch(1);
         goto done;
     }
     for (int r = 2; r >= 1; r--) {
