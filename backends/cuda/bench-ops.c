@@ -19,8 +19,9 @@
  * (BN as k_tune_gemm's), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
- * k/v, with programmatic dependent launch allowed, then off; --multi: nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two
- * rows per thread group, the batched decode's products)
+ * k/v, with programmatic dependent launch allowed, then off; --multi:
+ * nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two rows per
+ * thread group, the batched decode's products)
  */
 #include <math.h>
 #include <stdio.h>
