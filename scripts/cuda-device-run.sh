@@ -27,6 +27,10 @@
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
 #   REPS    bench rounds over all trees and models (default 2)
 #   NCU     model names to profile: per-kernel times of a decode with ncu
+#   NCU_BENCH  the profiled `minfer bench` arguments (default: -p 0 -n 48
+#           -r 1); NCU_SKIP, NCU_COUNT the launches skipped and profiled
+#           (4000, 700): e.g. "--parallel 16 -p 16 -n 24 -r 1" for a step
+#           of 16 sequences
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of the first tree
 #           (the nt = 1 products with programmatic dependent launch on, off)
 #
@@ -149,8 +153,8 @@ fi
 for name in $NCU; do
   timeout 150 $NCU_BIN --clock-control none --cache-control none --csv --page raw \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread \
-    --launch-skip 4000 --launch-count 700 \
-    /tmp/bA/bin/minfer bench --backend cuda -m /tmp/$name.gguf -p 0 -n 48 -r 1 \
+    --launch-skip ${NCU_SKIP:-4000} --launch-count ${NCU_COUNT:-700} \
+    /tmp/bA/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${NCU_BENCH:--p 0 -n 48 -r 1} \
     > $OUT/ncu-$name.csv 2> $OUT/ncu-$name.err
   echo "ncu $name rc $? at $(since) s"
 done

@@ -224,7 +224,10 @@ START_TEST(batched_greedy_cuda_matches_cpu)
      * GEMM with its split-K finish, the norm writing its q8_1 activations
      * and Q, K and V as one launch, k_gemm_multi, split in two as well:
      * the 512-wide shape) of 1..100 prompt tokens, then 12 steps,
-     * teacher-forced with the CPU's tokens. */
+     * teacher-forced with the CPU's tokens. Every step's RoPEs and KV
+     * stores must run as one launch with a block per token (the fused
+     * kernel writing on bytes another token's block still reads would
+     * show here as a drift from the CPU). */
     enum { NS_MAX = 12, STEPS = 12 };
     const int NS = _i == 0 ? 6 : 12;
     static const int32_t plen[NS_MAX] = {1, 3, 9, 16, 33, 100, 2, 5, 7, 20, 50, 64};
@@ -264,7 +267,8 @@ START_TEST(batched_greedy_cuda_matches_cpu)
     struct graph_stats g0 = stats(rt);
     typedef uint64_t (*gcount_fn)(void);
     gcount_fn gemm_groups = (gcount_fn)cuda_proc(rt, "minfer_cuda_fused_gemm_groups");
-    uint64_t gg0 = gemm_groups();
+    gcount_fn rope_tokens = (gcount_fn)cuda_proc(rt, "minfer_cuda_fused_rope_tokens");
+    uint64_t gg0 = gemm_groups(), rt0 = rope_tokens();
     int agree = 0;
     for (int s = 0; s <= STEPS; s++) {
         for (int q = 0; q < NS; q++) {
@@ -308,11 +312,13 @@ START_TEST(batched_greedy_cuda_matches_cpu)
             batch_step(cx[k], NS, tp, one, pos0);
     }
     struct graph_stats g1 = stats(rt);
-    uint64_t gg = gemm_groups() - gg0;
+    uint64_t gg = gemm_groups() - gg0, rtk = rope_tokens() - rt0;
     printf("batched, %d sequences: cuda arg max equals cpu's at %d of %d; %llu replays; %llu "
-           "grouped GEMM launches\n",
+           "grouped GEMM launches; %llu RoPE + KV store launches of a block per token\n",
            NS, agree, NS * (STEPS + 1), (unsigned long long)(g1.replays - g0.replays),
-           (unsigned long long)gg);
+           (unsigned long long)gg, (unsigned long long)rtk);
+    /* the steps' q and k RoPEs and both KV stores captured as one launch */
+    ck_assert_uint_gt(rtk, 0);
     ck_assert_int_ge(agree, NS * (STEPS + 1) * 3 / 4);
     ck_assert_uint_gt(g1.replays, g0.replays);
     if (NS == 12) /* the 16-token steps' Q/K(/V) products captured as one launch */

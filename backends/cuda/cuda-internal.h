@@ -78,6 +78,7 @@ struct cuda_counters {
     uint64_t norm_ropes; /* (norm, norm, RoPE, RoPE) captured as one launch */
     uint64_t rope_seq;   /* RoPE pairs captured by the read-first kernel */
     uint64_t rope_kv;    /* ... of which with the K and V stores in the same launch */
+    uint64_t rope_tokens; /* ... of which of several tokens (a block per token) */
     uint64_t groups;     /* decode products of one x (Q, K, V) captured as one launch */
     uint64_t gemm_groups; /* ... the same at 9-16 tokens, on gemm-i8.cu (k_gemm_multi) */
     int fail_next_capture; /* captures still to fail on purpose (test hook) */

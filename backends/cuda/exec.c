@@ -286,12 +286,13 @@ minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct m
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     if (x && (st = cuda_xq_slot(be, n, x, &xq)) != MINFER_OK)
         return st;
+    int group = x ? cuda_q8_1_group(k, xq_next->src[0], x->ne[1]) : 32;
     LAUNCH(k_attention_lists(k, view_of(s0), kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
                              (int64_t)vc->nb[1], kc->ne[1], n->iparams[0], n->src[3]->data,
                              n->src[4]->data, ls->data, ls->ne[0], ls->ne[1], n->fparams[0],
-                             view_of(n->dst), part, xq));
+                             view_of(n->dst), part, xq, group));
     if (x)
-        cuda_xq_written(be, x, xq, 32);
+        cuda_xq_written(be, x, xq, group);
     return MINFER_OK;
 }
 

@@ -13,6 +13,8 @@
  *   - an RMS norm or ATTENTION feeding a quantized product: it writes the
  *     product's q8_1 activations too.
  */
+#include <string.h>
+
 #include "cuda-internal.h"
 
 /* ---- patterns ---- */
@@ -129,8 +131,9 @@ static int same_view(const struct minfer_tensor *a, const struct minfer_tensor *
 }
 
 /* nq, nk, rq, rk (four consecutive nodes) = RMS norm of q, RMS norm of k,
- * RoPE of q's norm, RoPE of k's norm (Qwen3's per-head norms) for one
- * token: one k_norm_rope2 launch, when the norms' outputs are exactly the
+ * RoPE of q's norm, RoPE of k's norm (Qwen3's per-head norms): one
+ * k_norm_rope2 launch (a token's checks; rope_group adds those between
+ * tokens), when the norms' outputs are exactly the
  * RoPE sources, the RoPEs share positions and parameters, both have the
  * same head_dim and no node writes a source of a later one of the four. The kernel reads
  * everything first and writes in node order, so the overlaps the arena
@@ -144,7 +147,7 @@ static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node
     if (!same_view(nq->dst, rq->src[0]) || !same_view(nk->dst, rk->src[0]))
         return 0;
     const struct minfer_tensor *xq = nq->src[0], *xk = nk->src[0];
-    if (xq->ne[2] != 1 || xq->ne[3] != 1 || xk->ne[2] != 1 || xk->ne[3] != 1 ||
+    if (xq->ne[2] != xk->ne[2] || xq->ne[3] != 1 || xk->ne[3] != 1 ||
         !same_ne(xq, nq->dst) || !same_ne(xk, nk->dst) || xq->ne[0] != xk->ne[0] ||
         k_norm_rope2_smem(xq->ne[0], xq->ne[1] + xk->ne[1]) > 48 * 1024)
         return 0;
@@ -159,18 +162,19 @@ static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node
     return 1;
 }
 
-/* ROPE, ROPE of one token with the same positions and parameters that
- * k_norm_rope2 (without norms) can run as one launch: it reads both
+/* ROPE, ROPE with the same positions and parameters that k_norm_rope2
+ * (without norms) can run as one launch: a token's block reads both
  * sources before writing, so the second's dst may land on the first's
- * source (the arena reuses q's bytes once its RoPE has read them, which
- * rope_pair refuses). Refused when the first writes what the second
- * reads. */
+ * source of that token (the arena reuses q's bytes once its RoPE has read
+ * them, which rope_pair refuses). Refused when the first writes what the
+ * second reads; rope_group adds the checks between tokens. */
 static int rope_pair_seq(const struct minfer_node *n, const struct minfer_node *a)
 {
     if (!rope_same(n, a))
         return 0;
     const struct minfer_tensor *x0 = n->src[0], *x1 = a->src[0];
-    return x0->ne[2] == 1 && x0->ne[3] == 1 && x1->ne[3] == 1 && x0->ne[0] == x1->ne[0] &&
+    return x0->ne[2] == x1->ne[2] && x0->ne[3] == 1 && x1->ne[3] == 1 &&
+           x0->ne[0] == x1->ne[0] &&
            k_norm_rope2_smem(x0->ne[0], x0->ne[1] + x1->ne[1]) <= 48 * 1024 &&
            !overlaps(n->dst, x1) && !overlaps(n->dst, a->src[1]) && !overlaps(a->dst, a->src[1]);
 }
@@ -209,7 +213,8 @@ static int attn_feeds_q(const struct kctx *k, const struct minfer_node *n,
 }
 
 /* ATTENTION_LISTS (a batched decode) the same way, for the O product on
- * gemm-i8.cu or the matvec, where its tensor-core form writes q8_1. */
+ * gemm-i8.cu or the matvec, where its tensor-core form writes q8_1 in the
+ * product's group (32, or 256 for gemm-i8.cu's K-quant tiles). */
 static int lists_feeds_q(const struct kctx *k, const struct minfer_node *n,
                          const struct minfer_node *a)
 {
@@ -217,9 +222,9 @@ static int lists_feeds_q(const struct kctx *k, const struct minfer_node *n,
         return 0;
     const struct minfer_tensor *kc = n->src[1], *vc = n->src[2], *w = a->src[0];
     return w && reads_heads_as_rows(n->dst, a->src[1], w) &&
-           k_attn_lists_q8_1_ok(n->dst->ne[0], kc->type, kc->data, vc->data, (int64_t)kc->nb[1],
-                                (int64_t)vc->nb[1]) &&
-           cuda_q8_1_group(k, w, n->dst->ne[2]) == 32;
+           k_attn_lists_q8_1_ok(n->dst->ne[0], n->dst->ne[1],
+                                cuda_q8_1_group(k, w, n->dst->ne[2]), kc->type, kc->data,
+                                vc->data, (int64_t)kc->nb[1], (int64_t)vc->nb[1]);
 }
 
 /* ---- fused runners ---- */
@@ -240,9 +245,9 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     return MINFER_OK;
 }
 
-/* If kvk, kvv are the two KV stores of one token right after a RoPE pair
- * whose second RoPE (dst rk) they store (kvk's source is rk's dst as
- * [hd * heads, 1]), fills *kv and returns 1: k_norm_rope2 runs them last.
+/* If kvk, kvv are the two KV stores right after a RoPE pair whose second
+ * RoPE (dst rk, [hd, heads, T]) they store (kvk's source is rk's dst as
+ * [hd * heads, T]), fills *kv and returns 1: k_norm_rope2 runs them last.
  * writes[] are the group's earlier writes, which must leave v alone. */
 static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv,
                     const struct minfer_tensor *rk, const struct minfer_tensor *const *writes,
@@ -251,8 +256,9 @@ static int kv_after(const struct minfer_node *kvk, const struct minfer_node *kvv
     if (!kv_pair(kvk, kvv))
         return 0;
     const struct minfer_tensor *sk = kvk->src[0], *sv = kvv->src[0];
-    if (sk->data != rk->data || sk->ne[0] != rk->ne[0] * rk->ne[1] || sk->ne[1] != 1 ||
-        rk->nb[1] != (size_t)rk->ne[0] * 4 || sv->ne[1] != 1)
+    if (sk->data != rk->data || sk->ne[0] != rk->ne[0] * rk->ne[1] || sk->ne[1] != rk->ne[2] ||
+        rk->nb[1] != (size_t)rk->ne[0] * 4 || (sk->ne[1] > 1 && sk->nb[1] != rk->nb[2]) ||
+        sv->ne[1] != sk->ne[1])
         return 0;
     for (int j = 0; j < n_writes; j++)
         if (overlaps(writes[j], sv) || overlaps(writes[j], kvk->src[1]))
@@ -283,10 +289,99 @@ static void group_written(struct minfer_backend *be, const struct minfer_replay_
         cuda_xq_note_write(be, w->nodes[i + j].dst);
 }
 
-/* One token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at
- * nodes[i..] as one k_norm_rope2 launch: returns how many nodes it ran
- * (0: no such group here; 2 only where rope_pair refuses, since k_rope2
- * already does that case). *st gets the launch's failure. */
+/* Whether t's elements lie back to back (rows without gaps), so that a
+ * node writing t as its dst rewrites its whole byte range. */
+static int dense(const struct minfer_tensor *t)
+{
+    if (t->type != MINFER_TYPE_F32 || t->nb[0] != 4)
+        return 0;
+    size_t want = 4 * (size_t)t->ne[0];
+    for (int d = 1; d < 4; want *= (size_t)t->ne[d], d++)
+        if (t->ne[d] > 1 && t->nb[d] != want)
+            return 0;
+    return 1;
+}
+
+#define DEAD_SPANS 8
+/* Whether no node from nodes[from] on reads t's bytes before they are
+ * written again, so a fused launch may leave t unwritten. The bytes
+ * still live are kept as up to DEAD_SPANS ranges, a node's dense dst
+ * taking its range out of them. Bytes unread when the window ends prove
+ * nothing (the host may read an output; another backend's window may
+ * follow), so they count as live. */
+static int dead_from(const struct minfer_replay_window *w, uint32_t from,
+                     const struct minfer_tensor *t)
+{
+    if (t->flags & MINFER_TENSOR_OUTPUT)
+        return 0;
+    uintptr_t lo[DEAD_SPANS], hi[DEAD_SPANS];
+    int n = 1;
+    byte_range(t, &lo[0], &hi[0]);
+    for (uint32_t j = from; j <= w->last; j++) {
+        const struct minfer_node *nd = &w->nodes[j];
+        for (uint32_t s = 0; s < nd->n_src; s++) {
+            if (!nd->src[s])
+                continue;
+            uintptr_t slo, shi;
+            byte_range(nd->src[s], &slo, &shi);
+            for (int k = 0; k < n; k++)
+                if (slo < hi[k] && lo[k] < shi)
+                    return 0;
+        }
+        if (!nd->dst || !dense(nd->dst))
+            continue;
+        uintptr_t dlo, dhi, nlo[DEAD_SPANS], nhi[DEAD_SPANS];
+        byte_range(nd->dst, &dlo, &dhi);
+        int m = 0;
+        for (int k = 0; k < n; k++) {
+            /* what of [lo, hi) dst leaves: the part before it, the part after */
+            uintptr_t keep[2][2] = {{lo[k], hi[k] < dlo ? hi[k] : dlo},
+                                    {lo[k] > dhi ? lo[k] : dhi, hi[k]}};
+            if (dhi <= lo[k] || hi[k] <= dlo) /* untouched */
+                keep[0][1] = hi[k], keep[1][0] = keep[1][1];
+            for (int e = 0; e < 2; e++) {
+                if (keep[e][0] >= keep[e][1])
+                    continue;
+                if (m == DEAD_SPANS)
+                    return 0;
+                nlo[m] = keep[e][0], nhi[m++] = keep[e][1];
+            }
+        }
+        n = m;
+        memcpy(lo, nlo, sizeof(uintptr_t) * (size_t)m);
+        memcpy(hi, nhi, sizeof(uintptr_t) * (size_t)m);
+        if (n == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether t, written by a k_norm_rope2 launch of several tokens, is apart
+ * from everything another token's block reads (reads[]) or writes
+ * (writes[], t itself skipped); own: a source t may equal exactly (each
+ * block reads its token's plane before writing it), or NULL. */
+static int apart_between_tokens(const struct minfer_tensor *t, const struct minfer_tensor *own,
+                                const struct minfer_tensor *const *reads, int n_reads,
+                                const struct minfer_tensor *const *writes, int n_writes)
+{
+    for (int j = 0; j < n_reads; j++)
+        if (reads[j] && overlaps(t, reads[j]) && !(reads[j] == own && same_view(t, own)))
+            return 0;
+    for (int j = 0; j < n_writes; j++)
+        if (writes[j] && writes[j] != t && overlaps(t, writes[j]))
+            return 0;
+    return 1;
+}
+
+/* (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at nodes[i..] as
+ * one k_norm_rope2 launch, a block per token: returns how many nodes it
+ * ran (0: no such group here; 2 only where rope_pair refuses, since
+ * k_rope2 already does that case). A token's block orders its own reads
+ * and writes; between tokens, every write must be apart from what the
+ * other blocks read and write, except k's RoPE when only the K store
+ * reads it (dead_from): it then stays in shared memory (the arena puts it
+ * on q's bytes, which other tokens' blocks are still reading). *st gets
+ * the launch's failure. */
 static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
                            uint32_t i, struct kctx *k, minfer_status *st)
 {
@@ -309,17 +404,33 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     if (!with_kv && r == 0 && rope_pair(rq, rk))
         return 0; /* plain q + k RoPE: k_rope2 */
     uint32_t used = n + (with_kv ? 2 : 0);
+    const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
+    const struct minfer_tensor *xq = nq ? nq->src[0] : rq->src[0];
+    const struct minfer_tensor *xk = nk ? nk->src[0] : rk->src[0];
+    bool k_kept = true; /* k's RoPE written out */
+    if (xq->ne[2] > 1) {
+        const struct minfer_tensor *reads[5] = {xq, xk, rq->src[1], with_kv ? nd[i + n].src[1] : NULL,
+                                                with_kv ? nd[i + n + 1].src[0] : NULL};
+        for (int j = 0; j < nw; j++) {
+            const struct minfer_tensor *t = writes[j];
+            const struct minfer_tensor *own = !r && t == rq->dst ? xq : NULL;
+            if (apart_between_tokens(t, own, reads, 5, writes, nw))
+                continue;
+            if (t != rk->dst || !with_kv || !dead_from(w, i + used, t))
+                return 0;
+            k_kept = false;
+        }
+    }
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
-    const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
     struct kview none = {0};
     const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
     const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
-    if (k_norm_rope2(k, view_of(nq ? nq->src[0] : rq->src[0]), wq, nq ? view_of(nq->dst) : none,
-                     view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
-                     view_of(nk ? nk->src[0] : rk->src[0]), wk, nk ? view_of(nk->dst) : none,
-                     view_of(rk->dst), nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
-                     rq->iparams[0], rq->fparams[0], rq->fparams[1], with_kv ? &kv : NULL))
+    if (k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none, view_of(rq->dst),
+                     nq ? nq->fparams[0] : 0.0f, view_of(xk), wk, nk ? view_of(nk->dst) : none,
+                     k_kept ? view_of(rk->dst) : none, nk ? nk->fparams[0] : 0.0f,
+                     rq->src[1]->data, rq->iparams[0], rq->fparams[0], rq->fparams[1],
+                     with_kv ? &kv : NULL))
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
     group_written(be, w, i, used);
     if (r)
@@ -328,6 +439,8 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
         CUDA_COUNT(rope_seq);
     if (with_kv)
         CUDA_COUNT(rope_kv);
+    if (xq->ne[2] > 1)
+        CUDA_COUNT(rope_tokens);
     return used;
 }
 

@@ -80,6 +80,13 @@ static uint64_t x_fused_rope_kv(void)
     return __atomic_load_n(&cuda_count.rope_kv, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_rope_tokens": uint64_t f(void) — norm/RoPE launches
+ * of several tokens, one block each (a batched decode; process-wide). */
+static uint64_t x_fused_rope_tokens(void)
+{
+    return __atomic_load_n(&cuda_count.rope_tokens, __ATOMIC_RELAXED);
+}
+
 /* "minfer_cuda_fused_groups": uint64_t f(void) — runs of decode products
  * of one x (Q, K and V) captured as one launch (process-wide). */
 static uint64_t x_fused_groups(void)
@@ -129,6 +136,8 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_rope_seq;
     if (!strcmp(name, "minfer_cuda_fused_rope_kv"))
         return (void *)x_fused_rope_kv;
+    if (!strcmp(name, "minfer_cuda_fused_rope_tokens"))
+        return (void *)x_fused_rope_tokens;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
     if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))

@@ -243,15 +243,14 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
 /* The split-K combine for dm's partials: the weights per split as in
  * attn.cu's attn_combine, then 8 warps share the splits (lane l: values
  * 4l..4l+3), so a head's hundred-odd splits cost a few rounds of loads
- * instead of one per split. xq: as attn_combine (q8_1 rows of dst, bit for
- * bit what k_quantize_q8_1 gives; HD % 32 == 0 holds). */
+ * instead of one per split. Returns head h's value d to thread d < HD
+ * (others get 0); every thread of the block calls it. */
 template <int HD>
-__global__ void __launch_bounds__(DC_WARPS * 32)
-    dm_combine(const float *__restrict__ part, int n_head, int n_splits, kview dst, uint8_t *xq)
+__device__ __forceinline__ float dm_combine_head(const float *__restrict__ part, int n_head,
+                                                 int n_splits, int h, int t)
 {
-    k_dep_enter();
     constexpr int RS = HD + 2;
-    const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __shared__ float w[DM_MAX_SPLITS];
     __shared__ float acc[DC_WARPS][HD];
     __shared__ float red[3][DC_WARPS];
@@ -260,6 +259,7 @@ __global__ void __launch_bounds__(DC_WARPS * 32)
     for (int s = threadIdx.x; s < n_splits; s += DC_WARPS * 32)
         M = fmaxf(M, base[s * RS + HD]);
     M = warp_max(M);
+    __syncthreads(); /* the previous head's readers of red, w and acc are done */
     if (lane == 0)
         red[0][warp] = M;
     __syncthreads();
@@ -307,17 +307,60 @@ __global__ void __launch_bounds__(DC_WARPS * 32)
         acc[warp][4 * lane + 3] = a3;
     }
     __syncthreads();
-    if (threadIdx.x >= HD) /* whole warps: HD % 32 == 0 */
-        return;
+    if (threadIdx.x >= HD)
+        return 0.0f;
     const int d = threadIdx.x;
     float a = 0.0f;
 #pragma unroll
     for (int i = 0; i < DC_WARPS; i++)
         a += acc[i][d];
-    const float v = L > 0.0f ? a / L : 0.0f; /* no visible cell: zeros */
-    ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[d] = v;
-    if (xq)
-        q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + d, v, lane);
+    return L > 0.0f ? a / L : 0.0f; /* no visible cell: zeros */
+}
+
+/* dm_combine_head for G heads per block, heads blockIdx.x * G.., token
+ * blockIdx.y, into dst. xq (NULL: none): dst's rows also as q8_1 blocks,
+ * bit for bit what k_quantize_q8_1 gives: G = 1, one scale per 32 values
+ * (HD % 32 == 0 holds); G = 256 / HD, the group-256 rule of
+ * quantize_q8_1_g256_kernel over the block's 256 values (thread i holds
+ * value i, so warp j is 32-block j of the group). */
+template <int HD, int G>
+__global__ void __launch_bounds__(DC_WARPS * 32)
+    dm_combine(const float *__restrict__ part, int n_head, int n_splits, kview dst, uint8_t *xq)
+{
+    k_dep_enter();
+    static_assert(G == 1 || G * HD == DC_WARPS * 32, "a group-256 block holds its 256 values");
+    const int t = blockIdx.y, lane = threadIdx.x % 32;
+    __shared__ float vals[G * HD];
+    for (int g = 0; g < G; g++) {
+        const int h = blockIdx.x * G + g;
+        const float v = dm_combine_head<HD>(part, n_head, n_splits, h, t);
+        if (threadIdx.x < HD) {
+            ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[threadIdx.x] = v;
+            if (G == 1 && xq) /* whole warps: HD % 32 == 0 */
+                q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + threadIdx.x, v, lane);
+            vals[g * HD + threadIdx.x] = v;
+        }
+    }
+    if (G == 1 || !xq)
+        return;
+    __shared__ float wmax[DC_WARPS];
+    __syncthreads(); /* vals[i] was written by thread i % HD */
+    const float v = vals[threadIdx.x];
+    float amax = warp_max(fabsf(v));
+    if (lane == 0)
+        wmax[threadIdx.x / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < DC_WARPS; i++)
+        amax = fmaxf(amax, wmax[i]);
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+    const int q = __float2int_rn(v * id);
+    const float qs = warp_sum((float)q);
+    const int nb = HD * n_head / 32, col = blockIdx.x * G * HD + threadIdx.x;
+    uint8_t *row = xq + (size_t)t * (size_t)nb * 40;
+    ((int8_t *)row)[col] = (int8_t)q;
+    if (lane == 0)
+        ((float2 *)(row + 32 * (size_t)nb))[col / 32] = make_float2(d, d * qs);
 }
 
 extern "C" int k_attn_dec_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
@@ -357,7 +400,7 @@ template <int HD, bool LIST>
 static int dm_launch(struct kctx *k, struct kview q, const uint8_t *K, const uint8_t *V,
                      int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
                      const struct dm_cells &c, float scale, int splits, float *part,
-                     struct kview dst, uint8_t *xq)
+                     struct kview dst, uint8_t *xq, int xq_group)
 {
     const int group = (int)(q.ne[1] / n_kv_head);
     const int64_t n_gc = (group + DM_ROWS - 1) / DM_ROWS;
@@ -366,8 +409,11 @@ static int dm_launch(struct kctx *k, struct kview q, const uint8_t *K, const uin
     KLAUNCH(k, LIST ? "attention_lists.decode_mma<f16>" : "attention.decode_mma<f16>", kf, grid,
             DM_WARPS * 32, 0, q, K, V, knb1, vnb1, n_cells, group, c.kv_len, c.pos, scale,
             c.window, c.range, c.qlist, c.lists, c.n_kv, c.n_lists, k->flags, splits, part);
-    dim3 g2((unsigned)q.ne[1], (unsigned)q.ne[2]);
-    auto cf = dm_combine<HD>;
+    const bool g256 = xq && xq_group == 256;
+    if (g256 && (HD * q.ne[1]) % 256)
+        return k_fail(k, "attention.combine_mma", "group-256 q8_1 rows of heads not 256 wide");
+    dim3 g2((unsigned)(g256 ? q.ne[1] / (256 / HD) : q.ne[1]), (unsigned)q.ne[2]);
+    auto cf = g256 ? dm_combine<HD, 256 / HD> : dm_combine<HD, 1>;
     KLAUNCH(k, LIST ? "attention_lists.combine_mma" : "attention.combine_mma", cf, g2,
             DC_WARPS * 32, 0, (const float *)part, (int)q.ne[1], splits, dst, xq);
     return 0;
@@ -382,18 +428,18 @@ extern "C" int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const 
     const struct dm_cells c = {kv_len, pos, window, NULL, NULL, NULL, 0, 0};
     auto f = q.ne[0] == 128 ? dm_launch<128, false> : dm_launch<64, false>;
     return f(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, c, scale, splits, (float *)scratch, dst,
-             (uint8_t *)xq);
+             (uint8_t *)xq, 32);
 }
 
 extern "C" int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void *vc,
                                 int64_t knb1, int64_t vnb1, int64_t n_cells, int64_t n_kv_head,
                                 const int32_t *range, const int32_t *qlist, const int32_t *lists,
                                 int64_t n_kv, int64_t n_lists, float scale, int splits,
-                                void *scratch, struct kview dst, void *xq)
+                                void *scratch, struct kview dst, void *xq, int xq_group)
 {
     const uint8_t *K = (const uint8_t *)kc, *V = (const uint8_t *)vc;
     const struct dm_cells c = {NULL, NULL, 0, range, qlist, lists, n_kv, n_lists};
     auto f = q.ne[0] == 128 ? dm_launch<128, true> : dm_launch<64, true>;
     return f(k, q, K, V, knb1, vnb1, n_cells, n_kv_head, c, scale, splits, (float *)scratch, dst,
-             (uint8_t *)xq);
+             (uint8_t *)xq, xq_group);
 }

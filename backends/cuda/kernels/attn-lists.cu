@@ -294,10 +294,13 @@ extern "C" size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t
     return (size_t)n_tokens * (size_t)n_head * (size_t)s * (size_t)(hd + 2) * sizeof(float);
 }
 
-extern "C" int k_attn_lists_q8_1_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
-                                    int64_t knb1, int64_t vnb1)
+extern "C" int k_attn_lists_q8_1_ok(int64_t hd, int64_t n_head, int group, uint32_t kv_type,
+                                    const void *kc, const void *vc, int64_t knb1, int64_t vnb1)
 {
-    return hd % 32 == 0 && k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1);
+    if (group == 256 && (256 % hd || (hd * n_head) % 256)) /* whole heads per group */
+        return 0;
+    return (group == 32 || group == 256) && hd % 32 == 0 &&
+           k_attn_dec_ok(hd, kv_type, kc, vc, knb1, vnb1);
 }
 
 extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type,
@@ -305,7 +308,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
                                  int64_t n_cells, int64_t n_kv_head, const int32_t *range,
                                  const int32_t *qlist, const int32_t *lists, int64_t n_kv,
                                  int64_t n_lists, float scale, struct kview dst, void *scratch,
-                                 void *xq)
+                                 void *xq, int xq_group)
 {
     int64_t hd = q.ne[0], n_head = q.ne[1], nt = q.ne[2];
     if (hd <= 0 || hd > L_MAX_HD || hd % 4)
@@ -321,7 +324,7 @@ extern "C" int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_typ
         return k_attn_dec_lists(k, q, kc, vc, knb1, vnb1, n_cells, n_kv_head, range, qlist, lists,
                                 n_kv, n_lists, scale,
                                 k_attn_dec_splits(n_kv_head, n_head / n_kv_head, nt, n_kv),
-                                scratch, dst, xq);
+                                scratch, dst, xq, xq_group);
     if (xq)
         return k_fail(k, "attention_lists", "q8_1 output asked of a cache the tensor-core form "
                                             "does not serve (k_attn_lists_q8_1_ok)");

@@ -256,27 +256,31 @@ int k_rope_ext(struct kctx *k, struct kview x, const int32_t *pos, struct kview 
 int k_rope2(struct kctx *k, struct kview x0, struct kview d0, struct kview x1, struct kview d1,
             const int32_t *pos, int n_rot, float freq_base, float freq_scale);
 
-/* Qwen3's per-head q_norm and k_norm followed by their RoPEs, for one
- * token, in one launch: for each pair the RMS norm of x (rows over ne[0],
- * times w when non-NULL) goes to nd and its NeoX rotation to rd,
- * bit-identical to k_rms_norm then k_rope. x, nd, rd: [hd, heads, 1, 1]
- * (both pairs the same hd). Every read happens before any write and the
- * writes go out in the order nd0, nd1, rd0, rd1, so buffers may overlap in
- * any way the four nodes run in that order allow, except that a later
- * node's source must not be written by an earlier node. Shared memory:
+/* Qwen3's per-head q_norm and k_norm followed by their RoPEs in one
+ * launch, one block per token: for each pair the RMS norm of x (rows over
+ * ne[0], times w when non-NULL) goes to nd and its NeoX rotation to rd,
+ * bit-identical to k_rms_norm then k_rope. x, nd, rd: [hd, heads, T, 1]
+ * (both pairs the same hd and T). Within a token every read happens
+ * before any write and the writes go out in the order nd0, nd1, rd0, rd1,
+ * so one token's buffers may overlap in any way the four nodes run in
+ * that order allow, except that a later node's source must not be
+ * written by an earlier node; across tokens nothing is ordered, so with
+ * T > 1 no write may touch what another token reads. Shared memory:
  * k_norm_rope2_smem(hd, heads of both) <= 48 KiB. A pair whose nd.data is
  * NULL has no norm: its RoPE reads x (k_rope2 for one token, without
  * k_rope2's condition that neither node writes what the other reads). */
-/* Two KV_STORE nodes of one token (k_kv_store2's arguments). */
+/* Two KV_STORE nodes of the RoPEs' tokens (k_kv_store2's arguments). */
 struct kkv2 {
-    struct kview s0, s1;  /* [row_len, 1] sources */
-    const int32_t *cells; /* I32 [1] on device */
+    struct kview s0, s1;  /* [row_len, T] sources */
+    const int32_t *cells; /* I32 [T] on device */
     uint32_t t0, t1;      /* cache types */
     void *d0, *d1;        /* caches, rows nb0/nb1 bytes apart, nc0/nc1 cells */
     int64_t nb0, nb1, nc0, nc1;
 };
 /* kv (NULL: none): the two KV stores that follow the RoPEs, run last in
- * the same block (after every write above, so s0 may be rd1's data). */
+ * the same block (after every write above, so s0 may be rd1's data). With
+ * kv, rd1.data may be NULL: the second RoPE goes only to the K store (s0
+ * is then not read; no later node may read rd1). */
 size_t k_norm_rope2_smem(int64_t hd, int64_t heads);
 int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
                  struct kview r0, float eps0, struct kview x1, const float *w1,
@@ -338,7 +342,7 @@ int k_attn_dec_lists(struct kctx *k, struct kview q, const void *kc, const void 
                      int64_t kv_nb1_k, int64_t kv_nb1_v, int64_t n_cells, int64_t n_kv_head,
                      const int32_t *range, const int32_t *qlist, const int32_t *lists,
                      int64_t n_kv, int64_t n_lists, float scale, int splits, void *scratch,
-                     struct kview dst, void *xq);
+                     struct kview dst, void *xq, int xq_group);
 /* minfer-cuda-bench: the decode kernel's block target (0 = default, < 0 =
  * off: the scalar decode kernel serves F16 too). */
 void k_tune_attn_dec(int blocks);
@@ -400,17 +404,19 @@ int k_mul_mat_id(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_
 int k_attn_lists_splits(int64_t n_head, int64_t n_tokens, int64_t n_kv);
 size_t k_attn_lists_scratch_bytes(int64_t hd, int64_t n_head, int64_t n_kv_head,
                                   int64_t n_tokens, int64_t n_kv);
-/* Whether k_attention_lists can also write its output's q8_1 blocks (the
- * F16 caches its tensor-core form serves). */
-int k_attn_lists_q8_1_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
-                         int64_t knb1, int64_t vnb1);
+/* Whether k_attention_lists can also write its output's q8_1 blocks of
+ * group 32 or 256 (the F16 caches its tensor-core form serves; for 256,
+ * whole heads in each 256 values). */
+int k_attn_lists_q8_1_ok(int64_t hd, int64_t n_head, int group, uint32_t kv_type,
+                         const void *kc, const void *vc, int64_t knb1, int64_t vnb1);
 /* xq (NULL: none; only where k_attn_lists_q8_1_ok): dst's rows, [hd *
- * n_head, n_tokens], also as k_quantize_q8_1's blocks, bit for bit. */
+ * n_head, n_tokens], also as k_quantize_q8_1's blocks of group xq_group,
+ * bit for bit. */
 int k_attention_lists(struct kctx *k, struct kview q, uint32_t kv_type, const void *kc,
                       const void *vc, int64_t knb1, int64_t vnb1, int64_t n_cells,
                       int64_t n_kv_head, const int32_t *range, const int32_t *qlist,
                       const int32_t *lists, int64_t n_kv, int64_t n_lists, float scale,
-                      struct kview dst, void *scratch, void *xq);
+                      struct kview dst, void *scratch, void *xq, int xq_group);
 
 #ifdef __cplusplus
 }

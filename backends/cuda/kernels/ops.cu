@@ -738,21 +738,25 @@ extern "C" int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d
     return 0;
 }
 
-/* ---- per-head RMS norm + RoPE (+ KV store) of one token, one block ---- */
+/* ---- per-head RMS norm + RoPE (+ KV store), one block per token ---- */
 
-/* Two (RMS norm, RoPE) pairs of one token in one block: rows [0, h0) are
+/* Two (RMS norm, RoPE) pairs of each token in one block: rows [0, h0) are
  * the first pair's heads, [h0, h0 + h1) the second's. Every read (x rows,
  * weights, position) happens before any write, and the writes go out in
  * the nodes' order (norms, rope 0, rope 1) with a barrier between them,
- * so any overlap of these buffers that the nodes run one after another
- * allow gives the same memory (the arena reuses freed tensors' bytes for
- * the next ones). Values: the norm exactly as rms_norm_kernel (the
+ * so any overlap of one token's buffers that the nodes run one after
+ * another allow gives the same memory (the arena reuses freed tensors'
+ * bytes for the next ones). Across tokens (blocks) nothing is ordered:
+ * the caller keeps every write apart from what other tokens read
+ * (fuse.c, rope_group). Values: the norm exactly as rms_norm_kernel (the
  * canonical sum, one warp per row), the rotation exactly as rope_kernel
  * (rope_angle once per pair index into shared memory, rope_apply). With
  * kv.cells set, the two KV stores that follow run last (kv_store_row, so
- * the cache bytes equal kv_store_kernel's), reading what the block wrote.
- * Each phase is one flat pass over all threads: the first version looped
- * per row and recomputed the angles, 17 us per qwen3 layer. */
+ * the cache bytes equal kv_store_kernel's), reading what the block wrote;
+ * a second RoPE without r1.data (no later node reads it) rotates its rows
+ * in shared memory, where the K store reads them. Each phase is one flat
+ * pass over all threads: the first version looped per row and recomputed
+ * the angles, 17 us per qwen3 layer. */
 #define NORM_ROPE2_THREADS 1024
 
 __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
@@ -762,11 +766,16 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
 {
     k_dep_enter();
     extern __shared__ __align__(16) float sm[]; /* rows x hd values, then cos, sin [half] */
+    const int64_t t = blockIdx.x; /* the token: every view moves to its plane */
+    kview *tok[6] = {&x0, &n0, &r0, &x1, &n1, &r1};
+    for (kview *v : tok)
+        if (v->data)
+            v->data = (char *)v->data + t * v->nb[2];
     int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
     int half = n_rot / 2;
     float *cs = sm + rows * hd, *sn = cs + half;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    float p = (float)pos[0];
+    float p = (float)pos[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x)
         rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
     if (hd % 4 == 0 && hd <= 128) {
@@ -838,9 +847,16 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
         }
         __syncthreads();
     }
+    /* the second RoPE in place in shared memory when only the K store
+     * reads it (each pair is read, then written, by one thread) */
+    const bool k_in_smem = !r1.data && kv.cells;
     for (int second = 0; second < 2; second++) {
         char *d = (char *)(second ? r1.data : r0.data);
         int64_t dnb = second ? r1.nb[1] : r0.nb[1];
+        if (second && k_in_smem) {
+            d = (char *)(sm + h0 * hd);
+            dnb = hd * (int64_t)sizeof(float);
+        }
         int64_t lo = second ? h0 : 0, cnt = d ? (second ? rows - h0 : h0) : 0;
         for (int64_t e = threadIdx.x; e < cnt * hd; e += blockDim.x) {
             int64_t rr = e / hd;
@@ -855,8 +871,13 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
         __syncthreads();
     }
     if (kv.cells) {
-        kv_store_row(kv.s0, kv.cells, kv.t0, (uint8_t *)kv.d0, kv.nb0, kv.nc0, flags, 0);
-        kv_store_row(kv.s1, kv.cells, kv.t1, (uint8_t *)kv.d1, kv.nb1, kv.nc1, flags, 0);
+        kview s0 = kv.s0;
+        if (k_in_smem) { /* row t of the source is the rotated rows */
+            s0.data = sm + h0 * hd;
+            s0.nb[1] = 0;
+        }
+        kv_store_row(s0, kv.cells, kv.t0, (uint8_t *)kv.d0, kv.nb0, kv.nc0, flags, t);
+        kv_store_row(kv.s1, kv.cells, kv.t1, (uint8_t *)kv.d1, kv.nb1, kv.nc1, flags, t);
     }
 }
 
@@ -871,20 +892,28 @@ extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, st
                             int n_rot, float freq_base, float freq_scale,
                             const struct kkv2 *kv)
 {
-    if (x0.ne[1] <= 0 || x1.ne[1] <= 0 || x0.ne[0] != x1.ne[0] || x0.ne[2] != 1 ||
-        x1.ne[2] != 1 || x0.ne[3] != 1 || x1.ne[3] != 1 || n_rot > x0.ne[0] ||
-        k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]) > 48 * 1024)
-        return k_fail(k, "norm_rope2", "shapes outside [hd, heads, 1, 1] (equal hd, <= 48 KiB)");
+    const int64_t T = x0.ne[2];
+    const struct kview *planes[5] = {&x1, &n0, &r0, &n1, &r1};
+    bool shape_ok = x0.ne[1] > 0 && x1.ne[1] > 0 && x0.ne[0] == x1.ne[0] && T >= 1 &&
+                    T <= 65535 && x0.ne[3] == 1 && x1.ne[3] == 1 && n_rot <= x0.ne[0] &&
+                    r0.data && k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]) <= 48 * 1024;
+    for (const struct kview *v : planes)
+        shape_ok = shape_ok && (!v->data || v->ne[2] == T);
+    if (!shape_ok)
+        return k_fail(k, "norm_rope2", "shapes outside [hd, heads, T, 1] (equal hd and T, "
+                                       "<= 48 KiB per token)");
     struct kkv2 none = {};
-    if (kv && (kv->s0.ne[1] != 1 || kv->s1.ne[1] != 1 ||
+    if (kv && (kv->s0.ne[1] != T || kv->s1.ne[1] != T || kv->s0.ne[0] != x1.ne[0] * x1.ne[1] ||
                (kv->t0 == MINFER_TYPE_Q8_0 && kv->s0.ne[0] % 32) ||
                (kv->t1 == MINFER_TYPE_Q8_0 && kv->s1.ne[0] % 32)))
-        return k_fail(k, "norm_rope2", "KV stores of more than one token or a Q8_0 row not "
-                                       "a multiple of 32");
+        return k_fail(k, "norm_rope2", "KV stores of another token count or row, or a Q8_0 row "
+                                       "not a multiple of 32");
+    if (!r1.data && !kv)
+        return k_fail(k, "norm_rope2", "the second RoPE writes nowhere");
     size_t smem = k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]);
-    KLAUNCH(k, "norm_rope2", norm_rope2_kernel, 1, NORM_ROPE2_THREADS, smem, x0, w0, n0, r0,
-            eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale, kv ? *kv : none,
-            k->flags);
+    KLAUNCH(k, "norm_rope2", norm_rope2_kernel, (unsigned)T, NORM_ROPE2_THREADS, smem, x0, w0,
+            n0, r0, eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale,
+            kv ? *kv : none, k->flags);
     return 0;
 }
 
