@@ -3,7 +3,8 @@
 # dependent launch (backends/cuda/kernels/common.cuh): KLAUNCH may start a
 # kernel while the one before it still runs, so each __global__ function
 # must call k_dep_enter() (wait for the predecessor, then let the
-# successor launch) in its own body, before any return. A kernel that
+# successor launch) in its own body, before any return; a kernel that
+# waits late (k_dep_enter(late)) must also call k_dep_late_wait(late). A kernel that
 # forgot it would read its inputs before they were written; one that
 # returned first could end before its predecessor, and the next kernel's
 # wait would then cover neither. Lists each kernel with its verdict;
@@ -37,11 +38,13 @@ function check(file, text,    rest, p, b, name, depth, body, i, c, e, r, why) {
       if (c == "{") depth++
       else if (c == "}" && --depth == 0) break
     }
-    e = index(body, "k_dep_enter()")
+    e = index(body, "k_dep_enter(")
     r = match(body, /(^|[^A-Za-z0-9_])return[^A-Za-z0-9_]/)
     why = ""
     if (!e) why = "no k_dep_enter() in its body"
     else if (r && RSTART < e) why = "returns before k_dep_enter()"
+    else if (!index(body, "k_dep_enter()") && !index(body, "k_dep_late_wait("))
+      why = "k_dep_enter(late) without k_dep_late_wait(late)"
     kernels++
     if (why != "") { bad++; printf "BROKEN %s: %s: %s\n", file, name, why }
     else if (!quiet) printf "ok     %s: %s\n", file, name

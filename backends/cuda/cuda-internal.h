@@ -52,6 +52,7 @@ struct xq_cache {
     int64_t K, M, nb1;
     void *xq;
     int group; /* k_quantize_q8_1's group: 32 or 256 */
+    uint64_t seq; /* kctx.launches right after the kernel that wrote it */
 };
 
 struct minfer_backend {

@@ -36,6 +36,19 @@ static size_t round256(size_t n)
  * f32 path's accuracy (relative error ~2^-22 per activation) for twice
  * the GEMM work. Quantized weights need none of this: both backends
  * quantize activations to 8 bits there. */
+/* Whether the product about to launch on be->xq may wait late
+ * (common.cuh, k_dep_enter(late): gemm-i8.cu's kernel reads only the
+ * weights and those activations before its wait): a kernel before the
+ * last one wrote them, and the last one waited first (it did not wait
+ * late itself), so they are complete when this one starts. A batched
+ * decode's up product (the norm wrote its activations, then the gate
+ * product ran) runs its main loop under the gate product's tail. */
+static bool gemm_late(const struct minfer_backend *be, const struct kctx *k)
+{
+    return k->dep_launch && be->xq.valid && be->xq.seq < k->launches &&
+           k->late_launch != k->launches;
+}
+
 static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_node *n,
                               struct kctx *k, const struct minfer_tensor *w,
                               const struct minfer_tensor *x, float *dst, int64_t dst_nb1,
@@ -66,6 +79,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     } else {
         LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
     }
+    k->late_next = group && gemm_late(be, k);
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
                   ws ? wh : NULL, epi));
     return MINFER_OK;
@@ -87,7 +101,7 @@ minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_no
           qc->nb1 == xnb1 && qc->xq == xq && qc->group == group)) {
         qc->valid = false;
         LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, group, xq));
-        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, group};
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, group, k->launches};
     }
     *out = xq;
     return MINFER_OK;
@@ -239,7 +253,8 @@ minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *
 void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
                      int group)
 {
-    be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group};
+    be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group,
+                               cu_ctx_kctx(be->c)->launches};
 }
 
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output

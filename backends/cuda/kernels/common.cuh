@@ -306,6 +306,8 @@ static inline int k_launch_err(struct kctx *k, const char *site, cudaError_t e)
  * launch's own). Returns 0 or -1 with the message in k->err. */
 static inline int k_post(struct kctx *k, const char *site)
 {
+    k->launches++;
+    k->late_next = 0;
     return k_launch_err(k, site, cudaGetLastError());
 }
 
@@ -335,6 +337,33 @@ __device__ __forceinline__ void k_dep_enter()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The rule split in two, for a kernel whose loads up to its first store
+ * read only what kernels launched two or more before it wrote (weights,
+ * and activations the launch before did not write): with late set it lets
+ * its successor launch at once, runs its main loop during its
+ * predecessor's tail, and calls k_dep_late_wait(late) before its first
+ * store and before reading anything else (an epilogue's addend, split-K
+ * planes). Its predecessor's blocks all passed their own wait before
+ * this kernel could launch, so what came before that predecessor is
+ * complete; and its successor still waits for it, which waited for its
+ * predecessor. Only a predecessor that itself waited first gives that
+ * guarantee: exec.c's gemm_late tracks it (kctx: launches, late_launch). */
+__device__ __forceinline__ void k_dep_enter(int late)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!late)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void k_dep_late_wait(int late)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (late)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 

@@ -560,9 +560,9 @@ struct igroup {
  * product's fields cost up to 30 registers per thread). */
 template <int T, int NJ, bool GRP>
 __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
-    gemm_i8_kernel(const uint8_t *__restrict__ xq, int K, int M, int splits, igroup g)
+    gemm_i8_kernel(const uint8_t *__restrict__ xq, int K, int M, int splits, igroup g, int late)
 {
-    k_dep_enter();
+    k_dep_enter(late); /* late: the ring reads only weights and xq (gemm_i8's caller) */
     using S = ismem<T, NJ>;
     constexpr int BM = S::BM, PITCH = ishape<T>::PITCH;
     constexpr int BYTES = qgemm<T>::BYTES;
@@ -612,6 +612,7 @@ __global__ void __launch_bounds__(I_THREADS, ismem<T, NJ>::MIN_BLOCKS)
         else
             i8w<T>::template chunk<NJ>(p0, p1, lane, v, acc);
     });
+    k_dep_late_wait(late); /* before the stores, the addend, the split planes */
     float *const planes = SEG(out);
     const int64_t split_nb = SEG(split_nb);
     gemm_store_frag<NJ>(SEG(ep), &acc[0][0], n0 + r0, m0, tig, N, M,
@@ -692,9 +693,11 @@ struct i_launchers {
                       int64_t K, int64_t M, int splits)
     {
         dim3 grid((unsigned)((M + 8 * NJ - 1) / (8 * NJ)), (unsigned)tiles_y, (unsigned)splits);
-        const int smem = ismem<T, NJ>::BYTES;
+        const int smem = ismem<T, NJ>::BYTES, late = k->late_next;
         KLAUNCH(k, "gemm_i8", (gemm_i8_kernel<T, NJ, GRP>), grid, I_THREADS, smem,
-                (const uint8_t *)xq, (int)K, (int)M, splits, g);
+                (const uint8_t *)xq, (int)K, (int)M, splits, g, late);
+        if (late)
+            k->late_launch = k->launches;
         return 0;
     }
     template <int T>

@@ -39,6 +39,12 @@ struct kctx {
     unsigned *flags;       /* device word, KFLAG_* */
     unsigned *tile_count;  /* KTILE_COUNTERS zeroed device words: gemm.cuh's gemm_split_finish */
     int dep_launch;        /* launches may be programmatic dependents (k_dep_probe) */
+    /* the late wait of common.cuh's k_dep_enter(late): kernels launched so
+     * far (k_post counts them), the count right after the last kernel that
+     * waited late (0: none), and whether the next gemm_i8 launch may (the
+     * caller's decision, exec.c; k_post clears it) */
+    uint64_t launches, late_launch;
+    int late_next;
     char *err;             /* message sink */
     size_t err_len;
 };
