@@ -424,6 +424,20 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
     struct kview none = {0};
+    if (xq->ne[2] > 1 && !r && with_kv && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1) &&
+        xq->ne[1] + xk->ne[1] + kv.s1.ne[0] / xq->ne[0] <= 65535) {
+        /* no norms: a block per token and head (a block per token ran the
+         * three kernels' work in about their time; docs/PERF.md) */
+        if (k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk),
+                      k_kept ? view_of(rk->dst) : none, rq->src[1]->data, rq->iparams[0],
+                      rq->fparams[0], rq->fparams[1], &kv))
+            *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
+        group_written(be, w, i, used);
+        CUDA_COUNT(rope_seq);
+        CUDA_COUNT(rope_kv);
+        CUDA_COUNT(rope_tokens);
+        return used;
+    }
     const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
     const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
     if (k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none, view_of(rq->dst),

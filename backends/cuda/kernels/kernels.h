@@ -287,6 +287,16 @@ struct kkv2 {
  * the same block (after every write above, so s0 may be rd1's data). With
  * kv, rd1.data may be NULL: the second RoPE goes only to the K store (s0
  * is then not read; no later node may read rd1). */
+/* The RoPEs of q [hd, hq, T] into rq and of k [hd, hk, T] (into rk when
+ * rk.data is set), then kv's two stores, the K store of the rotated k: a
+ * block per token and head, bit-identical to k_rope2 then k_kv_store2.
+ * Nothing is ordered between blocks: rq and rk must be apart from every
+ * source (rq may be q itself, the same view). Caches F32, F16 or Q8_0
+ * (hd % 32 == 0). */
+int k_rope_kv_ok(int64_t hd, uint32_t kt, uint32_t vt);
+int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct kview kx, struct kview rk,
+              const int32_t *pos, int n_rot, float freq_base, float freq_scale,
+              const struct kkv2 *kv);
 size_t k_norm_rope2_smem(int64_t hd, int64_t heads);
 int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
                  struct kview r0, float eps0, struct kview x1, const float *w1,

@@ -738,6 +738,94 @@ extern "C" int k_kv_store2(struct kctx *k, struct kview s0, uint32_t t0, void *d
     return 0;
 }
 
+/* ---- RoPE of q and k with both KV stores, a block per token and head ---- */
+
+/* The bytes before column col of a cache row of type t (F32, F16, Q8_0;
+ * Q8_0 columns at whole blocks). */
+static __device__ __forceinline__ int64_t cache_col_bytes(uint32_t t, int64_t col)
+{
+    return t == MINFER_TYPE_F32 ? 4 * col : t == MINFER_TYPE_F16 ? 2 * col : col / 32 * 34;
+}
+
+#define ROPE_KV_THREADS 64
+#define ROPE_KV_MAX_HD 256
+
+/* Block (t, j): head j of token t; q heads first (rope_row, rope_kernel's
+ * own path), then k heads (rotated into shared memory, written to rk when
+ * rk.data is set, and stored into the K cache's columns of that head),
+ * then v heads (stored). kv_store_row stores each head as the whole row's
+ * store would (F16 and F32 element-wise, Q8_0 by 32-value blocks inside
+ * the head), so the caches get kv_store_kernel's bytes. */
+__global__ void __launch_bounds__(ROPE_KV_THREADS)
+    rope_kv_kernel(kview q, kview rq, kview kx, kview rk, const int32_t *pos, int n_rot,
+                   float base, float fscale, struct kkv2 kv, unsigned *flags)
+{
+    k_dep_enter();
+    const int64_t t = blockIdx.x, hq = q.ne[1], hk = kx.ne[1], hd = q.ne[0];
+    int64_t j = blockIdx.y;
+    if (j < hq) {
+        rope_row(q, pos, rq, n_rot, base, fscale, j, t);
+        return;
+    }
+    j -= hq;
+    if (j < hk) {
+        __shared__ float row[ROPE_KV_MAX_HD];
+        const float *xr = (const float *)((const char *)kx.data + j * kx.nb[1] + t * kx.nb[2]);
+        const float p = (float)pos[t];
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            if (i < n_rot / 2)
+                rope_rot(xr[i], xr[i + n_rot / 2], i, p, n_rot, base, fscale, row);
+            else if (i >= n_rot)
+                row[i] = xr[i];
+        }
+        __syncthreads();
+        if (rk.data) {
+            float *o = (float *)((char *)rk.data + j * rk.nb[1] + t * rk.nb[2]);
+            for (int i = threadIdx.x; i < hd; i += blockDim.x)
+                o[i] = row[i];
+        }
+        kview s = {row, {hd, 1, 1, 1}, {4, 0, 0, 0}}; /* every token's row is this one */
+        kv_store_row(s, kv.cells, kv.t0, (uint8_t *)kv.d0 + cache_col_bytes(kv.t0, j * hd),
+                     kv.nb0, kv.nc0, flags, t);
+        return;
+    }
+    j -= hk;
+    kview s = kv.s1;
+    s.data = (char *)s.data + j * hd * 4;
+    s.ne[0] = hd;
+    kv_store_row(s, kv.cells, kv.t1, (uint8_t *)kv.d1 + cache_col_bytes(kv.t1, j * hd), kv.nb1,
+                 kv.nc1, flags, t);
+}
+
+extern "C" int k_rope_kv_ok(int64_t hd, uint32_t kt, uint32_t vt)
+{
+    bool ok = hd > 0 && hd <= ROPE_KV_MAX_HD && hd % 2 == 0;
+    for (uint32_t t : {kt, vt})
+        ok = ok && (t == MINFER_TYPE_F32 || t == MINFER_TYPE_F16 ||
+                    (t == MINFER_TYPE_Q8_0 && hd % 32 == 0));
+    return ok;
+}
+
+extern "C" int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct kview kx,
+                         struct kview rk, const int32_t *pos, int n_rot, float freq_base,
+                         float freq_scale, const struct kkv2 *kv)
+{
+    const int64_t hd = q.ne[0], T = q.ne[2], hk = kx.ne[1];
+    const int64_t hv = hd > 0 ? kv->s1.ne[0] / hd : 0;
+    bool ok = k_rope_kv_ok(hd, kv->t0, kv->t1) && n_rot % 2 == 0 && n_rot <= hd &&
+              kx.ne[0] == hd && q.ne[1] > 0 && hk > 0 && hv > 0 && kv->s1.ne[0] == hv * hd &&
+              kv->s0.ne[0] == hk * hd && kx.ne[2] == T && rq.ne[2] == T && kv->s0.ne[1] == T &&
+              kv->s1.ne[1] == T && T >= 1 && T <= 0x7fffffff && q.ne[3] == 1 && kx.ne[3] == 1 &&
+              q.ne[1] + hk + hv <= 65535 && (!rk.data || rk.ne[2] == T);
+    if (!ok)
+        return k_fail(k, "rope_kv", "shapes outside [hd <= 256, heads, T] with K/V rows of "
+                                    "whole heads in F32, F16 or Q8_0 (hd % 32 == 0)");
+    dim3 grid((unsigned)T, (unsigned)(q.ne[1] + hk + hv));
+    KLAUNCH(k, "rope_kv", rope_kv_kernel, grid, ROPE_KV_THREADS, 0, q, rq, kx, rk, pos, n_rot,
+            freq_base, freq_scale, *kv, k->flags);
+    return 0;
+}
+
 /* ---- per-head RMS norm + RoPE (+ KV store), one block per token ---- */
 
 /* Two (RMS norm, RoPE) pairs of each token in one block: rows [0, h0) are
