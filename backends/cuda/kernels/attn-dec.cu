@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
  * (others get 0); every thread of the block calls it. */
 template <int HD>
 __device__ __forceinline__ float dm_combine_head(const float *__restrict__ part, int n_head,
-                                                 int n_splits, int h, int t)
+                                                 int n_splits, int h, int t, bool again)
 {
     constexpr int RS = HD + 2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -259,7 +259,8 @@ __device__ __forceinline__ float dm_combine_head(const float *__restrict__ part,
     for (int s = threadIdx.x; s < n_splits; s += DC_WARPS * 32)
         M = fmaxf(M, base[s * RS + HD]);
     M = warp_max(M);
-    __syncthreads(); /* the previous head's readers of red, w and acc are done */
+    if (again)
+        __syncthreads(); /* the previous head's readers of red, w and acc are done */
     if (lane == 0)
         red[0][warp] = M;
     __syncthreads();
@@ -333,12 +334,13 @@ __global__ void __launch_bounds__(DC_WARPS * 32)
     __shared__ float vals[G * HD];
     for (int g = 0; g < G; g++) {
         const int h = blockIdx.x * G + g;
-        const float v = dm_combine_head<HD>(part, n_head, n_splits, h, t);
+        const float v = dm_combine_head<HD>(part, n_head, n_splits, h, t, g > 0);
         if (threadIdx.x < HD) {
             ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[threadIdx.x] = v;
             if (G == 1 && xq) /* whole warps: HD % 32 == 0 */
                 q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + threadIdx.x, v, lane);
-            vals[g * HD + threadIdx.x] = v;
+            if (G > 1)
+                vals[g * HD + threadIdx.x] = v;
         }
     }
     if (G == 1 || !xq)

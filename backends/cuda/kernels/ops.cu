@@ -855,10 +855,15 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
     k_dep_enter();
     extern __shared__ __align__(16) float sm[]; /* rows x hd values, then cos, sin [half] */
     const int64_t t = blockIdx.x; /* the token: every view moves to its plane */
-    kview *tok[6] = {&x0, &n0, &r0, &x1, &n1, &r1};
-    for (kview *v : tok)
-        if (v->data)
-            v->data = (char *)v->data + t * v->nb[2];
+    x0.data = (char *)x0.data + t * x0.nb[2];
+    x1.data = (char *)x1.data + t * x1.nb[2];
+    r0.data = (char *)r0.data + t * r0.nb[2];
+    if (n0.data)
+        n0.data = (char *)n0.data + t * n0.nb[2];
+    if (n1.data)
+        n1.data = (char *)n1.data + t * n1.nb[2];
+    if (r1.data)
+        r1.data = (char *)r1.data + t * r1.nb[2];
     int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
     int half = n_rot / 2;
     float *cs = sm + rows * hd, *sn = cs + half;
