@@ -7,11 +7,14 @@
  * bits of the separate kernels (the replay-vs-direct e2e test checks it):
  *   - decode products of one x (Q, K, V; MUL_MAT or MUL_MAT_ADD): one
  *     multi-matrix matvec;
- *   - one token's (q norm, k norm,) q RoPE, k RoPE (, K store, V store):
- *     one read-first launch; otherwise RoPE + RoPE or KV_STORE + KV_STORE
- *     pairs that do not overlap: one launch each;
- *   - an RMS norm or ATTENTION feeding a quantized product: it writes the
- *     product's q8_1 activations too.
+ *   - (q norm, k norm,) q RoPE, k RoPE (, K store, V store): one
+ *     read-first launch, a block per token (and, without norms, per
+ *     head), where no write lands on what another block reads; otherwise
+ *     RoPE + RoPE or KV_STORE + KV_STORE pairs that do not overlap: one
+ *     launch each;
+ *   - an RMS norm, ATTENTION or ATTENTION_LISTS feeding a quantized
+ *     product: it writes the product's q8_1 activations too (group 32,
+ *     or 256 for gemm-i8.cu's K-quant tiles).
  */
 #include <string.h>
 
