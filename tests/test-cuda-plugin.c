@@ -211,6 +211,86 @@ START_TEST(refuses_what_the_kernels_cannot_run)
 }
 END_TEST
 
+/* ---- fusion: may a fused launch leave a tensor unwritten? ---- */
+
+typedef int (*dead_from_fn)(const struct minfer_replay_window *w, uint32_t from,
+                            const struct minfer_tensor *t);
+
+/* An F32 [n0, n1] view at byte offset off of a pretend arena (the check
+ * compares addresses only; nothing is read). */
+static struct minfer_tensor at(size_t off, int64_t n0, int64_t n1)
+{
+    static _Alignas(16) char arena[1 << 16];
+    struct minfer_tensor t = mk(MINFER_TYPE_F32, n0, n1, 1);
+    t.data = arena + off;
+    return t;
+}
+
+static struct minfer_node node(struct minfer_tensor *dst, const struct minfer_tensor *src)
+{
+    struct minfer_node n = {.op = MINFER_OP_SCALE, .n_src = 1, .dst = dst};
+    n.src[0] = src;
+    return n;
+}
+
+static int dead(dead_from_fn f, struct minfer_node *nodes, uint32_t n,
+                const struct minfer_tensor *t)
+{
+    struct minfer_replay_window w = {.first = 0, .last = n - 1, .nodes = nodes};
+    return f(&w, 0, t);
+}
+
+/* Catches a fused RoPE + KV store launch (fuse.c) that skips writing k's
+ * RoPE although a later node reads those bytes before anything rewrote
+ * them: a read anywhere in the range, a rewrite that covers only part of
+ * it, a strided dst whose byte span covers the range but not every byte,
+ * an output tensor, or bytes never rewritten before the window ends. No
+ * GPU needed. */
+START_TEST(dead_bytes_need_a_rewrite_before_any_read)
+{
+    ck_assert_ptr_nonnull(IF->get_proc);
+    dead_from_fn f = (dead_from_fn)IF->get_proc("minfer_cuda_test_dead_from");
+    ck_assert_msg(f, "the CUDA plugin lacks minfer_cuda_test_dead_from");
+    struct minfer_tensor t = at(1024, 64, 4); /* bytes [1024, 2048) */
+    struct minfer_tensor other = at(8192, 64, 4), whole = at(1024, 64, 4);
+    struct minfer_tensor lo = at(1024, 64, 2), hi = at(1536, 64, 2), tail = at(1536, 16, 1);
+    struct minfer_tensor out = at(16384, 64, 4);
+
+    /* each case ends with a rewrite of all of t: only a read before it
+     * (or the rule under test) can keep t alive */
+    struct minfer_node r1[] = {node(&out, &other), node(&out, &tail), node(&whole, &other)};
+    ck_assert_msg(!dead(f, r1, 3, &t), "a read of the last bytes missed");
+    struct minfer_node r2[] = {node(&whole, &other), node(&out, &t)};
+    ck_assert_msg(dead(f, r2, 2, &t), "a whole rewrite before the read not seen");
+    struct minfer_node r3[] = {node(&lo, &other), node(&out, &tail), node(&whole, &other)};
+    ck_assert_msg(!dead(f, r3, 3, &t), "half a rewrite taken for all of it");
+    struct minfer_node r4[] = {node(&hi, &other), node(&lo, &other), node(&out, &t)};
+    ck_assert_msg(dead(f, r4, 3, &t), "a rewrite in two pieces not seen");
+    struct minfer_tensor strided = whole; /* every other row of a twice-as-long span */
+    strided.ne[1] = 2;
+    strided.nb[1] = 2 * 64 * 4;
+    struct minfer_node r5[] = {node(&strided, &other), node(&out, &tail), node(&whole, &other)};
+    ck_assert_msg(!dead(f, r5, 3, &t), "a strided dst counted as rewriting every byte");
+    struct minfer_node r6[] = {node(&out, &other)};
+    ck_assert_msg(!dead(f, r6, 1, &t), "bytes never rewritten counted as dead at the end");
+    struct minfer_tensor o = t;
+    o.flags = MINFER_TENSOR_OUTPUT;
+    struct minfer_node r7[] = {node(&whole, &other)};
+    ck_assert_msg(!dead(f, r7, 1, &o), "an output tensor left unwritten");
+    /* nine one-float rewrites inside the range leave ten live pieces (more
+     * than the check keeps apart); a read of one of them must still count */
+    struct minfer_tensor dots[9], piece = at(1024 + 460, 1, 1);
+    struct minfer_node r8[11];
+    for (int i = 0; i < 9; i++) {
+        dots[i] = at(1024 + 100 * (size_t)(i + 1), 1, 1);
+        r8[i] = node(&dots[i], &other);
+    }
+    r8[9] = node(&out, &piece);
+    r8[10] = node(&whole, &other);
+    ck_assert_msg(!dead(f, r8, 11, &t), "a read between many small rewrites missed");
+}
+END_TEST
+
 /* ---- compute capability against the built architectures ---- */
 
 typedef int (*arch_runs_fn)(int major, int minor, const char *archs, char *why, size_t len);
@@ -328,6 +408,7 @@ Suite *cuda_plugin_suite(void)
     tcase_add_test(tc, arch_check_follows_cuda_compatibility);
     tcase_add_test(tc, built_archs_are_the_configured_ones);
     tcase_add_test(tc, refuses_a_capability_the_build_lacks);
+    tcase_add_test(tc, dead_bytes_need_a_rewrite_before_any_read);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -132,6 +132,15 @@ static inline int overlaps(const struct minfer_tensor *a, const struct minfer_te
     return alo < bhi && blo < ahi;
 }
 
+/* ---- fuse.c ---- */
+
+/* Whether no node of w from nodes[from] on reads t's bytes before a dense
+ * dst rewrites them (a fused launch may then leave t unwritten); bytes
+ * still unread at the window's end, or an output tensor, say no. Also the
+ * test hook "minfer_cuda_test_dead_from" (no device needed). */
+int cuda_dead_from(const struct minfer_replay_window *w, uint32_t from,
+                   const struct minfer_tensor *t);
+
 /* ---- validate.c ---- */
 
 /* 0 when the plugin runs n; else -1 with the reason in why[why_len]

@@ -312,8 +312,8 @@ static int dense(const struct minfer_tensor *t)
  * taking its range out of them. Bytes unread when the window ends prove
  * nothing (the host may read an output; another backend's window may
  * follow), so they count as live. */
-static int dead_from(const struct minfer_replay_window *w, uint32_t from,
-                     const struct minfer_tensor *t)
+int cuda_dead_from(const struct minfer_replay_window *w, uint32_t from,
+                   const struct minfer_tensor *t)
 {
     if (t->flags & MINFER_TENSOR_OUTPUT)
         return 0;
@@ -382,7 +382,7 @@ static int apart_between_tokens(const struct minfer_tensor *t, const struct minf
  * k_rope2 already does that case). A token's block orders its own reads
  * and writes; between tokens, every write must be apart from what the
  * other blocks read and write, except k's RoPE when only the K store
- * reads it (dead_from): it then stays in shared memory (the arena puts it
+ * reads it (cuda_dead_from): it then stays in shared memory (the arena puts it
  * on q's bytes, which other tokens' blocks are still reading). *st gets
  * the launch's failure. */
 static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
@@ -412,14 +412,15 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     const struct minfer_tensor *xk = nk ? nk->src[0] : rk->src[0];
     bool k_kept = true; /* k's RoPE written out */
     if (xq->ne[2] > 1) {
-        const struct minfer_tensor *reads[5] = {xq, xk, rq->src[1], with_kv ? nd[i + n].src[1] : NULL,
+        const struct minfer_tensor *reads[5] = {xq, xk, rq->src[1],
+                                                with_kv ? nd[i + n].src[1] : NULL,
                                                 with_kv ? nd[i + n + 1].src[0] : NULL};
         for (int j = 0; j < nw; j++) {
             const struct minfer_tensor *t = writes[j];
             const struct minfer_tensor *own = !r && t == rq->dst ? xq : NULL;
             if (apart_between_tokens(t, own, reads, 5, writes, nw))
                 continue;
-            if (t != rk->dst || !with_kv || !dead_from(w, i + used, t))
+            if (t != rk->dst || !with_kv || !cuda_dead_from(w, i + used, t))
                 return 0;
             k_kept = false;
         }

@@ -138,6 +138,8 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_rope_kv;
     if (!strcmp(name, "minfer_cuda_fused_rope_tokens"))
         return (void *)x_fused_rope_tokens;
+    if (!strcmp(name, "minfer_cuda_test_dead_from"))
+        return (void *)cuda_dead_from;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
     if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))
