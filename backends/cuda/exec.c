@@ -28,14 +28,6 @@ static size_t round256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* The tensor-core GEMM (kernels/gemm.cu). Its f16 activations and
- * dequantized weights live in SLOT_SPLIT. Float weights keep the f32
- * activations: x = hi + lo with hi = f16(x) and lo = f16(x - hi), dst =
- * W.hi + W.lo. Rounding the activations to f16 alone costs ~3e-3 on
- * logits (fixture-A, a 24-token pass); the split brings prefill to the
- * f32 path's accuracy (relative error ~2^-22 per activation) for twice
- * the GEMM work. Quantized weights need none of this: both backends
- * quantize activations to 8 bits there. */
 /* Whether the product about to launch on be->xq may wait late
  * (common.cuh, k_dep_enter(late): gemm-i8.cu's kernel reads only the
  * weights and those activations before its wait): a kernel before the
@@ -49,6 +41,14 @@ static bool gemm_late(const struct minfer_backend *be, const struct kctx *k)
            k->late_launch != k->launches;
 }
 
+/* The tensor-core GEMM (kernels/gemm.cu). Its f16 activations and
+ * dequantized weights live in SLOT_SPLIT. Float weights keep the f32
+ * activations: x = hi + lo with hi = f16(x) and lo = f16(x - hi), dst =
+ * W.hi + W.lo. Rounding the activations to f16 alone costs ~3e-3 on
+ * logits (fixture-A, a 24-token pass); the split brings prefill to the
+ * f32 path's accuracy (relative error ~2^-22 per activation) for twice
+ * the GEMM work. Quantized weights need none of this: both backends
+ * quantize activations to 8 bits there. */
 static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_node *n,
                               struct kctx *k, const struct minfer_tensor *w,
                               const struct minfer_tensor *x, float *dst, int64_t dst_nb1,

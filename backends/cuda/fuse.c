@@ -337,11 +337,13 @@ int cuda_dead_from(const struct minfer_replay_window *w, uint32_t from,
         byte_range(nd->dst, &dlo, &dhi);
         int m = 0;
         for (int k = 0; k < n; k++) {
-            /* what of [lo, hi) dst leaves: the part before it, the part after */
-            uintptr_t keep[2][2] = {{lo[k], hi[k] < dlo ? hi[k] : dlo},
-                                    {lo[k] > dhi ? lo[k] : dhi, hi[k]}};
-            if (dhi <= lo[k] || hi[k] <= dlo) /* untouched */
-                keep[0][1] = hi[k], keep[1][0] = keep[1][1];
+            /* what of [lo, hi) dst leaves: all of it, or the parts before
+             * and after dst */
+            uintptr_t keep[2][2] = {{lo[k], hi[k]}, {0, 0}};
+            if (dlo < hi[k] && lo[k] < dhi) {
+                keep[0][1] = lo[k] < dlo ? dlo : lo[k];
+                keep[1][0] = dhi, keep[1][1] = dhi < hi[k] ? hi[k] : dhi;
+            }
             for (int e = 0; e < 2; e++) {
                 if (keep[e][0] >= keep[e][1])
                     continue;
@@ -359,7 +361,7 @@ int cuda_dead_from(const struct minfer_replay_window *w, uint32_t from,
     return 0;
 }
 
-/* Whether t, written by a k_norm_rope2 launch of several tokens, is apart
+/* Whether t, written by a RoPE-group launch of several tokens, is apart
  * from everything another token's block reads (reads[]) or writes
  * (writes[], t itself skipped); own: a source t may equal exactly (each
  * block reads its token's plane before writing it), or NULL. */
@@ -377,7 +379,8 @@ static int apart_between_tokens(const struct minfer_tensor *t, const struct minf
 }
 
 /* (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at nodes[i..] as
- * one k_norm_rope2 launch, a block per token: returns how many nodes it
+ * one k_norm_rope2 launch, a block per token (k_rope_kv, a block per token
+ * and head, for several tokens without norms): returns how many nodes it
  * ran (0: no such group here; 2 only where rope_pair refuses, since
  * k_rope2 already does that case). A token's block orders its own reads
  * and writes; between tokens, every write must be apart from what the
@@ -427,28 +430,23 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     }
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
-    struct kview none = {0};
-    if (xq->ne[2] > 1 && !r && with_kv && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1) &&
-        xq->ne[1] + xk->ne[1] + kv.s1.ne[0] / xq->ne[0] <= 65535) {
-        /* no norms: a block per token and head (a block per token ran the
-         * three kernels' work in about their time; docs/PERF.md) */
-        if (k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk),
-                      k_kept ? view_of(rk->dst) : none, rq->src[1]->data, rq->iparams[0],
-                      rq->fparams[0], rq->fparams[1], &kv))
-            *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
-        group_written(be, w, i, used);
-        CUDA_COUNT(rope_seq);
-        CUDA_COUNT(rope_kv);
-        CUDA_COUNT(rope_tokens);
-        return used;
-    }
+    struct kview none = {0}, rk_out = k_kept ? view_of(rk->dst) : none;
+    /* no norms, several tokens: a block per token and head (a block per
+     * token ran the three kernels' work in about their time; docs/PERF.md) */
+    bool per_head = xq->ne[2] > 1 && !r && with_kv && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1) &&
+                    xq->ne[1] + xk->ne[1] + kv.s1.ne[0] / xq->ne[0] <= 65535;
     const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
     const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
-    if (k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none, view_of(rq->dst),
-                     nq ? nq->fparams[0] : 0.0f, view_of(xk), wk, nk ? view_of(nk->dst) : none,
-                     k_kept ? view_of(rk->dst) : none, nk ? nk->fparams[0] : 0.0f,
-                     rq->src[1]->data, rq->iparams[0], rq->fparams[0], rq->fparams[1],
-                     with_kv ? &kv : NULL))
+    int fail = per_head ? k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk), rk_out,
+                                    rq->src[1]->data, rq->iparams[0], rq->fparams[0],
+                                    rq->fparams[1], &kv)
+                        : k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none,
+                                       view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
+                                       view_of(xk), wk, nk ? view_of(nk->dst) : none, rk_out,
+                                       nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
+                                       rq->iparams[0], rq->fparams[0], rq->fparams[1],
+                                       with_kv ? &kv : NULL);
+    if (fail)
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
     group_written(be, w, i, used);
     if (r)
