@@ -972,6 +972,115 @@ START_TEST(gemm_epilogues)
 }
 END_TEST
 
+/* Catches a one-launch gate/up GEMM (k_gemm_glu: warpgroup 0 on gate
+ * rows, warpgroup 1 on the same up rows, handed over in shared memory)
+ * that pairs the wrong rows or threads, swaps gate and up, loses a row or
+ * token tail, or breaks in either token tile; and, on a 9.0 device with
+ * the sm_90a kernels, a dispatch that never takes it. */
+START_TEST(ffn_gate_up_one_launch)
+{
+    UNDER_TEST(UT_CUDA);
+    typedef void (*tune_fn)(int bk, int splits, int bn);
+    typedef uint64_t (*count_fn)(void);
+    typedef const char *(*archs_fn)(void);
+    tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
+    count_fn glu = (count_fn)P[0].t->get_proc("minfer_cuda_glu_gemms");
+    archs_fn archs = (archs_fn)P[0].t->get_proc("minfer_cuda_built_archs");
+    ck_assert_msg(tune && glu && archs, "the CUDA plugin lacks its tune, glu or archs hooks");
+    struct minfer_device_info d = {.struct_size = sizeof d};
+    ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
+    uint64_t before = glu();
+    static const int bns[] = {0, 1064, 1128}; /* by shape, 64- and 128-token tiles */
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+    int Ms[] = {40, 67, 200};
+    const int64_t K = 768, N = 200; /* 3 chunks; 200 rows = 3 x 64 + 8 */
+    for (size_t b = 0; b < sizeof bns / sizeof bns[0]; b++) {
+        tune(0, bns[b] ? 1 : 0, bns[b]);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            struct tt *g = tt_weight(types[ti], K, N, 0, "gate");
+            struct tt *u = tt_weight(types[ti], K, N, 0, "up");
+            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+                struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
+                tt_place(x, NULL);
+                struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);
+                struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
+                struct tt *src[3] = {g, u, x};
+                char what[96];
+                snprintf(what, sizeof what, "one-launch ffn_gate_up bn=%d %s nt=%d", bns[b],
+                         tn(types[ti]), Ms[m]);
+                run_both(&n, src, 3, dst, what);
+                compare(dst, "ffn_gate_up_one_launch", what, TOL_Q8ACT);
+            }
+        }
+    }
+    tune(0, 0, 0);
+    printf("ffn_gate_up_one_launch: %llu gate/up GEMM launches (cc %d.%d)\n",
+           (unsigned long long)(glu() - before), d.cc_major, d.cc_minor);
+    if (d.cc_major == 9 && d.cc_minor == 0 && strstr(archs(), "90"))
+        ck_assert_msg(glu() > before, "no gate/up pair ran as one launch on a 9.0 device");
+    print_stats("ffn_gate_up_one_launch");
+}
+END_TEST
+
+/* Catches activations converted for one product (f16 for the wgmma GEMM,
+ * q8_1 for gemm-i8 and the matvec) and reused by the next product of the
+ * same x after x changed: written in place by a node, or by a buffer
+ * write between nodes. The CPU sees every change; a stale reuse would
+ * multiply the old x. Also that products of an unchanged x do share. */
+START_TEST(shared_activations_follow_writes)
+{
+    UNDER_TEST(UT_CUDA);
+    typedef uint64_t (*count_fn)(void);
+    count_fn shared = (count_fn)P[0].t->get_proc("minfer_cuda_shared_x");
+    ck_assert_msg(shared, "the CUDA plugin lacks minfer_cuda_shared_x");
+    const int64_t K = 512, N = 256;
+    int Ms[] = {1, 16, 67};
+    for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+        int M = Ms[m];
+        struct tt *w1 = tt_weight(MINFER_TYPE_Q4_K, K, N, 0, "w1");
+        struct tt *w2 = tt_weight(MINFER_TYPE_Q4_K, K, N, 0, "w2");
+        struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+        tt_place(x, NULL);
+        struct tt *a = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+        tt_place(a, NULL);
+        char what[96];
+        struct minfer_node mm = {.op = MINFER_OP_MUL_MAT};
+        struct tt *s1[2] = {w1, x}, *s2[2] = {w2, x};
+        uint64_t before = shared();
+        struct tt *y = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        snprintf(what, sizeof what, "shared x nt=%d: first product", M);
+        run_both(&mm, s1, 2, y, what);
+        compare(y, "shared_x", what, TOL_Q8ACT);
+        y = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        snprintf(what, sizeof what, "shared x nt=%d: second product of the same x", M);
+        run_both(&mm, s2, 2, y, what);
+        compare(y, "shared_x", what, TOL_Q8ACT);
+        ck_assert_msg(shared() > before, "nt=%d: the second product converted x again", M);
+
+        struct minfer_node add = {.op = MINFER_OP_ADD};
+        struct tt *sa[2] = {x, a};
+        snprintf(what, sizeof what, "shared x nt=%d: x += a in place", M);
+        run_both(&add, sa, 2, x, what);
+        y = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        snprintf(what, sizeof what, "shared x nt=%d: product after an in-place write", M);
+        run_both(&mm, s1, 2, y, what);
+        compare(y, "shared_x", what, TOL_Q8ACT);
+
+        float *h = (float *)x->host; /* new values through a buffer write */
+        for (int64_t i = 0; i < K * M; i++)
+            h[i] = -0.5f * h[i] + 0.25f;
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(P[i].t->buffer_write(P[i].be, x->t[i].data, x->host, x->bytes),
+                             MINFER_OK);
+        y = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        snprintf(what, sizeof what, "shared x nt=%d: product after a buffer write", M);
+        run_both(&mm, s2, 2, y, what);
+        compare(y, "shared_x", what, TOL_Q8ACT);
+    }
+    print_stats("shared_x");
+}
+END_TEST
+
 /* Catches: a store that writes cells other than the named ones, a Q8_0
  * quantizer that differs from the CPU's, strided source rows. */
 START_TEST(kv_store_layouts)
@@ -1343,6 +1452,8 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, gemm_i8_long_k);
     tcase_add_test(tc, gemm_epilogues);
     tcase_add_test(tc, decode_gemm_crossover);
+    tcase_add_test(tc, ffn_gate_up_one_launch);
+    tcase_add_test(tc, shared_activations_follow_writes);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_long, 0, UT_COUNT);

@@ -42,17 +42,23 @@ struct gentry {
     uint64_t used;     /* LRU tick */
 };
 
-/* What SLOT_XQ holds: the q8_1 blocks of activations x [K, M] (rows nb1
- * bytes apart) at xq. Valid only inside one FFN_GATE_UP node (gate and up
- * share x) or one capture window, where every node's dst is checked
- * against x and a write anywhere into x drops it (cuda_xq_note_write). */
+/* What SLOT_XQ holds: the activations x [K, M] (rows nb1 bytes apart) in
+ * one form at xq: q8_1 blocks of a group (32 or 256), or f16 values in
+ * one of the GEMM's orders (KGEMM_ACT_F16 and up, k_gemm_act_form).
+ * Products of one x (Q, K and V; gate and up) find them here instead of
+ * converting x again. Valid while every write since is seen: each node's
+ * dst is checked against x (cuda_xq_note_write) in a capture window and
+ * in direct execution alike, and every other entry point that writes
+ * device memory (buffer writes, KV copies, graph replays, allocations)
+ * drops it; pool_gen catches a scratch slot reallocated in between. */
 struct xq_cache {
     bool valid;
     const void *x;
     int64_t K, M, nb1;
     void *xq;
-    int group; /* k_quantize_q8_1's group: 32 or 256 */
-    uint64_t seq; /* kctx.launches right after the kernel that wrote it */
+    int form;          /* q8_1 group, or KGEMM_ACT_F16 + the f16 order */
+    uint64_t pool_gen; /* cu_pool_generation when it was written */
+    uint64_t seq;      /* kctx.launches right after the kernel that wrote it */
 };
 
 struct minfer_backend {
@@ -82,6 +88,8 @@ struct cuda_counters {
     uint64_t rope_tokens; /* ... of which of several tokens (a block per token) */
     uint64_t groups;     /* decode products of one x (Q, K, V) captured as one launch */
     uint64_t gemm_groups; /* ... the same at 9-16 tokens, on gemm-i8.cu (k_gemm_multi) */
+    uint64_t shared_x;   /* products that found their activations converted (be->xq) */
+    uint64_t glu_gemms;  /* gate/up pairs run as one GEMM launch (k_gemm_glu) */
     int fail_next_capture; /* captures still to fail on purpose (test hook) */
 };
 extern struct cuda_counters cuda_count;
@@ -180,11 +188,13 @@ minfer_status cuda_xq_slot(struct minfer_backend *be, const struct minfer_node *
                            const struct minfer_tensor *x, void **xq);
 void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, void *xq,
                      int group);
-/* q8_1 blocks of x [K, M] with that group (k_quantize_q8_1) in SLOT_XQ,
- * reusing be->xq when it holds exactly these. */
-minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
-                               struct kctx *k, const float *xd, int64_t K, int64_t M,
-                               int64_t xnb1, int group, void **out);
+/* x [K, M] in SLOT_XQ in `form`: q8_1 blocks of that group
+ * (k_quantize_q8_1; wtype unused), or KGEMM_ACT_F16 and up the f16 values
+ * k_gemm_act writes for products on wtype (k_gemm_act_form), reusing
+ * be->xq when it holds exactly these. */
+minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node *n,
+                            struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
+                            int64_t M, int64_t xnb1, int form, void **out);
 /* ATTENTION; xq_next (NULL: none) is the product that reads its output as
  * quantized activations: the combine pass writes those q8_1 blocks too. */
 minfer_status cuda_run_attention(struct minfer_backend *be, const struct minfer_node *n,

@@ -67,41 +67,50 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
-    int group = split ? 0 : k_gemm_takes_q8_1(k, w->type, K, M);
-    if (group) {
-        /* q8_1 blocks: shared with the other products of this x (Q, K, V;
-         * gate and up) and, group 32, written by a fused norm */
-        void *xq = NULL;
-        st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], group, &xq);
+    int form = split ? 0 : k_gemm_act_form(k, w->type, K, M);
+    if (form) {
+        /* shared with the other products of this x (Q, K, V; gate and up)
+         * and, q8_1 of group 32, written by a fused norm */
+        void *xs = NULL;
+        st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs);
         if (st != MINFER_OK)
             return st;
-        xh = xq;
+        xh = xs;
     } else {
         LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
     }
-    k->late_next = group && gemm_late(be, k);
+    k->late_next = form && form < KGEMM_ACT_F16 && gemm_late(be, k);
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
                   ws ? wh : NULL, epi));
     return MINFER_OK;
 }
 
-/* q8_1 blocks of x [K, M] in SLOT_XQ: launches the quantization unless
- * be->xq says the slot already holds exactly this x in this group. */
-minfer_status cuda_quantized_x(struct minfer_backend *be, const struct minfer_node *n,
-                               struct kctx *k, const float *xd, int64_t K, int64_t M,
-                               int64_t xnb1, int group, void **out)
+/* x [K, M] in `form` in SLOT_XQ: launches the conversion (k_quantize_q8_1
+ * for a group, k_gemm_act for wtype's f16 order) unless be->xq says the
+ * slot already holds exactly this x in this form. */
+minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node *n,
+                            struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
+                            int64_t M, int64_t xnb1, int form, void **out)
 {
     void *xq = NULL;
     *out = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_XQ, k_q8_1_bytes(K, M), &xq);
+    bool f16 = form >= KGEMM_ACT_F16;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
+                                  &xq);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     struct xq_cache *qc = &be->xq;
+    uint64_t gen = cu_pool_generation(be->c);
     if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
-          qc->nb1 == xnb1 && qc->xq == xq && qc->group == group)) {
+          qc->nb1 == xnb1 && qc->xq == xq && qc->form == form && qc->pool_gen == gen)) {
         qc->valid = false;
-        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, group, xq));
-        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, group, k->launches};
+        if (f16)
+            LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
+        else
+            LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, gen, k->launches};
+    } else {
+        CUDA_COUNT(shared_x);
     }
     *out = xq;
     return MINFER_OK;
@@ -177,7 +186,7 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
         return MINFER_OK;
     }
     void *xq = NULL;
-    minfer_status st = cuda_quantized_x(be, n, k, xd, K, M, xnb1, 32, &xq);
+    minfer_status st = cuda_shared_x(be, n, k, 0, xd, K, M, xnb1, 32, &xq);
     if (st != MINFER_OK)
         return st;
     size_t xrow = k_q8_1_bytes(K, 1);
@@ -254,7 +263,7 @@ void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, v
                      int group)
 {
     be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group,
-                               cu_ctx_kctx(be->c)->launches};
+                               cu_pool_generation(be->c), cu_ctx_kctx(be->c)->launches};
 }
 
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
@@ -359,7 +368,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
             int64_t K = s0->ne[0];
             void *xq = NULL;
             minfer_status st =
-                cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
+                cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
             if (st != MINFER_OK)
                 return st;
             if (M == 1)
@@ -374,6 +383,20 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         void *gu = NULL;
         bool fused = gemm_route(k, s1, M) && k_gemm_epi_pays(k, s1->type, s1->ne[0], M) &&
                      d->nb[0] == sizeof(float);
+        int64_t K = s0->ne[0];
+        if (fused && s0->type == s1->type && s0->nb[1] == s1->nb[1] && !be->fuse_off &&
+            k_gemm_glu_ok(k, s0->type, K, N, M)) { /* gate, up and SwiGLU in one GEMM */
+            const struct minfer_tensor *x = n->src[2];
+            void *xh = NULL;
+            minfer_status st = cuda_shared_x(be, n, k, s0->type, x->data, K, M, (int64_t)x->nb[1],
+                                             k_gemm_act_form(k, s0->type, K, M), &xh);
+            if (st != MINFER_OK)
+                return st;
+            LAUNCH(k_gemm_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xh, M,
+                              d->data, (int64_t)d->nb[1]));
+            CUDA_COUNT(glu_gemms);
+            return MINFER_OK;
+        }
         minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));

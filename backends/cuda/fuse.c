@@ -509,7 +509,7 @@ static minfer_status run_matvec_group(struct minfer_backend *be, const struct mi
     const struct minfer_tensor *x = n->src[1];
     void *xq = NULL;
     minfer_status st =
-        cuda_quantized_x(be, n, k, x->data, x->ne[0], 1, (int64_t)x->nb[1], 32, &xq);
+        cuda_shared_x(be, n, k, 0, x->data, x->ne[0], 1, (int64_t)x->nb[1], 32, &xq);
     if (st != MINFER_OK)
         return st;
     struct kmv_seg segs[4];
@@ -586,7 +586,7 @@ static minfer_status run_gemm_group(struct minfer_backend *be, const struct minf
     const struct minfer_tensor *x = n->src[1], *w = n->src[0];
     int64_t K = w->ne[0], M = x->ne[1];
     void *xq = NULL, *part = NULL;
-    minfer_status st = cuda_quantized_x(be, n, k, x->data, K, M, (int64_t)x->nb[1],
+    minfer_status st = cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1],
                                         k_gemm_takes_q8_1(k, w->type, K, M), &xq);
     if (st != MINFER_OK)
         return st;

@@ -101,6 +101,7 @@ minfer_status cuda_graph_replay(struct minfer_backend *be, const struct minfer_r
     *replayed = false;
     if (be->graphs_off)
         return MINFER_OK;
+    be->xq.valid = false; /* a replay writes what its nodes write, unseen */
     cu_ctx_clear_error(be->c);
     struct gentry *e = gentry_get(be, w);
     uint64_t pool_gen = cu_pool_generation(be->c);

@@ -101,6 +101,19 @@ static uint64_t x_fused_gemm_groups(void)
     return __atomic_load_n(&cuda_count.gemm_groups, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_shared_x": uint64_t f(void) — products that found their
+ * activations already converted (be->xq), in capture windows and direct
+ * execution alike. "minfer_cuda_glu_gemms": uint64_t f(void) — gate/up
+ * pairs run as one GEMM launch (k_gemm_glu). Process-wide. */
+static uint64_t x_shared_x(void)
+{
+    return __atomic_load_n(&cuda_count.shared_x, __ATOMIC_RELAXED);
+}
+static uint64_t x_glu_gemms(void)
+{
+    return __atomic_load_n(&cuda_count.glu_gemms, __ATOMIC_RELAXED);
+}
+
 /* "minfer_cuda_test_fake_cc": void f(int major, int minor) — every device
  * reports this compute capability to probe and create (-1, -1: the real
  * one), so a test on any GPU can see a capability the build lacks refused.
@@ -144,6 +157,10 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_groups;
     if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))
         return (void *)x_fused_gemm_groups;
+    if (!strcmp(name, "minfer_cuda_shared_x"))
+        return (void *)x_shared_x;
+    if (!strcmp(name, "minfer_cuda_glu_gemms"))
+        return (void *)x_glu_gemms;
     if (!strcmp(name, "minfer_cuda_test_fake_cc"))
         return (void *)x_fake_cc;
     if (!strcmp(name, "minfer_cuda_test_arch_runs"))

@@ -112,9 +112,13 @@ static minfer_status p_execute_node(struct minfer_backend *be, const struct minf
     cu_ctx_clear_error(be->c);
     if (cuda_validate(n, 1, why, sizeof(why)))
         return cuda_node_fail(be, n, MINFER_ERR_UNSUPPORTED, why);
-    be->xq.valid = false; /* direct launches share nothing between nodes */
+    /* be->xq stays valid across nodes (Q, K and V, gate and up share one
+     * conversion of their x) unless this node writes into its x */
     minfer_status st = cuda_exec(be, n, cu_ctx_kctx(be->c));
-    be->xq.valid = false;
+    if (st == MINFER_OK)
+        cuda_xq_note_write(be, n->dst);
+    else
+        be->xq.valid = false;
     return st;
 }
 
@@ -126,6 +130,7 @@ static minfer_status p_copy_cells(struct minfer_backend *be, void *kv_base, size
     if (!be || !kv_base)
         return MINFER_ERR_INVALID_ARG;
     cu_ctx_clear_error(be->c);
+    be->xq.valid = false; /* every write the nodes do not make drops the shared activations */
     if (n == 0 || src == dst || row_bytes == 0)
         return MINFER_OK;
     if ((uint64_t)n > SIZE_MAX / row_bytes ||
@@ -157,6 +162,7 @@ static minfer_status p_buffer_alloc(struct minfer_backend *be, size_t size, void
     if (!be || !base)
         return MINFER_ERR_INVALID_ARG;
     cu_ctx_clear_error(be->c);
+    be->xq.valid = false;
     char what[64];
     snprintf(what, sizeof(what), "a %zu-byte buffer", size);
     return cu_pool_alloc(be->c, size, what, base);
@@ -164,8 +170,10 @@ static minfer_status p_buffer_alloc(struct minfer_backend *be, size_t size, void
 
 static void p_buffer_free(struct minfer_backend *be, void *base)
 {
-    if (be)
-        cu_pool_free(be->c, base);
+    if (!be)
+        return;
+    be->xq.valid = false;
+    cu_pool_free(be->c, base);
 }
 
 static minfer_status p_buffer_write(struct minfer_backend *be, void *dst, const void *src,
@@ -174,6 +182,7 @@ static minfer_status p_buffer_write(struct minfer_backend *be, void *dst, const 
     if (!be || (size && (!dst || !src)))
         return MINFER_ERR_INVALID_ARG;
     cu_ctx_clear_error(be->c);
+    be->xq.valid = false;
     return cu_write(be->c, dst, src, size);
 }
 
@@ -210,6 +219,7 @@ static minfer_status p_weight_register(struct minfer_backend *be,
         return MINFER_ERR_INVALID_ARG;
     *data = NULL;
     cu_ctx_clear_error(be->c);
+    be->xq.valid = false;
     if (!minfer_type_traits_of(w->type))
         return cu_ctx_fail(be->c, MINFER_ERR_UNSUPPORTED, "cuda: weight '%s' has unknown type %u",
                            w->name, w->type);

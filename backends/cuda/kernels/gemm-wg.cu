@@ -35,7 +35,16 @@
  * weights into the other register set while they run, wait for them.
  *
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
- * fixed-order reduction adds, when the tiles do not cover the GPU once.
+ * fixed-order reduction adds, when that shortens the busiest SM's work
+ * (gemm.cuh, gemm_split_waves).
+ *
+ * A gate/up pair (U non-NULL, k_gemm_glu): warpgroup 0 takes 64 rows of
+ * the gate G, warpgroup 1 the same 64 rows of the up matrix U. Thread t
+ * of warpgroup 1 holds the up sums of the very outputs thread t - 128
+ * holds the gate sums of, so after the main loop it hands them over
+ * through the idle rings and warpgroup 0 stores silu(gate) * up: one
+ * launch, no gate product stored and read back, and twice the tiles (a
+ * 512-token ffn at 1,184 tiles instead of 2 x 592 on 132 SMs).
  *
  * Measured on the H200 (docs/PERF.md, ADR cuda-hopper-gemm): with the
  * first (fenced) copies the kernel ran a 2048-token ffn matrix at ~210
@@ -74,9 +83,9 @@ template <int T, int NT> struct wsmem {
 
 template <int T, int NT>
 __global__ void __launch_bounds__(W_THREADS, 1)
-    gemm_wg_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const __half *__restrict__ xh,
-                   int K, int N, int M, int splits, float *__restrict__ dst, int64_t dst_nb1,
-                   int64_t split_nb, gepi ep)
+    gemm_wg_kernel(const uint8_t *__restrict__ W, const uint8_t *__restrict__ U, int64_t w_nb1,
+                   const __half *__restrict__ xh, int K, int N, int M, int splits,
+                   float *__restrict__ dst, int64_t dst_nb1, int64_t split_nb, gepi ep)
 {
     k_dep_enter();
 #ifdef WG_DEVICE
@@ -88,7 +97,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     unsigned char *Xs = smem, *Ws = smem + ST * S::XST;
     __shared__ __align__(8) uint64_t xbar[ST]; /* activation stage s has landed */
 
-    const int m0 = blockIdx.x * NT, n0 = blockIdx.y * W_BN, z = blockIdx.z;
+    const bool glu = U != nullptr; /* rows 64.. of the block are U's rows 0.. */
+    const int m0 = blockIdx.x * NT, n0 = blockIdx.y * (glu ? W_BN / 2 : W_BN), z = blockIdx.z;
     int c0, nc;
     split_chunks(K, z, splits, &c0, &nc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
@@ -96,8 +106,9 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 
     /* rows past N read row N - 1 (valid memory; never stored) */
     auto wrow = [&](int r) {
-        int n = n0 + r;
-        return W + (int64_t)(n < N ? n : N - 1) * w_nb1;
+        const uint8_t *base = glu && r >= W_BN / 2 ? U : W;
+        int n = n0 + (glu ? r % (W_BN / 2) : r);
+        return base + (int64_t)(n < N ? n : N - 1) * w_nb1;
     };
     auto load_w = [&](int stage, int c) {
         unsigned char *As = Ws + stage * S::WST;
@@ -195,6 +206,21 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             step(i + 1, a1, b1, a0, b0);
     }
 
+    if (glu) {
+        cp_wait<0>(); /* only empty groups can be left; the rings are idle after this */
+        __syncthreads();
+        float *up = (float *)smem; /* [NT / 2][128]: a thread's sums 128 floats apart */
+        if (tid >= 128)
+#pragma unroll
+            for (int e = 0; e < NT / 2; e++)
+                up[e * 128 + tid - 128] = acc[e];
+        __syncthreads();
+        if (tid >= 128)
+            return;
+#pragma unroll
+        for (int e = 0; e < NT / 2; e++) /* KGEMM_SILU_MUL's formula (gemm.cuh, gepi_apply) */
+            acc[e] = acc[e] / (1.0f + expf(-acc[e])) * up[e * 128 + tid];
+    }
     gemm_store_frag<NT / 8>(ep, acc, n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 #endif /* WG_DEVICE */
 }
@@ -213,11 +239,11 @@ static int w_nt(int64_t M)
     return g_nt ? g_nt : M <= 64 ? 64 : 128;
 }
 
-/* Splits of K (whole chunks) until the grid covers every SM once. */
+/* Splits of K (whole chunks): gemm_split_waves, one block per SM. */
 static int w_splits(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
     int64_t nt = w_nt(M), tiles = (N + W_BN - 1) / W_BN * ((M + nt - 1) / nt);
-    return gemm_split_count(K / Q_CHUNK, tiles, k->sm_count, W_MAX_SPLITS, g_splits);
+    return gemm_split_waves(K / Q_CHUNK, tiles, k->sm_count, W_MAX_SPLITS, g_splits);
 }
 
 size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
@@ -249,6 +275,24 @@ int gemm_wg_prepare(struct kctx *k)
            w_optin<MINFER_TYPE_Q6_K>(k) || w_optin<MINFER_TYPE_Q8_0>(k);
 }
 
+/* One launch: W alone (U NULL, N rows per 128-row block) or the gate/up
+ * pair W, U (64 rows of each per block). */
+template <int T>
+static int w_launch(struct kctx *k, const void *W, const void *U, int64_t w_nb1, const void *x,
+                    int64_t K, int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
+                    int64_t split_nb, gepi e)
+{
+    const char *site = U ? "gemm_wg (gate/up)" : "gemm_wg";
+    const int nt = w_nt(M), rows = U ? W_BN / 2 : W_BN;
+    dim3 grid((unsigned)((M + nt - 1) / nt), (unsigned)((N + rows - 1) / rows), (unsigned)splits);
+    auto kf = nt == 64 ? gemm_wg_kernel<T, 64> : gemm_wg_kernel<T, 128>;
+    const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
+    KLAUNCH(k, site, kf, grid, W_THREADS, nt == 64 ? smem64 : smem128, (const uint8_t *)W,
+            (const uint8_t *)U, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out,
+            out_nb1, split_nb, e);
+    return 0;
+}
+
 /* The launcher of each covered type (inplace_pick's L::run<T>). */
 struct w_launchers {
     template <int T>
@@ -256,33 +300,51 @@ struct w_launchers {
                    int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
                    int64_t split_nb, gepi e, const gsplit *)
     {
-        const char *site = "gemm_wg";
-        const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
-        if (w_nt(M) == 64) {
-            dim3 grid((unsigned)((M + 63) / 64), (unsigned)((N + W_BN - 1) / W_BN),
-                      (unsigned)splits);
-            KLAUNCH(k, site, (gemm_wg_kernel<T, 64>), grid, W_THREADS, smem64,
-                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb, e);
-        } else {
-            dim3 grid((unsigned)((M + 127) / 128), (unsigned)((N + W_BN - 1) / W_BN),
-                      (unsigned)splits);
-            KLAUNCH(k, site, (gemm_wg_kernel<T, 128>), grid, W_THREADS, smem128,
-                    (const uint8_t *)W, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out, out_nb1,
-                    split_nb, e);
-        }
-        return 0;
+        return w_launch<T>(k, W, nullptr, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb, e);
     }
 };
+
+static bool w_fits(int64_t N, int64_t M)
+{
+    return (M + 63) / 64 <= 65535 && (N + W_BN / 2 - 1) / (W_BN / 2) <= 65535;
+}
 
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e)
 {
-    if ((M + 63) / 64 > 65535 || (N + W_BN - 1) / W_BN > 65535)
+    if (!w_fits(N, M))
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
     gemm_inplace_launch fn = inplace_pick<w_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
     return gemm_inplace_run(k, "gemm_wg", fn, w_splits(k, K, N, M), W, w_nb1, xh, K, N, M,
                             dst, dst_nb1, part, e, 0);
+}
+
+bool gemm_wg_glu_ok(void)
+{
+    return g_splits <= 1; /* a forced split (the op tests) keeps the pair apart */
+}
+
+int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
+                int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
+                int64_t dst_nb1)
+{
+    if (!w_fits(N, M))
+        return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
+    if (!gemm_wg_glu_ok())
+        return k_fail(k, "gemm_wg", "a forced split count leaves no gate/up launch");
+    const gepi none = {0, nullptr, 0};
+    switch (type) {
+    case MINFER_TYPE_Q4_K:
+        return w_launch<MINFER_TYPE_Q4_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none);
+    case MINFER_TYPE_Q5_K:
+        return w_launch<MINFER_TYPE_Q5_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none);
+    case MINFER_TYPE_Q6_K:
+        return w_launch<MINFER_TYPE_Q6_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none);
+    case MINFER_TYPE_Q8_0:
+        return w_launch<MINFER_TYPE_Q8_0>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none);
+    default:
+        return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
+    }
 }

@@ -636,6 +636,47 @@ extern "C" int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K,
     return gemm_i8_group(type, M);
 }
 
+/* The f16 order of each path's activations. */
+static int act_order(enum gpath pa)
+{
+    return pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
+}
+
+extern "C" int k_gemm_act_form(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
+{
+    int group = k_gemm_takes_q8_1(k, type, K, M);
+    return group ? group : KGEMM_ACT_F16 + act_order(path(k, type, K, M, NULL));
+}
+
+extern "C" int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t N,
+                             int64_t M)
+{
+    (void)N;
+#ifdef MINFER_CUDA_WGMMA
+    return k->gemm_optin_ok && gemm_q_eligible(type, K) && path(k, type, K, M, NULL) == PATH_WG &&
+           gemm_wg_glu_ok();
+#else
+    (void)k, (void)type, (void)K, (void)M;
+    return 0;
+#endif
+}
+
+extern "C" int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
+                          int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
+                          int64_t dst_nb1)
+{
+    if (!k_gemm_glu_ok(k, type, K, N, M))
+        return k_fail(k, "gemm", "this gate/up pair cannot run as one launch");
+    if (N > INT32_MAX || ((uintptr_t)xh & 15))
+        return k_fail(k, "gemm", "N must be below 2^31 and xh 16-byte aligned");
+#ifdef MINFER_CUDA_WGMMA
+    return gemm_wg_glu(k, type, G, U, K, N, w_nb1, xh, M, dst, dst_nb1);
+#else
+    (void)G, (void)U, (void)w_nb1, (void)dst, (void)dst_nb1;
+    return -1;
+#endif
+}
+
 extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_t K,
                           int64_t M, int64_t x_nb1, void *xh, void *xl)
 {
@@ -646,7 +687,7 @@ extern "C" int k_gemm_act(struct kctx *k, uint32_t wtype, const float *x, int64_
     enum gpath pa = path(k, wtype, K, M, xl);
     if (pa == PATH_I8) /* k_gemm_act_bytes covers q8_1's 1.25 bytes per value */
         return k_quantize_q8_1(k, x, K, M, x_nb1, gemm_i8_group(wtype, M), xh);
-    int order = pa == PATH_Q ? ACT_PAIRS : pa == PATH_WG ? ACT_WG : pa == PATH_SS ? ACT_CM : ACT_PLAIN;
+    int order = act_order(pa);
     int64_t mp = wg_act_tokens(M), n = K / 8 * (order == ACT_WG || order == ACT_CM ? mp : M);
     KLAUNCH(k, "gemm act", gemm_act_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_nb1,
             (int)K, (int)M, (int)mp, (__half *)xh, (__half *)xl, order);

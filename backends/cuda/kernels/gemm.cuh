@@ -250,6 +250,27 @@ static inline int gemm_split_count(int64_t nch, int64_t tiles, int64_t target, i
         s *= 2;
     return s;
 }
+/* The split-K count of a kernel that fits one block per SM (gemm-wg.cu:
+ * ~254 registers x 256 threads): the count whose busiest SM runs the
+ * fewest chunks, ceil(tiles * s / sms) blocks of ceil(nch / s) chunks
+ * plus one chunk of pipeline fill each; the fewest splits among equals
+ * (each one more plane to write and add). gemm_split_count's doubling
+ * split 112 tiles on 132 SMs in two: two waves of half the chunks, the
+ * time of one wave of all of them, plus the sum (a 512-token prefill's
+ * Q, O and ffn down products on the H200, docs/PERF.md session 15). */
+static inline int gemm_split_waves(int64_t nch, int64_t tiles, int64_t sms, int maxs, int forced)
+{
+    if (forced)
+        return forced < nch ? forced : (int)nch;
+    int best = 1;
+    int64_t best_cost = -1;
+    for (int s = 1; s <= maxs && s <= nch; s++) {
+        int64_t waves = (tiles * s + sms - 1) / sms, cost = waves * ((nch + s - 1) / s + 1);
+        if (best_cost < 0 || cost < best_cost)
+            best = s, best_cost = cost;
+    }
+    return best;
+}
 /* Bytes of `splits` partial planes of N x M floats (0 without a split). */
 static inline size_t gemm_planes_bytes(int splits, int64_t N, int64_t M)
 {
@@ -309,6 +330,12 @@ int gemm_wg_prepare(struct kctx *k);
 void gemm_wg_tune(int nt, int splits);
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
+/* k_gemm_glu's gate/up pair (kernels.h) as one launch of the same kernel,
+ * unsplit; -1 with an error where a forced split count asks for planes. */
+bool gemm_wg_glu_ok(void);
+int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
+                int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
+                int64_t dst_nb1);
 
 /* gemm-ss.cu (sm_90a builds only): the wgmma GEMM on f16 operands in the
  * core-matrix order, for long prefills. wc: rp rows (a multiple of 8, n

@@ -190,6 +190,23 @@ int k_gemm_epi_pays(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
  * of one x instead of calling k_gemm_act for each: 0 = no, else the
  * group those blocks must be quantized with (32 or 256). */
 int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
+/* The form of k_gemm's activations for this product, what k_gemm_act
+ * writes: a q8_1 group (32 or 256, as k_gemm_takes_q8_1) or
+ * KGEMM_ACT_F16 + the order of f16 values the kernel k_gemm picks reads.
+ * Products of one x with equal forms read the same bytes. */
+#define KGEMM_ACT_F16 1024
+int k_gemm_act_form(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
+/* Whether k_gemm_glu runs a gate/up pair of this type and shape: where
+ * k_gemm picks gemm-wg.cu's kernel (a 9.0 device, 33-1,023 tokens). */
+int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t N, int64_t M);
+/* dst[n, m] = silu(G . x) * (U . x) for gate G and up U (both [K, N],
+ * rows w_nb1 bytes apart) as one launch on xh from k_gemm_act (the form
+ * of either product): a block takes 64 rows of each, so gate and up of
+ * a row meet in its registers and neither product is stored. Results as
+ * k_gemm's gate product and up product with KGEMM_SILU_MUL, bit for bit,
+ * without the gate's store and re-read or the second launch. */
+int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
+               int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst, int64_t dst_nb1);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
