@@ -251,23 +251,28 @@ static inline int gemm_split_count(int64_t nch, int64_t tiles, int64_t target, i
     return s;
 }
 /* The split-K count of a kernel that fits one block per SM (gemm-wg.cu:
- * ~254 registers x 256 threads): the count whose busiest SM runs the
- * fewest chunks, ceil(tiles * s / sms) blocks of ceil(nch / s) chunks
- * plus one chunk of pipeline fill each; the fewest splits among equals
- * (each one more plane to write and add). gemm_split_count's doubling
- * split 112 tiles on 132 SMs in two: two waves of half the chunks, the
- * time of one wave of all of them, plus the sum (a 512-token prefill's
- * Q, O and ffn down products on the H200, docs/PERF.md session 15). */
-static inline int gemm_split_waves(int64_t nch, int64_t tiles, int64_t sms, int maxs, int forced)
+ * ~254 registers x 256 threads), by an estimate of the time: the busiest
+ * SM's ceil(tiles * s / sms) blocks of ceil(nch / s) chunks plus one of
+ * pipeline fill each, chunk_us a chunk, and with a split the planes (s
+ * written, s read and the sum written, plane_us each at HBM speed) and
+ * the sum's launch. gemm_split_count's doubling cost a 512-token prefill
+ * on the H200 (docs/PERF.md, session 15): Q and O (112 tiles on 132 SMs)
+ * split in two ran two waves of half the chunks, the time of one wave of
+ * all of them, plus the sum; ffn down split in seven saved 5 us of
+ * chunks and paid 22 for its sum. */
+static inline int gemm_split_waves(int64_t nch, int64_t tiles, int64_t sms, int maxs, int forced,
+                                   double chunk_us, double plane_us)
 {
     if (forced)
         return forced < nch ? forced : (int)nch;
     int best = 1;
-    int64_t best_cost = -1;
+    double best_us = 0;
     for (int s = 1; s <= maxs && s <= nch; s++) {
-        int64_t waves = (tiles * s + sms - 1) / sms, cost = waves * ((nch + s - 1) / s + 1);
-        if (best_cost < 0 || cost < best_cost)
-            best = s, best_cost = cost;
+        int64_t waves = (tiles * s + sms - 1) / sms;
+        double us = (double)(waves * ((nch + s - 1) / s + 1)) * chunk_us +
+                    (s > 1 ? 4.0 + (double)(2 * s + 1) * plane_us : 0.0);
+        if (s == 1 || us < best_us)
+            best = s, best_us = us;
     }
     return best;
 }
