@@ -847,6 +847,19 @@ START_TEST(mul_mat_add)
 }
 END_TEST
 
+/* silu(g . x) * (u . x) for M random tokens on both plugins, compared. */
+static void gate_up_case(struct tt *g, struct tt *u, int64_t K, int64_t N, int M,
+                         const char *stat, const char *what, double tol)
+{
+    struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+    tt_place(x, NULL);
+    struct tt *dst = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+    struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
+    struct tt *src[3] = {g, u, x};
+    run_both(&n, src, 3, dst, what);
+    compare(dst, stat, what, tol);
+}
+
 /* Catches: a fused gate/up that swaps gate and up, forgets silu, or
  * breaks for nt past the matvec range. */
 START_TEST(ffn_gate_up)
@@ -860,15 +873,10 @@ START_TEST(ffn_gate_up)
         struct tt *g = tt_weight(types[ti], K, N, 0, "gate");
         struct tt *u = tt_weight(types[ti], K, N, 0, "up");
         for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
-            struct tt *x = tt_new(MINFER_TYPE_F32, K, nts[m], 1, 1, 0);
-            tt_place(x, NULL);
-            struct tt *dst = tt_out(MINFER_TYPE_F32, N, nts[m], 1, 1, 0);
-            struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
-            struct tt *src[3] = {g, u, x};
             char what[96];
             snprintf(what, sizeof what, "ffn_gate_up %s nt=%d", tn(types[ti]), nts[m]);
-            run_both(&n, src, 3, dst, what);
-            compare(dst, "ffn_gate_up", what, is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
+            gate_up_case(g, u, K, N, nts[m], "ffn_gate_up", what,
+                         is_float(types[ti]) ? TOL_FDOT : TOL_Q8ACT);
         }
     }
     print_stats("ffn_gate_up");
@@ -1001,16 +1009,10 @@ START_TEST(ffn_gate_up_one_launch)
             struct tt *g = tt_weight(types[ti], K, N, 0, "gate");
             struct tt *u = tt_weight(types[ti], K, N, 0, "up");
             for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
-                struct tt *x = tt_new(MINFER_TYPE_F32, K, Ms[m], 1, 1, 0);
-                tt_place(x, NULL);
-                struct tt *dst = tt_out(MINFER_TYPE_F32, N, Ms[m], 1, 1, 0);
-                struct minfer_node n = {.op = MINFER_OP_FFN_GATE_UP};
-                struct tt *src[3] = {g, u, x};
                 char what[96];
                 snprintf(what, sizeof what, "one-launch ffn_gate_up bn=%d %s nt=%d", bns[b],
                          tn(types[ti]), Ms[m]);
-                run_both(&n, src, 3, dst, what);
-                compare(dst, "ffn_gate_up_one_launch", what, TOL_Q8ACT);
+                gate_up_case(g, u, K, N, Ms[m], "ffn_gate_up_one_launch", what, TOL_Q8ACT);
             }
         }
     }
