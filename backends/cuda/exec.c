@@ -385,7 +385,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
                      d->nb[0] == sizeof(float);
         int64_t K = s0->ne[0];
         if (fused && s0->type == s1->type && s0->nb[1] == s1->nb[1] && !be->fuse_off &&
-            k_gemm_glu_ok(k, s0->type, K, N, M)) { /* gate, up and SwiGLU in one GEMM */
+            k_gemm_glu_ok(k, s0->type, K, M)) { /* gate, up and SwiGLU in one GEMM */
             const struct minfer_tensor *x = n->src[2];
             void *xh = NULL;
             minfer_status st = cuda_shared_x(be, n, k, s0->type, x->data, K, M, (int64_t)x->nb[1],

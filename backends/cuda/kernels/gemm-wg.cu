@@ -337,8 +337,6 @@ int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int
 {
     if (!w_fits(N, M))
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
-    if (!gemm_wg_glu_ok())
-        return k_fail(k, "gemm_wg", "a forced split count leaves no gate/up launch");
     const gepi none = {0, nullptr, 0};
     switch (type) {
     case MINFER_TYPE_Q4_K:

@@ -648,10 +648,8 @@ extern "C" int k_gemm_act_form(const struct kctx *k, uint32_t type, int64_t K, i
     return group ? group : KGEMM_ACT_F16 + act_order(path(k, type, K, M, NULL));
 }
 
-extern "C" int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t N,
-                             int64_t M)
+extern "C" int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 {
-    (void)N;
 #ifdef MINFER_CUDA_WGMMA
     return k->gemm_optin_ok && gemm_q_eligible(type, K) && path(k, type, K, M, NULL) == PATH_WG &&
            gemm_wg_glu_ok();
@@ -665,7 +663,7 @@ extern "C" int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const vo
                           int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
                           int64_t dst_nb1)
 {
-    if (!k_gemm_glu_ok(k, type, K, N, M))
+    if (!k_gemm_glu_ok(k, type, K, M))
         return k_fail(k, "gemm", "this gate/up pair cannot run as one launch");
     if (N > INT32_MAX || ((uintptr_t)xh & 15))
         return k_fail(k, "gemm", "N must be below 2^31 and xh 16-byte aligned");

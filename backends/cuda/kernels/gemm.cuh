@@ -336,7 +336,8 @@ void gemm_wg_tune(int nt, int splits);
 int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, int64_t w_nb1,
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 /* k_gemm_glu's gate/up pair (kernels.h) as one launch of the same kernel,
- * unsplit; -1 with an error where a forced split count asks for planes. */
+ * unsplit; gemm_wg_glu_ok is false while a forced split count (the op
+ * tests' hook) asks for planes, and the caller keeps two launches. */
 bool gemm_wg_glu_ok(void);
 int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
                 int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,

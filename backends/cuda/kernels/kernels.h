@@ -198,7 +198,7 @@ int k_gemm_takes_q8_1(const struct kctx *k, uint32_t type, int64_t K, int64_t M)
 int k_gemm_act_form(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* Whether k_gemm_glu runs a gate/up pair of this type and shape: where
  * k_gemm picks gemm-wg.cu's kernel (a 9.0 device, 33-1,023 tokens). */
-int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t N, int64_t M);
+int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
 /* dst[n, m] = silu(G . x) * (U . x) for gate G and up U (both [K, N],
  * rows w_nb1 bytes apart) as one launch on xh from k_gemm_act (the form
  * of either product): a block takes 64 rows of each, so gate and up of
