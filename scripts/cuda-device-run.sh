@@ -33,6 +33,8 @@
 #           of 16 sequences
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of the first tree
 #           (the nt = 1 products with programmatic dependent launch on, off)
+#   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of the first tree (every
+#           prefill GEMM kernel forced in turn on the 7B shapes)
 #
 # Only the suites' verdicts and failures go to stdout (the transcript keeps
 # its last 12,000 characters); the per-family NMSE lines are in ops.log.
@@ -66,6 +68,9 @@ else
   i=0
   for tar in $SRC; do
     dir=/tmp/src${names[$i]}
+    # a fresh tree and build: on a machine still warm from an earlier call,
+    # the tar's old file times would leave that call's objects in place
+    rm -rf $dir /tmp/b${names[$i]}
     mkdir -p $dir && tar -xf "$tar" -C $dir || { echo "cannot unpack $tar"; exit 1; }
     trees+=("$dir")
     i=$((i + 1))
@@ -103,9 +108,12 @@ done
 # ---- suites ----
 if [ "$TESTS" = ops ]; then
   timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
-  echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
+  rc=$?
+  echo "ops rc $rc: $(grep -E '^[0-9]+%' $OUT/ops.log)"
   grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
   echo "suites done at $(since) s"
+  # a kernel that is wrong or hangs would only burn the device time left
+  [ $rc = 0 ] || { echo "op suite failed: no benches"; exit 1; }
 elif [ -n "$TESTS" ]; then
   B=/tmp/bA/bin
   $B/test-cuda-plugin > $OUT/plugin.log 2>&1; echo "plugin rc $?: $(grep -E '^[0-9]+%' $OUT/plugin.log)"
@@ -147,6 +155,13 @@ if [ -n "$MATVEC" ]; then
     timeout 150 /tmp/bA/bin/minfer-cuda-bench --matvec --quick > $OUT/matvec.log 2>&1
   echo "matvec bench rc $?:"
   grep -E "^matvec|^programmatic" $OUT/matvec.log | cut -c1-110
+fi
+
+# ---- prefill GEMM kernels alone ----
+if [ -n "$GEMMWG" ]; then
+  ninja -C /tmp/bA minfer-cuda-bench >> $OUT/buildA.log 2>&1 &&
+    timeout 240 /tmp/bA/bin/minfer-cuda-bench --gemmwg > $OUT/gemmwg.log 2>&1
+  echo "gemmwg bench rc $? at $(since) s"
 fi
 
 # ---- per-kernel decode profile ----

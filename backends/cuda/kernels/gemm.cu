@@ -392,9 +392,8 @@ extern "C" void k_tune_gemm(int bk, int splits, int bn)
  * to 32 tokens on every device (q4_K ffn up at 16 / 32 tokens: 46.6 /
  * 67.7 us against gemm-q.cu's 51.6 / 93.5 and gemm-wg.cu's 88.9 / 89.6;
  * at 64 it lost to gemm-wg.cu, 103 against 90); where the wgmma kernels
- * can run, gemm-wg.cu's
- * (weights unpacked in place) at 17-1,023 tokens (at 128-512 tokens
- * 1.1-1.5x the f16 kernel) and gemm-ss.cu's (f16 scratch, both operands
+ * can run, gemm-wg.cu's (weights unpacked in place) at 33-1,023 tokens
+ * (at 128-512 tokens 1.1-1.5x the f16 kernel) and gemm-ss.cu's (f16 scratch, both operands
  * by bulk copy) from 1,024 (at 1,024 tokens 1.15-1.25x gemm-wg.cu on the
  * ffn shapes, even on the attention one; at 8,192 1.5-1.85x the f16
  * kernel), for every type and for the hi/lo split of float weights too.
