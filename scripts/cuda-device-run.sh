@@ -33,8 +33,11 @@
 #           of 16 sequences
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of the first tree
 #           (the nt = 1 products with programmatic dependent launch on, off)
-#   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of the first tree (every
-#           prefill GEMM kernel forced in turn on the 7B shapes)
+#   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, alternated
+#           (every prefill GEMM kernel forced in turn on the 7B shapes)
+#   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
+#           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
+#           REPS rounds
 #
 # Only the suites' verdicts and failures go to stdout (the transcript keeps
 # its last 12,000 characters); the per-family NMSE lines are in ops.log.
@@ -85,6 +88,7 @@ for i in "${!trees[@]}"; do
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e minfer-cuda-bench"
   fi
+  [ -n "$GEMMWG" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
       -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
@@ -147,6 +151,17 @@ for rep in $(seq ${REPS:-2}); do
     done
   done
 done
+for rep in $(seq ${REPS:-2}); do
+  for name in $PARALLEL; do
+    for i in "${!trees[@]}"; do
+      v=${names[$i]}
+      echo "$v $name parallel:"
+      timeout 200 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf \
+        ${PARALLEL_BENCH:---parallel 16,64 -p 128 -n 128 -r 1} 2>&1 | tee -a $OUT/bench$v.log |
+        grep -E '^\| +[0-9]'
+    done
+  done
+done
 echo "benches done at $(since) s"
 
 # ---- matrix-vector products alone ----
@@ -159,9 +174,11 @@ fi
 
 # ---- prefill GEMM kernels alone ----
 if [ -n "$GEMMWG" ]; then
-  ninja -C /tmp/bA minfer-cuda-bench >> $OUT/buildA.log 2>&1 &&
-    timeout 240 /tmp/bA/bin/minfer-cuda-bench --gemmwg > $OUT/gemmwg.log 2>&1
-  echo "gemmwg bench rc $? at $(since) s"
+  for i in "${!trees[@]}"; do
+    v=${names[$i]}
+    timeout 240 /tmp/b$v/bin/minfer-cuda-bench --gemmwg > $OUT/gemmwg$v.log 2>&1
+    echo "gemmwg bench $v rc $? at $(since) s"
+  done
 fi
 
 # ---- per-kernel decode profile ----
