@@ -54,10 +54,6 @@ __device__ __forceinline__ unsigned h2u(__half2 h)
 {
     return *(const unsigned *)&h;
 }
-__device__ __forceinline__ unsigned wsel4(unsigned a, unsigned b, unsigned c, unsigned d, int i)
-{
-    return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
-}
 
 /* Per type: BYTES per 256-value chunk of a row, and deq(p, t, v): lane
  * t's 64 values of the chunk at shared address p, v[2s + e] = values
@@ -65,26 +61,23 @@ __device__ __forceinline__ unsigned wsel4(unsigned a, unsigned b, unsigned c, un
 template <int T> struct qgemm;
 
 /* The 6-bit scales and mins of sub-blocks 2t and 2t+1 (q4_K, q5_K) from
- * the 16-byte block header h: scale in sc[], -min in mn[]. */
+ * the 16-byte block header h: scale in sc[], -min in mn[]. Scales byte b
+ * is byte b % 4 of word 1 + b / 4; lane t's bytes are the same halves (t
+ * odd: the high one) of words 1-3, so no select over the words: sub-block
+ * j < 4 keeps the low 6 bits of bytes j and j + 4, j >= 4 takes the
+ * nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j. */
 __device__ __forceinline__ void kq_scales(const unsigned (&h)[4], int t, __half2 (&sc)[2],
                                           __half2 (&mn)[2])
 {
     float d = __half2float(__ushort_as_half((unsigned short)h[0]));
     float dmin = __half2float(__ushort_as_half((unsigned short)(h[0] >> 16)));
+    const int sh = 16 * (t & 1);
+    const unsigned lo = h[1] >> sh, hi = h[2] >> sh, nib = h[3] >> sh;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        int j = 2 * t + i; /* scales byte b is byte b % 4 of word 1 + b / 4 */
-        auto byte = [&](int b) {
-            return (int)((wsel4(h[1], h[2], h[3], h[3], b >> 2) >> (8 * (b & 3))) & 0xFF);
-        };
-        int s, m;
-        if (j < 4) {
-            s = byte(j) & 63;
-            m = byte(j + 4) & 63;
-        } else {
-            s = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
-            m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-        }
+        unsigned l = lo >> (8 * i), m6 = hi >> (8 * i), n = nib >> (8 * i);
+        int s = t < 2 ? (int)(l & 63) : (int)((n & 0xF) | ((l >> 2) & 0x30));
+        int m = t < 2 ? (int)(m6 & 63) : (int)(((n >> 4) & 0xF) | ((m6 >> 2) & 0x30));
         sc[i] = __float2half2_rn(d * (float)s);
         mn[i] = __float2half2_rn(-dmin * (float)m);
     }

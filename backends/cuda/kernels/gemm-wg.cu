@@ -110,35 +110,52 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         int n = n0 + (glu ? r % (W_BN / 2) : r);
         return base + (int64_t)(n < N ? n : N - 1) * w_nb1;
     };
+    /* Weights: each warp copies the 16 rows it unpacks (rows 16 warp ..
+     * 16 warp + 15), so a stage is private to its warp and needs only
+     * __syncwarp. Lane l copies row 16 warp + l % 16, units l / 16, l / 16
+     * + 2, ..: the row's address is computed once, a chunk's copies are a
+     * pointer add each. (ncu, run 7 of session 16: the block-wide copy
+     * loop's division and row selection a copy were ~30% of the stall
+     * samples with the activations' offsets.) */
+    const int cr = warp * 16 + (lane & 15), cu = lane >> 4;
+    const uint8_t *crow = wrow(cr);
+    unsigned char *cdst = Ws + cr * PITCH + 16 * cu;
     auto load_w = [&](int stage, int c) {
-        unsigned char *As = Ws + stage * S::WST;
-        for (int i = tid; i < W_BN * UNITS; i += W_THREADS) {
-            int r = i / UNITS, u = i % UNITS;
-            const uint8_t *src = wrow(r) + (size_t)c * Q::BYTES;
-            const uint8_t *g = (const uint8_t *)(((uintptr_t)src & ~(uintptr_t)15) + 16 * u);
-            cp16(As + r * PITCH + 16 * u, g, g < src + Q::BYTES);
-        }
+        const uint8_t *src = crow + (size_t)c * Q::BYTES;
+        const int off = (int)((uintptr_t)src & 15), lim = (off + Q::BYTES + 15) >> 4;
+        const uint8_t *g = src - off + 16 * cu;
+        unsigned char *d = cdst + stage * S::WST;
+#pragma unroll
+        for (int u = 0; u < (UNITS + 1) / 2; u++)
+            if (2 * u + 1 < UNITS || cu == 0) /* odd UNITS: lane half 1 has one fewer */
+                cp16(d + 32 * u, g + 32 * u, cu + 2 * u < lim);
     };
     /* Activations of chunk c into stage `stage`: per step s, the tile's
      * tokens' core matrices are contiguous in k_gemm_act's order
-     * (gemm.cuh, wg_act_unit), 32 bytes a token, one bulk copy each, all
-     * completing on the stage's barrier. Thread 0 issues them. Only the
-     * tokens up to the last 8-token group exist (wg_act_tokens). */
+     * (gemm.cuh, wg_act_unit), 32 bytes a token, one bulk copy each, 16 *
+     * mp values apart, all completing on the stage's barrier. One thread
+     * issues them. Only the tokens up to the last 8-token group exist
+     * (wg_act_tokens). */
     const int64_t mp = wg_act_tokens(M);
     const unsigned xbytes = (unsigned)(mp - m0 < NT ? mp - m0 : NT) * 32;
     auto load_x = [&](int stage, int c) {
-        if (tid != 0)
-            return;
         unsigned char *Bs = Xs + stage * S::XST;
+        const __half *src = xh + 8 * wg_act_unit(m0, c, 0, 0, mp);
         mbar_expect(&xbar[stage], 16 * xbytes);
 #pragma unroll 1
-        for (int s = 0; s < 16; s++)
-            bulk_g2s(Bs + s * (NT * 32), xh + 8 * wg_act_unit(m0, c, s, 0, mp), xbytes,
-                     &xbar[stage]);
+        for (int s = 0; s < 16; s++, src += 16 * mp)
+            bulk_g2s(Bs + s * (NT * 32), src, xbytes, &xbar[stage]);
     };
+    /* xdone[s]: warps done with the chunk in activation stage s. The
+     * eighth to finish chunk j reloads the stage with chunk j + ST (no
+     * block barrier: a chunk j + ST arrival needs that copy, so the counts
+     * of two chunks never mix). */
+    __shared__ unsigned xdone[ST];
     if (tid == 0) {
-        for (int s = 0; s < ST; s++)
+        for (int s = 0; s < ST; s++) {
             mbar_init(&xbar[s], 1);
+            xdone[s] = 0;
+        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -157,19 +174,17 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         Q::deq(As + (r0 + 8) * PITCH + (((uintptr_t)g1 + cb) & 15), tig, vb);
     };
     /* chunk i: its weights are unpacked in (ca, cb); chunk i+1's go to
-     * (na, nb). Weight copy groups (cp.async): one per chunk, W(i + 1 +
-     * D) committed in iteration i (the prologue's D groups hold W(0..D)),
-     * so at the top of iteration i at most D - 1 newer groups may still be
-     * in flight. Activations: X(i) on barrier i % ST, its phase i / ST.
-     * Stage reuse: X(i + D) replaces X(i - 1), whose wgmmas were waited
-     * for in iteration i - 1 (the barrier below: every warp's); W(i + 1 +
-     * D) replaces W(i), unpacked in iteration i - 1. */
+     * (na, nb). Weight copy groups (cp.async, the warp's own rows): one per
+     * chunk, W(i + 1 + D) committed in iteration i (the prologue's D groups
+     * hold W(0..D)), so at the top of iteration i at most D - 1 newer
+     * groups may still be in flight; W(i + 1 + D) replaces W(i), which the
+     * warp unpacked in iteration i - 1. Activations: X(i) on barrier i %
+     * ST, its phase i / ST; X(i + ST) replaces X(i) once all 8 warps have
+     * waited for chunk i's wgmmas (xdone). */
     auto step = [&](int i, unsigned (&ca)[32], unsigned (&cb)[32], unsigned (&na)[32],
                     unsigned (&nb)[32]) {
         cp_wait<D - 1>();
-        __syncthreads(); /* chunk i+1's weights landed; stage (i - 1) % ST free */
-        if (i + D < nc)
-            load_x((i + D) % ST, c0 + i + D);
+        __syncwarp(); /* chunk i+1's weights landed; this warp's stage i % ST free */
         if (i + 1 + D < nc)
             load_w((i + 1 + D) % ST, c0 + i + 1 + D);
         cp_commit();
@@ -185,19 +200,28 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         if (i + 1 < nc)
             unpack(c0 + i + 1, na, nb);
         wg_wait<0>();
+        if (lane == 0 && i + ST < nc) {
+            __threadfence_block(); /* the warp's reads of stage i % ST are over */
+            if (atomicAdd(&xdone[i % ST], 1u) % 8 == 7) {
+                __threadfence_block();
+                load_x(i % ST, c0 + i + ST);
+            }
+        }
     };
 
     load_w(0, c0);
 #pragma unroll
     for (int j = 0; j < D; j++) {
-        if (j < nc)
+        if (tid == 0 && j < nc)
             load_x(j, c0 + j);
         if (j + 1 < nc)
             load_w(j + 1, c0 + j + 1);
         cp_commit();
     }
+    if (tid == 0 && D < nc)
+        load_x(D, c0 + D);
     cp_wait<D - 1>();
-    __syncthreads();
+    __syncwarp();
     unsigned a0[32], b0[32], a1[32], b1[32];
     unpack(c0, a0, b0);
     for (int i = 0; i < nc; i += 2) {
