@@ -197,16 +197,19 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             wg_mma<NT, 0>::run(acc, a, wg_desc(Bs + s * (NT * 32), 128, 256), 1);
         }
         wg_commit();
-        if (i + 1 < nc)
-            unpack(c0 + i + 1, na, nb);
-        wg_wait<0>();
-        if (lane == 0 && i + ST < nc) {
-            __threadfence_block(); /* the warp's reads of stage i % ST are over */
-            if (atomicAdd(&xdone[i % ST], 1u) % 8 == 7) {
+        /* chunk i - 1's wgmmas are over (chunk i's keep the tensor cores
+         * busy meanwhile): its activation stage can be reloaded and its
+         * fragments, (na, nb), take chunk i + 1's weights */
+        wg_wait<1>();
+        if (lane == 0 && i >= 1 && i - 1 + ST < nc) {
+            __threadfence_block(); /* the warp's reads of stage (i - 1) % ST are over */
+            if (atomicAdd(&xdone[(i - 1) % ST], 1u) % 8 == 7) {
                 __threadfence_block();
-                load_x(i % ST, c0 + i + ST);
+                load_x((i - 1) % ST, c0 + i - 1 + ST);
             }
         }
+        if (i + 1 < nc)
+            unpack(c0 + i + 1, na, nb);
     };
 
     load_w(0, c0);
@@ -229,6 +232,7 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         if (i + 1 < nc)
             step(i + 1, a1, b1, a0, b0);
     }
+    wg_wait<0>();
 
     if (glu) {
         cp_wait<0>(); /* only empty groups can be left; the rings are idle after this */
