@@ -215,6 +215,8 @@ int gemm_q(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, i
 {
     if ((M + 15) / 16 > 65535 || (N + Q_BN - 1) / Q_BN > 65535)
         return k_fail(k, "gemm_q", "too many tokens or rows for one launch");
+    if (!q_rows_aligned(type, W, nullptr, w_nb1))
+        return k_fail(k, "gemm_q", "q4_K/q5_K weight rows must start on 16 bytes");
     gemm_inplace_launch fn = inplace_pick<q_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_q", "weight type has no in-place GEMM");

@@ -83,18 +83,33 @@ __device__ __forceinline__ void kq_scales(const unsigned (&h)[4], int t, __half2
     }
 }
 
+/* NW words (a multiple of 4) from a 16-byte aligned address, 16 bytes a
+ * load. */
+template <int NW> __device__ __forceinline__ void ldw16(unsigned (&w)[NW], const uint8_t *p)
+{
+#pragma unroll
+    for (int i = 0; i < NW / 4; i++) {
+        uint4 u = ((const uint4 *)p)[i];
+        w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
+    }
+}
+
 /* q4_K and q5_K: sub-block 2t is the low nibbles of qs[32t..32t+32),
  * 2t+1 the high ones; q5_K adds the fifth bit, bit j of qh[l] for value l
- * of sub-block j. */
+ * of sub-block j. Their 144- and 176-byte blocks are whole 16-byte units
+ * and validate.c admits only 16-byte aligned rows of them, so a chunk in
+ * shared memory starts on a unit (q_rows_aligned checks it at launch):
+ * the header, the high bits and a lane's 32 quant bytes are whole units,
+ * 16 bytes a load instead of gemm-q.cuh's funnel-shifted words. */
 template <bool Q5>
 __device__ __forceinline__ void kq_deq(const uint8_t *p, int t, unsigned (&v)[32])
 {
     unsigned h[4], qh[8], q[8];
     __half2 sc[2], mn[2];
-    ldw(h, p);
+    ldw16(h, p);
     if (Q5)
-        ldw(qh, p + 16);
-    ldw(q, p + (Q5 ? 48 : 16) + 32 * t);
+        ldw16(qh, p + 16);
+    ldw16(q, p + (Q5 ? 48 : 16) + 32 * t);
     kq_scales(h, t, sc, mn);
 #pragma unroll
     for (int s = 0; s < 16; s++)
@@ -183,6 +198,15 @@ template <int T> struct qshape {
      * rows allow) */
     static constexpr int PITCH = 16 * (UNITS | 1);
 };
+
+/* Whether the rows of W (and U) can go to qgemm<T>::deq: q4_K and q5_K
+ * rows must start on 16 bytes (kq_deq's loads). */
+static inline bool q_rows_aligned(uint32_t type, const void *W, const void *U, int64_t w_nb1)
+{
+    if (type != MINFER_TYPE_Q4_K && type != MINFER_TYPE_Q5_K)
+        return true;
+    return (((uintptr_t)W | (uintptr_t)U | (uintptr_t)w_nb1) & 15) == 0;
+}
 
 /* gemm-q.cu's and gemm-i8.cu's copy of chunk c of ROWS weight rows into
  * shared rows PITCH bytes apart, by THREADS threads: UNITS 16-byte units

@@ -347,6 +347,8 @@ int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
 {
     if (!w_fits(N, M))
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
+    if (!q_rows_aligned(type, W, nullptr, w_nb1))
+        return k_fail(k, "gemm_wg", "q4_K/q5_K weight rows must start on 16 bytes");
     gemm_inplace_launch fn = inplace_pick<w_launchers>(type);
     if (!fn)
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
@@ -365,6 +367,8 @@ int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int
 {
     if (!w_fits(N, M))
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
+    if (!q_rows_aligned(type, G, U, w_nb1))
+        return k_fail(k, "gemm_wg", "q4_K/q5_K weight rows must start on 16 bytes");
     const gepi none = {0, nullptr, 0};
     switch (type) {
     case MINFER_TYPE_Q4_K:
