@@ -33,8 +33,9 @@
 #           of 16 sequences
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of the first tree
 #           (the nt = 1 products with programmatic dependent launch on, off)
-#   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, alternated
-#           (every prefill GEMM kernel forced in turn on the 7B shapes)
+#   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
+#           other (every prefill GEMM kernel forced in turn on the 7B
+#           shapes); GEMMWG="B C": of those trees only
 #   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
 #           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
 #           REPS rounds
@@ -176,6 +177,7 @@ fi
 if [ -n "$GEMMWG" ]; then
   for i in "${!trees[@]}"; do
     v=${names[$i]}
+    [ "$GEMMWG" = 1 ] || [[ " $GEMMWG " == *" $v "* ]] || continue
     timeout 240 /tmp/b$v/bin/minfer-cuda-bench --gemmwg > $OUT/gemmwg$v.log 2>&1
     echo "gemmwg bench $v rc $? at $(since) s"
   done

@@ -984,8 +984,12 @@ END_TEST
 /* Catches a one-launch gate/up GEMM (k_gemm_glu: warpgroup 0 on gate
  * rows, warpgroup 1 on the same up rows, handed over in shared memory)
  * that pairs the wrong rows or threads, swaps gate and up, loses a row or
- * token tail, or breaks in either token tile; and, on a 9.0 device with
- * the sm_90a kernels, a dispatch that never takes it. */
+ * token tail, or breaks in either token tile; its tiles of a last,
+ * partial wave run in parts of K (gemm-wg.cu's wtail) that a wrong part
+ * index, sum order, counter or tail-tile position would break, alone
+ * (every tile of a small pair) and after whole tiles (a pair of 141
+ * 64-row tiles on 132 SMs); and, on a 9.0 device with the sm_90a
+ * kernels, a dispatch that never takes either. */
 START_TEST(ffn_gate_up_one_launch)
 {
     UNDER_TEST(UT_CUDA);
@@ -994,8 +998,10 @@ START_TEST(ffn_gate_up_one_launch)
     typedef const char *(*archs_fn)(void);
     tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
     count_fn glu = (count_fn)P[0].t->get_proc("minfer_cuda_glu_gemms");
+    count_fn tails = (count_fn)P[0].t->get_proc("minfer_cuda_glu_tails");
     archs_fn archs = (archs_fn)P[0].t->get_proc("minfer_cuda_built_archs");
-    ck_assert_msg(tune && glu && archs, "the CUDA plugin lacks its tune, glu or archs hooks");
+    ck_assert_msg(tune && glu && tails && archs,
+                  "the CUDA plugin lacks its tune, glu, glu tails or archs hooks");
     struct minfer_device_info d = {.struct_size = sizeof d};
     ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
     uint64_t before = glu();
@@ -1017,10 +1023,30 @@ START_TEST(ffn_gate_up_one_launch)
         }
     }
     tune(0, 0, 0);
-    printf("ffn_gate_up_one_launch: %llu gate/up GEMM launches (cc %d.%d)\n",
-           (unsigned long long)(glu() - before), d.cc_major, d.cc_minor);
-    if (d.cc_major == 9 && d.cc_minor == 0 && strstr(archs(), "90"))
+    /* automatic tiles on 8 chunks of K: the split tail (q4_K: 16-byte
+     * aligned loads; q6_K: the unaligned ones) */
+    uint64_t tails_before = tails();
+    uint32_t ttypes[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K};
+    const int64_t tK = 2048, tN[] = {200, 64 * 140 + 8};
+    for (size_t ti = 0; ti < sizeof ttypes / sizeof ttypes[0]; ti++)
+        for (size_t ni = 0; ni < 2; ni++) {
+            struct tt *g = tt_weight(ttypes[ti], tK, tN[ni], 0, "gate");
+            struct tt *u = tt_weight(ttypes[ti], tK, tN[ni], 0, "up");
+            for (int M = 40; M <= 67; M += 27) {
+                char what[96];
+                snprintf(what, sizeof what, "one-launch ffn_gate_up split tail %s N=%lld nt=%d",
+                         tn(ttypes[ti]), (long long)tN[ni], M);
+                gate_up_case(g, u, tK, tN[ni], M, "ffn_gate_up_one_launch", what, TOL_Q8ACT);
+            }
+        }
+    printf("ffn_gate_up_one_launch: %llu gate/up GEMM launches, %llu with split tails "
+           "(cc %d.%d)\n",
+           (unsigned long long)(glu() - before), (unsigned long long)(tails() - tails_before),
+           d.cc_major, d.cc_minor);
+    if (d.cc_major == 9 && d.cc_minor == 0 && strstr(archs(), "90")) {
         ck_assert_msg(glu() > before, "no gate/up pair ran as one launch on a 9.0 device");
+        ck_assert_msg(tails() > tails_before, "no gate/up pair split its last wave's tiles");
+    }
     print_stats("ffn_gate_up_one_launch");
 }
 END_TEST

@@ -90,6 +90,7 @@ struct cuda_counters {
     uint64_t gemm_groups; /* ... the same at 9-16 tokens, on gemm-i8.cu (k_gemm_multi) */
     uint64_t shared_x;   /* products that found their activations converted (be->xq) */
     uint64_t glu_gemms;  /* gate/up pairs run as one GEMM launch (k_gemm_glu) */
+    uint64_t glu_tails;  /* ... of them with their last wave's tiles in parts of K */
     int fail_next_capture; /* captures still to fail on purpose (test hook) */
 };
 extern struct cuda_counters cuda_count;

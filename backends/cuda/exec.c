@@ -392,9 +392,15 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
                                              k_gemm_act_form(k, s0->type, K, M), &xh);
             if (st != MINFER_OK)
                 return st;
+            size_t pb = k_gemm_glu_scratch_bytes(k, s0->type, K, N, M);
+            void *part = NULL;
+            if (pb && (st = cu_scratch(be->c, SLOT_FFN, pb, &part)) != MINFER_OK)
+                return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
             LAUNCH(k_gemm_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xh, M,
-                              d->data, (int64_t)d->nb[1]));
+                              d->data, (int64_t)d->nb[1], part));
             CUDA_COUNT(glu_gemms);
+            if (pb)
+                CUDA_COUNT(glu_tails);
             return MINFER_OK;
         }
         minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);

@@ -104,7 +104,9 @@ static uint64_t x_fused_gemm_groups(void)
 /* "minfer_cuda_shared_x": uint64_t f(void) — products that found their
  * activations already converted (be->xq), in capture windows and direct
  * execution alike. "minfer_cuda_glu_gemms": uint64_t f(void) — gate/up
- * pairs run as one GEMM launch (k_gemm_glu). Process-wide. */
+ * pairs run as one GEMM launch (k_gemm_glu). "minfer_cuda_glu_tails":
+ * uint64_t f(void) — those of them whose last wave's tiles ran in parts
+ * of K. Process-wide. */
 static uint64_t x_shared_x(void)
 {
     return __atomic_load_n(&cuda_count.shared_x, __ATOMIC_RELAXED);
@@ -112,6 +114,10 @@ static uint64_t x_shared_x(void)
 static uint64_t x_glu_gemms(void)
 {
     return __atomic_load_n(&cuda_count.glu_gemms, __ATOMIC_RELAXED);
+}
+static uint64_t x_glu_tails(void)
+{
+    return __atomic_load_n(&cuda_count.glu_tails, __ATOMIC_RELAXED);
 }
 
 /* "minfer_cuda_test_fake_cc": void f(int major, int minor) — every device
@@ -161,6 +167,8 @@ void *cuda_get_proc(const char *name)
         return (void *)x_shared_x;
     if (!strcmp(name, "minfer_cuda_glu_gemms"))
         return (void *)x_glu_gemms;
+    if (!strcmp(name, "minfer_cuda_glu_tails"))
+        return (void *)x_glu_tails;
     if (!strcmp(name, "minfer_cuda_test_fake_cc"))
         return (void *)x_fake_cc;
     if (!strcmp(name, "minfer_cuda_test_arch_runs"))

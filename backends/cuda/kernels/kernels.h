@@ -203,10 +203,16 @@ int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
  * rows w_nb1 bytes apart) as one launch on xh from k_gemm_act (the form
  * of either product): a block takes 64 rows of each, so gate and up of
  * a row meet in its registers and neither product is stored. Results as
- * k_gemm's gate product and up product with KGEMM_SILU_MUL, bit for bit,
- * without the gate's store and re-read or the second launch. */
+ * k_gemm's gate product and up product with KGEMM_SILU_MUL (bit for bit
+ * where neither splits K), without the gate's store and re-read or the
+ * second launch. scratch: k_gemm_glu_scratch_bytes, 256-byte aligned
+ * (NULL when that is 0), for the tiles of a last, partial wave, which run
+ * in parts of K. */
+size_t k_gemm_glu_scratch_bytes(const struct kctx *k, uint32_t type, int64_t K, int64_t N,
+                                int64_t M);
 int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
-               int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst, int64_t dst_nb1);
+               int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst, int64_t dst_nb1,
+               void *scratch);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
