@@ -159,7 +159,7 @@ for rep in $(seq ${REPS:-2}); do
       echo "$v $name parallel:"
       timeout 200 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf \
         ${PARALLEL_BENCH:---parallel 16,64 -p 128 -n 128 -r 1} 2>&1 | tee -a $OUT/bench$v.log |
-        grep -E '^\| +[0-9]'
+        grep '^| [a-z]' | grep -v '| model' | awk -F'|' '{print "B", $5, "S_PP", $8, "S_TG", $10}'
     done
   done
 done
