@@ -15,10 +15,11 @@
  *
  * Block: 2 warpgroups (8 warps) x 64 weight rows = 128 rows, NT tokens
  * (64 or 128). Per 256-value chunk of K:
- *   - the raw weight blocks of the 128 rows (gemm-q.cuh's copy and
- *     unpacking: lane tig of a warp unpacks its 64 values of the chunk of
- *     its rows gid and gid + 8 into 16 steps of A fragments, which wgmma
- *     takes from registers with mma.sync's m16n8k16 A layout per warp);
+ *   - the raw weight blocks of the 128 rows, each warp copying the 16 it
+ *     unpacks (gemm-q.cuh's unpacking: lane tig of a warp unpacks its 64
+ *     values of the chunk of its rows gid and gid + 8 into 16 steps of A
+ *     fragments, which wgmma takes from registers with mma.sync's
+ *     m16n8k16 A layout per warp), so a weight stage is the warp's own;
  *   - the activations of NT tokens in wgmma's "core matrix" layout: an
  *     8-token x 16-byte block per 128 bytes, no swizzle; k_gemm_act stores
  *     them in that order already (gemm.cuh, wg_act_unit), so a stage is
@@ -29,14 +30,18 @@
  *     attention kernel, that fence waits for every copy the thread has in
  *     flight, which would make the ring one chunk deep.)
  * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit).
- * Iteration i: wait for chunk i+1's weights (cp.async, read by the
- * threads that unpack them) and a barrier, start copying the next chunks',
- * wait for chunk i's activations, issue its 16 wgmmas, unpack chunk i+1's
- * weights into the other register set while they run, wait for them.
+ * Iteration i: wait for chunk i+1's weights (the warp's cp.async copies
+ * and __syncwarp), start copying a later chunk's, wait for chunk i's
+ * activations, issue its 16 wgmmas, wait for chunk i - 1's (chunk i's
+ * keep the tensor cores busy), release chunk i - 1's activation stage
+ * (the eighth warp to do so reloads it) and unpack chunk i+1's weights
+ * into the register set chunk i - 1 used. No block-wide barrier in the
+ * loop: session 17 measured each of these steps (docs/PERF.md).
  *
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when that shortens the busiest SM's work
- * (gemm.cuh, gemm_split_waves).
+ * (gemm.cuh, gemm_split_waves). A gate/up pair splits only the tiles of
+ * its last, partial wave (wtail, w_plan).
  *
  * A gate/up pair (U non-NULL, k_gemm_glu): warpgroup 0 takes 64 rows of
  * the gate G, warpgroup 1 the same 64 rows of the up matrix U. Thread t
@@ -51,8 +56,8 @@
  * TFLOP/s and beat the f16-scratch kernel only at 17-256 tokens; with
  * the bulk copies, at 128-2048 tokens the 128-token tile runs 1.4-1.5x
  * faster than before (ffn up at 2048 tokens: 1,325 -> 885 us, 315
- * TFLOP/s). Past 1,023 tokens gemm-ss.cu, on f16 scratch, is faster
- * still: re-unpacking the weights for every token tile is what bounds
+ * TFLOP/s; 713 us in session 17). Past 1,023 tokens gemm-ss.cu, on f16
+ * scratch, is faster still: re-unpacking the weights for every token tile is what bounds
  * this kernel there (ncu: 8 warps per SM, issue-bound at 36% of the SM's
  * throughput).
  *
