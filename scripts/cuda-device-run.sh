@@ -36,6 +36,10 @@
 #   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
 #           other (every prefill GEMM kernel forced in turn on the 7B
 #           shapes); GEMMWG="B C": of those trees only
+#   NCU_GEMM  "K N M BN": Nsight Compute's stall and scheduler sections
+#           for one `minfer-cuda-bench --gemm-one K N M BN` launch of the
+#           first tree (e.g. "3584 18944 512 1128": gemm-wg.cu's 128-token
+#           tile on the 7B ffn up product), into ncu-gemm.txt
 #   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
 #           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
 #           REPS rounds
@@ -89,7 +93,7 @@ for i in "${!trees[@]}"; do
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e minfer-cuda-bench"
   fi
-  [ -n "$GEMMWG" ] && extra="$extra minfer-cuda-bench"
+  [ -n "$GEMMWG" ] || [ -n "$NCU_GEMM" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
       -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
@@ -181,6 +185,15 @@ if [ -n "$GEMMWG" ]; then
     timeout 240 /tmp/b$v/bin/minfer-cuda-bench --gemmwg > $OUT/gemmwg$v.log 2>&1
     echo "gemmwg bench $v rc $? at $(since) s"
   done
+fi
+
+# ---- one GEMM launch under Nsight Compute ----
+if [ -n "$NCU_GEMM" ]; then
+  # shellcheck disable=SC2086  # K N M BN are four words
+  timeout 150 $NCU_BIN --section SpeedOfLight --section Occupancy --section SchedulerStats \
+    --section WarpStateStats --launch-skip 3 --launch-count 1 -k 'regex:gemm_(wg|ss|q|i8|f16)' \
+    /tmp/bA/bin/minfer-cuda-bench --gemm-one $NCU_GEMM > $OUT/ncu-gemm.txt 2>&1
+  echo "ncu gemm rc $? at $(since) s"
 fi
 
 # ---- per-kernel decode profile ----
