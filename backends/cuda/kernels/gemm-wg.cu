@@ -355,9 +355,15 @@ size_t gemm_wg_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
  * least 3 of its chunks: each part pays a chunk of pipeline fill, and
  * the last one the sum. A forced split count (the op tests) keeps every
  * tile whole. */
+/* A gate/up pair's tiles: 64 rows of each matrix by the token tile. */
+static int64_t w_glu_tiles(int64_t N, int64_t M)
+{
+    return (N + W_BN / 2 - 1) / (W_BN / 2) * ((M + w_nt(M) - 1) / w_nt(M));
+}
+
 static wtail w_plan(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
-    const int64_t nt = w_nt(M), tiles = (N + W_BN / 2 - 1) / (W_BN / 2) * ((M + nt - 1) / nt);
+    const int64_t tiles = w_glu_tiles(N, M);
     const int64_t nch = K / Q_CHUNK, sms = k->sm_count, r = sms > 0 ? tiles % sms : 0;
     wtail p = {(int)tiles, 1, nullptr, nullptr};
     if (g_splits || r == 0 || r > KTILE_COUNTERS)
@@ -375,10 +381,10 @@ static wtail w_plan(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 size_t gemm_wg_glu_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M)
 {
     const wtail p = w_plan(k, K, N, M);
-    const int64_t tiles = (N + W_BN / 2 - 1) / (W_BN / 2) * ((M + w_nt(M) - 1) / w_nt(M));
-    return p.splits > 1 ? (size_t)(tiles - p.full) * (size_t)p.splits * 2 * (W_BN / 2) *
-                              (size_t)w_nt(M) * sizeof(float)
-                        : 0;
+    if (p.splits < 2)
+        return 0;
+    return (size_t)(w_glu_tiles(N, M) - p.full) * (size_t)p.splits * 2 * (W_BN / 2) *
+           (size_t)w_nt(M) * sizeof(float);
 }
 
 template <int T, int NT> static int w_optin_one(struct kctx *k)
@@ -415,8 +421,8 @@ static int w_launch(struct kctx *k, const void *W, const void *U, int64_t w_nb1,
 {
     const char *site = U ? "gemm_wg (gate/up)" : "gemm_wg";
     const int nt = w_nt(M);
-    const int64_t mt = (M + nt - 1) / nt, tiles = (N + W_BN / 2 - 1) / (W_BN / 2) * mt;
-    dim3 grid = U ? dim3((unsigned)(tl.full + (tiles - tl.full) * tl.splits))
+    const int64_t mt = (M + nt - 1) / nt;
+    dim3 grid = U ? dim3((unsigned)(tl.full + (w_glu_tiles(N, M) - tl.full) * tl.splits))
                   : dim3((unsigned)mt, (unsigned)((N + W_BN - 1) / W_BN), (unsigned)splits);
     auto kf = nt == 64 ? gemm_wg_kernel<T, 64> : gemm_wg_kernel<T, 128>;
     const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
@@ -479,15 +485,18 @@ int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int
         tl.count = k->tile_count;
     }
     const gepi none = {0, nullptr, 0};
+    auto run = [&](decltype(&w_launch<MINFER_TYPE_Q4_K>) launch) {
+        return launch(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+    };
     switch (type) {
     case MINFER_TYPE_Q4_K:
-        return w_launch<MINFER_TYPE_Q4_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+        return run(w_launch<MINFER_TYPE_Q4_K>);
     case MINFER_TYPE_Q5_K:
-        return w_launch<MINFER_TYPE_Q5_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+        return run(w_launch<MINFER_TYPE_Q5_K>);
     case MINFER_TYPE_Q6_K:
-        return w_launch<MINFER_TYPE_Q6_K>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+        return run(w_launch<MINFER_TYPE_Q6_K>);
     case MINFER_TYPE_Q8_0:
-        return w_launch<MINFER_TYPE_Q8_0>(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+        return run(w_launch<MINFER_TYPE_Q8_0>);
     default:
         return k_fail(k, "gemm_wg", "weight type has no in-place GEMM");
     }
