@@ -31,8 +31,9 @@
 #           -r 1); NCU_SKIP, NCU_COUNT the launches skipped and profiled
 #           (4000, 700): e.g. "--parallel 16 -p 16 -n 24 -r 1" for a step
 #           of 16 sequences
-#   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of the first tree
-#           (the nt = 1 products with programmatic dependent launch on, off)
+#   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of every tree, one
+#           after the other (the nt = 1 products with programmatic dependent
+#           launch on, off), into matvec$v.log
 #   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
 #           other (every prefill GEMM kernel forced in turn on the 7B
 #           shapes); GEMMWG="B C": of those trees only
@@ -93,7 +94,7 @@ for i in "${!trees[@]}"; do
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e minfer-cuda-bench"
   fi
-  [ -n "$GEMMWG" ] || [ -n "$NCU_GEMM" ] && extra="$extra minfer-cuda-bench"
+  [ -n "$GEMMWG$NCU_GEMM$MATVEC" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
       -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
@@ -171,10 +172,12 @@ echo "benches done at $(since) s"
 
 # ---- matrix-vector products alone ----
 if [ -n "$MATVEC" ]; then
-  ninja -C /tmp/bA minfer-cuda-bench >> $OUT/buildA.log 2>&1 &&
-    timeout 150 /tmp/bA/bin/minfer-cuda-bench --matvec --quick > $OUT/matvec.log 2>&1
-  echo "matvec bench rc $?:"
-  grep -E "^matvec|^programmatic" $OUT/matvec.log | cut -c1-110
+  for i in "${!trees[@]}"; do
+    v=${names[$i]}
+    timeout 150 /tmp/b$v/bin/minfer-cuda-bench --matvec --quick > $OUT/matvec$v.log 2>&1
+    echo "matvec bench $v rc $?:"
+    grep -E "^matvec|^programmatic" $OUT/matvec$v.log | cut -c1-110
+  done
 fi
 
 # ---- prefill GEMM kernels alone ----
