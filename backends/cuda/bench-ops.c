@@ -665,16 +665,6 @@ int main(int argc, char **argv)
                     fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
         }
         k_tune_dep_launch(1);
-        /* fewer, longer row groups: more units per thread, one reduction
-         * for more of them (rows_tpr's thread total, % of resident) */
-        for (int pct = 100; pct >= 50; pct /= 2) {
-            k_tune_matvec_fill(pct);
-            printf("row groups for %d%% of the resident threads\n", pct);
-            for (size_t ti = 0; ti < 2; ti++)
-                for (size_t si = 0; si < 3; si++)
-                    fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
-        }
-        k_tune_matvec_fill(200);
         goto done;
     }
     for (int r = 2; r >= 1; r--) {

@@ -144,9 +144,6 @@ int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, const void *
  * and nt = 2..8 (1 or 2; the default, 2, is the measured winner at nt =
  * 1). */
 void k_tune_matvec_rows(int r);
-/* Benchmark hook: the thread total the quantized kernels' row groups aim
- * at, in percent of the resident threads (default 200). */
-void k_tune_matvec_fill(int pct);
 
 /* Same with F32/F16/BF16 weights and f32 activations; any K, any M. */
 int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,

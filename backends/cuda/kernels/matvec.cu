@@ -285,28 +285,13 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
     }
 };
 
-/* The 32 products of 8 words of unsigned bytes with an activation block. */
-static __device__ __forceinline__ int dot8u(const unsigned *w, const int8_t *xs)
-{
-    const int4 *x4 = (const int4 *)xs;
-    int4 a = x4[0], b = x4[1];
-    int x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        asm("dp4a.u32.s32 %0, %1, %2, %0;" : "+r"(s) : "r"(w[i]), "r"(x[i]));
-    return s;
-}
-
 /* Q4_K and Q5_K: unit = group g of a super-block, sub-blocks 2g and 2g+1;
  * the two types share the header (d, dmin, 12 bytes of 6-bit scales and
- * mins) and so the scales and the dot product. HI16: the high sub-block's
- * quants stay in the high nibbles (16 q; Q4_K), which saves a shift per
- * word, and its scale d1 carries the 1/16 (exact: a power of two). */
-template <bool HI16> struct UnitK45 {
+ * mins) and so the scales and the dot product. */
+struct UnitK45 {
     static constexpr int U = 64;
     float d0, d1, m0, m1; /* d*sc, dmin*m of the two sub-blocks */
-    int lo[8];
-    unsigned hi[8];
+    int lo[8], hi[8];
     __device__ __forceinline__ void load_scales(const uint8_t *b, int g)
     {
         uint32_t dd = *(const uint32_t *)b;
@@ -316,12 +301,12 @@ template <bool HI16> struct UnitK45 {
         int a0, b0, a1, b1;
         kscale_pair(s0, s1, s2, g, a0, b0, a1, b1);
         d0 = d * a0; m0 = dmin * b0;
-        d1 = d * a1 * (HI16 ? 0.0625f : 1.0f); m1 = dmin * b1;
+        d1 = d * a1; m1 = dmin * b1;
     }
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
     {
         int blk = 2 * u; /* 32-blocks: 8 per super-block, 2 per unit */
-        int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8u(hi, xq_qs(xrow, blk + 1));
+        int s0 = dot8(lo, xq_qs(xrow, blk)), s1 = dot8(hi, xq_qs(xrow, blk + 1));
         float2 x0 = xq_ds(xrow, nb, blk), x1 = xq_ds(xrow, nb, blk + 1);
         return d0 * x0.x * (float)s0 + d1 * x1.x * (float)s1 - m0 * x0.y - m1 * x1.y;
     }
@@ -329,7 +314,7 @@ template <bool HI16> struct UnitK45 {
 
 /* Q4_K: 32 qs bytes = sub-blocks 2g (low nibbles) and 2g+1 (high
  * nibbles). 16-byte loads (blocks are 144 B). */
-template <> struct Unit<MINFER_TYPE_Q4_K> : UnitK45<true> {
+template <> struct Unit<MINFER_TYPE_Q4_K> : UnitK45 {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 144 * (size_t)(u / 4);
@@ -340,14 +325,14 @@ template <> struct Unit<MINFER_TYPE_Q4_K> : UnitK45<true> {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             lo[i] = q[i] & 0x0F0F0F0F;
-            hi[i] = (unsigned)q[i] & 0xF0F0F0F0u;
+            hi[i] = (q[i] >> 4) & 0x0F0F0F0F;
         }
         load_scales(b, g);
     }
 };
 
 /* Q5_K: Q4_K's nibbles with a fifth bit from the 32 qh bytes. */
-template <> struct Unit<MINFER_TYPE_Q5_K> : UnitK45<false> {
+template <> struct Unit<MINFER_TYPE_Q5_K> : UnitK45 {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 176 * (size_t)(u / 4);
@@ -361,8 +346,7 @@ template <> struct Unit<MINFER_TYPE_Q5_K> : UnitK45<false> {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             lo[i] = (q[i] & 0x0F0F0F0F) | (((h[i] >> (2 * g)) & 0x01010101) << 4);
-            hi[i] = (unsigned)(((q[i] >> 4) & 0x0F0F0F0F) |
-                               (((h[i] >> (2 * g + 1)) & 0x01010101) << 4));
+            hi[i] = ((q[i] >> 4) & 0x0F0F0F0F) | (((h[i] >> (2 * g + 1)) & 0x01010101) << 4);
         }
         load_scales(b, g);
     }
@@ -423,18 +407,9 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
  * (ffn_down: 3584 rows) spread over a whole block. Measured on H200:
  * occupancy, not bytes in flight per thread, is what the quantized
  * kernels were short of. */
-static int g_fill_pct = 200;
-
-/* Benchmark hook: the thread total rows_tpr aims at, in percent of the
- * resident threads (default 200). */
-extern "C" void k_tune_matvec_fill(int pct)
-{
-    g_fill_pct = pct > 0 ? pct : 200;
-}
-
 static int rows_tpr(int64_t N, int64_t nunits)
 {
-    int64_t fill = ((int64_t)g_fill_pct * 270336 / 100 + N - 1) / N; /* threads per row */
+    int64_t fill = (2 * 270336 + N - 1) / N; /* 2x the resident threads */
     int tpr = 4;
     while (tpr < MV_THREADS && tpr < fill && tpr < nunits)
         tpr *= 2;
