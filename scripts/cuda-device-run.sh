@@ -40,7 +40,8 @@
 #   NCU_GEMM  "K N M BN": Nsight Compute's stall and scheduler sections
 #           for one `minfer-cuda-bench --gemm-one K N M BN` launch of the
 #           first tree (e.g. "3584 18944 512 1128": gemm-wg.cu's 128-token
-#           tile on the 7B ffn up product), into ncu-gemm.txt
+#           tile on the 7B ffn up product) for each weight type of
+#           NCU_GEMM_TYPES (default q4_K), into ncu-gemm-TYPE.txt
 #   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
 #           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
 #           REPS rounds
@@ -192,11 +193,14 @@ fi
 
 # ---- one GEMM launch under Nsight Compute ----
 if [ -n "$NCU_GEMM" ]; then
-  # shellcheck disable=SC2086  # K N M BN are four words
-  timeout 150 $NCU_BIN --section SpeedOfLight --section Occupancy --section SchedulerStats \
-    --section WarpStateStats --launch-skip 3 --launch-count 1 -k 'regex:gemm_(wg|ss|q|i8|f16)' \
-    /tmp/bA/bin/minfer-cuda-bench --gemm-one $NCU_GEMM > $OUT/ncu-gemm.txt 2>&1
-  echo "ncu gemm rc $? at $(since) s"
+  for t in ${NCU_GEMM_TYPES:-q4_K}; do
+    # shellcheck disable=SC2086  # K N M BN are four words
+    timeout 150 $NCU_BIN --section SpeedOfLight --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --launch-skip 3 --launch-count 1 \
+      -k 'regex:gemm_(wg|ss|q|i8|f16)' /tmp/bA/bin/minfer-cuda-bench --gemm-type $t \
+      --gemm-one $NCU_GEMM > $OUT/ncu-gemm-$t.txt 2>&1
+    echo "ncu gemm $t rc $? at $(since) s"
+  done
 fi
 
 # ---- per-kernel decode profile ----

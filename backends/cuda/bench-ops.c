@@ -15,8 +15,9 @@
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
  * q8_0 at 4..256 tokens, then its and gemm-i8.cu's split-K counts forced;
  * --gemmwg: the Hopper wgmma GEMM against both, 16
- * to 2048 tokens; --gemm-one K N M BN: one q4_K GEMM shape and kernel
- * (BN as k_tune_gemm's), for a profiler; --attn: the
+ * to 2048 tokens; --gemm-one K N M BN: one GEMM shape and kernel (BN as
+ * k_tune_gemm's; the weights q4_K, or the type of --gemm-type q4_K, q5_K,
+ * q6_K or q8_0), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v, with programmatic dependent launch allowed, then off; --multi:
@@ -477,6 +478,7 @@ int main(int argc, char **argv)
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
         gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0,
         one_bn = 0;
+    uint32_t one_type = MINFER_TYPE_Q4_K;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -494,8 +496,22 @@ int main(int argc, char **argv)
             gemmq_only = 1;
         } else if (strcmp(argv[i], "--gemmwg") == 0) {
             gemmwg_only = 1;
+        } else if (strcmp(argv[i], "--gemm-type") == 0 && i + 1 < argc) {
+            /* the weight type of --gemm-one (default q4_K) */
+            static const struct { const char *name; uint32_t type; } qt[] = {
+                {"q4_K", MINFER_TYPE_Q4_K}, {"q5_K", MINFER_TYPE_Q5_K},
+                {"q6_K", MINFER_TYPE_Q6_K}, {"q8_0", MINFER_TYPE_Q8_0}};
+            const char *name = argv[++i];
+            one_type = 0;
+            for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++)
+                if (strcmp(name, qt[t].name) == 0)
+                    one_type = qt[t].type;
+            if (!one_type) {
+                fprintf(stderr, "--gemm-type: %s is not q4_K, q5_K, q6_K or q8_0\n", name);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--gemm-one") == 0 && i + 4 < argc) {
-            /* one q4_K GEMM call: K N M bn [splits] (as k_tune_gemm), for
+            /* one GEMM call: K N M bn [splits] (as k_tune_gemm), for
              * profilers and split sweeps */
             one_k = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_m = atoi(argv[i + 3]);
             one_bn = atoi(argv[i + 4]);
@@ -575,7 +591,7 @@ int main(int argc, char **argv)
         int cfg[3] = {0, one_splits, one_bn};
         memcpy(g_cfg, cfg, sizeof g_cfg);
         k_tune_gemm(cfg[0], cfg[1], cfg[2]);
-        fails += bench_gemm(c, MINFER_TYPE_Q4_K, one_k, one_n, one_m, 0, "one") != 0;
+        fails += bench_gemm(c, one_type, one_k, one_n, one_m, 0, "one") != 0;
         k_tune_gemm(0, 0, 0);
         goto done;
     }
