@@ -883,6 +883,45 @@ START_TEST(ffn_gate_up)
 }
 END_TEST
 
+/* Catches the single-token K-quant products (matvec.cu's two-row kernel,
+ * the gate/up pair, the product + addend) going wrong past a thread's
+ * first unit: K = 9472 gives 148 units a row against at most 128
+ * threads, so some threads take a second, lone unit; q6_K rows of 37
+ * blocks (7770 bytes) start 2 bytes into a word on every other row; the
+ * gate/up pair with K = 2560 on 17,000 rows runs 32 threads a row over
+ * 40 units, several rows a block. The shapes of the tests above give
+ * every thread at most one unit. */
+START_TEST(matvec_long_rows)
+{
+    UNDER_TEST(UT_CUDA);
+    uint32_t types[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K};
+    const int64_t shapes[][2] = {{9472, 37}, {2560, 17000}};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (size_t si = 0; si < 2; si++) {
+            const int64_t K = shapes[si][0], N = shapes[si][1];
+            char what[112];
+            struct tt *w = tt_weight(types[ti], K, N, 0, "w");
+            struct tt *u = tt_weight(types[ti], K, N, 0, "up");
+            snprintf(what, sizeof what, "long-row mul_mat %s K=%lld N=%lld", tn(types[ti]),
+                     (long long)K, (long long)N);
+            mul_mat_case(w, K, N, 1, 0, "matvec_units", what, TOL_Q8ACT);
+            snprintf(what, sizeof what, "long-row ffn_gate_up %s K=%lld N=%lld", tn(types[ti]),
+                     (long long)K, (long long)N);
+            gate_up_case(w, u, K, N, 1, "matvec_units", what, TOL_Q8ACT);
+            struct tt *x = tt_new(MINFER_TYPE_F32, K, 1, 1, 1, 0);
+            tt_place(x, NULL);
+            struct tt *a = tt_new(MINFER_TYPE_F32, N, 1, 1, 1, 0);
+            tt_place(a, NULL);
+            snprintf(what, sizeof what, "long-row mul_mat_add %s K=%lld N=%lld in place",
+                     tn(types[ti]), (long long)K, (long long)N);
+            run_mul_mat_add(w, x, a, a, what);
+            compare(a, "matvec_units", what, TOL_Q8ACT);
+        }
+    }
+    print_stats("matvec_units");
+}
+END_TEST
+
 /* Catches the batched-decode dispatch that sends 3..8-token products on
  * 7B-sized matrices to gemm-i8.cu instead of the matvec
  * (cuda_matvec_tokens): wrong activation groups at those counts, the ADD
@@ -1483,6 +1522,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, gemm_i8_long_k);
     tcase_add_test(tc, gemm_epilogues);
     tcase_add_test(tc, decode_gemm_crossover);
+    tcase_add_test(tc, matvec_long_rows);
     tcase_add_test(tc, ffn_gate_up_one_launch);
     tcase_add_test(tc, shared_activations_follow_writes);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
