@@ -26,7 +26,9 @@
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
 #   REPS    bench rounds over all trees and models (default 2)
-#   NCU     model names to profile: per-kernel times of a decode with ncu
+#   NCU     model names to profile: per-kernel times of a decode with ncu,
+#           one step of it as a table (scripts/ncu-step-table.py) in
+#           ncu-NAME.md and on stdout
 #   NCU_BENCH  the profiled `minfer bench` arguments (default: -p 0 -n 48
 #           -r 1); NCU_SKIP, NCU_COUNT the launches skipped and profiled
 #           (4000, 700): e.g. "--parallel 16 -p 16 -n 24 -r 1" for a step
@@ -211,4 +213,5 @@ for name in $NCU; do
     /tmp/bA/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${NCU_BENCH:--p 0 -n 48 -r 1} \
     > $OUT/ncu-$name.csv 2> $OUT/ncu-$name.err
   echo "ncu $name rc $? at $(since) s"
+  python3 scripts/ncu-step-table.py $OUT/ncu-$name.csv | tee $OUT/ncu-$name.md
 done
