@@ -16,8 +16,8 @@
  * q8_0 at 4..256 tokens, then its and gemm-i8.cu's split-K counts forced;
  * --gemmwg: the Hopper wgmma GEMM against both, 16
  * to 2048 tokens; --gemm-one K N M BN: one GEMM shape and kernel (BN as
- * k_tune_gemm's; the weights q4_K, or the type of --gemm-type q4_K, q5_K,
- * q6_K or q8_0), for a profiler; --attn: the
+ * k_tune_gemm's; the weights q4_K, or of the type --gemm-type names, e.g.
+ * q8_0), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v, with programmatic dependent launch allowed, then off; --multi:
@@ -497,17 +497,16 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--gemmwg") == 0) {
             gemmwg_only = 1;
         } else if (strcmp(argv[i], "--gemm-type") == 0 && i + 1 < argc) {
-            /* the weight type of --gemm-one (default q4_K) */
-            static const struct { const char *name; uint32_t type; } qt[] = {
-                {"q4_K", MINFER_TYPE_Q4_K}, {"q5_K", MINFER_TYPE_Q5_K},
-                {"q6_K", MINFER_TYPE_Q6_K}, {"q8_0", MINFER_TYPE_Q8_0}};
+            /* the weight type of --gemm-one (default q4_K), by its GGUF name */
             const char *name = argv[++i];
-            one_type = 0;
-            for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++)
-                if (strcmp(name, qt[t].name) == 0)
-                    one_type = qt[t].type;
-            if (!one_type) {
-                fprintf(stderr, "--gemm-type: %s is not q4_K, q5_K, q6_K or q8_0\n", name);
+            one_type = MINFER_TYPE_COUNT;
+            for (uint32_t t = 0; t < MINFER_TYPE_COUNT; t++) {
+                const struct minfer_type_traits *tr = minfer_type_traits_of(t);
+                if (tr && tr->supported && strcmp(tr->name, name) == 0)
+                    one_type = t;
+            }
+            if (one_type == MINFER_TYPE_COUNT) {
+                fprintf(stderr, "--gemm-type: %s is not a weight type this build reads\n", name);
                 return 2;
             }
         } else if (strcmp(argv[i], "--gemm-one") == 0 && i + 4 < argc) {
