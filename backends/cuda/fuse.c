@@ -413,28 +413,38 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     const struct minfer_node *nq = r ? &nd[i] : NULL, *nk = r ? &nd[i + 1] : NULL;
     const struct minfer_tensor *xq = nq ? nq->src[0] : rq->src[0];
     const struct minfer_tensor *xk = nk ? nk->src[0] : rk->src[0];
+    /* no norms: a block per token and head (several tokens: a block per
+     * token ran the three kernels' work in about their time; one token:
+     * that block ran 32 heads' angles and stores alone, 7.0 us on the
+     * 7B; docs/PERF.md), when the blocks' writes are apart as below */
+    bool per_head = !r && with_kv && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1) &&
+                    xq->ne[1] + xk->ne[1] + kv.s1.ne[0] / xq->ne[0] <= 65535;
     bool k_kept = true; /* k's RoPE written out */
-    if (xq->ne[2] > 1) {
+    if (xq->ne[2] > 1 || per_head) {
+        /* blocks of other tokens, or of other heads of the token, run
+         * unordered: each write must be apart from what they read and
+         * write (a block reads its own row before writing it) */
         const struct minfer_tensor *reads[5] = {xq, xk, rq->src[1],
                                                 with_kv ? nd[i + n].src[1] : NULL,
                                                 with_kv ? nd[i + n + 1].src[0] : NULL};
-        for (int j = 0; j < nw; j++) {
+        for (int j = 0; j < nw && (per_head || xq->ne[2] > 1); j++) {
             const struct minfer_tensor *t = writes[j];
             const struct minfer_tensor *own = !r && t == rq->dst ? xq : NULL;
             if (apart_between_tokens(t, own, reads, 5, writes, nw))
                 continue;
-            if (t != rk->dst || !with_kv || !cuda_dead_from(w, i + used, t))
+            if (t == rk->dst && with_kv && cuda_dead_from(w, i + used, t)) {
+                k_kept = false;
+                continue;
+            }
+            if (xq->ne[2] > 1)
                 return 0;
-            k_kept = false;
+            per_head = false; /* one token: its one block orders its own writes */
+            k_kept = true;
         }
     }
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
     struct kview none = {0}, rk_out = k_kept ? view_of(rk->dst) : none;
-    /* no norms, several tokens: a block per token and head (a block per
-     * token ran the three kernels' work in about their time; docs/PERF.md) */
-    bool per_head = xq->ne[2] > 1 && !r && with_kv && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1) &&
-                    xq->ne[1] + xk->ne[1] + kv.s1.ne[0] / xq->ne[0] <= 65535;
     const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
     const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
     int fail = per_head ? k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk), rk_out,
