@@ -162,23 +162,6 @@ __device__ __forceinline__ void partial_store128(float *part, int t, int n_head,
     }
 }
 
-/* The combine passes' fused activation quantization: output v of column
- * col into row t of the next product's q8_1 activations (k_quantize_q8_1's
- * layout: nbq blocks of 32 int8, then nbq float2 (d, d * sum)). The 32
- * lanes of the warp hold the 32 columns of one block. */
-__device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq, int col, float v,
-                                                int lane)
-{
-    float amax = warp_max(fabsf(v));
-    float qd = amax / 127.0f;
-    int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
-    float qs = warp_sum((float)q);
-    uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
-    ((int8_t *)row)[col] = (int8_t)q;
-    if (lane == 0)
-        ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
-}
-
 /* ---- the split-K combine for a few splits (attn.cu, attn-lists.cu) ---- */
 
 /* Merges the n_splits partials (acc[hd], max, sum) of query head

@@ -109,6 +109,51 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* Value v of column col into row t of q8_1 activations (k_quantize_q8_1's
+ * layout, matvec.cu: nbq blocks of 32 int8, then nbq float2 (d, d * sum))
+ * by the 32-value rule: d = amax / 127, q = rint(v / d). The 32 lanes of
+ * the warp hold the 32 columns of one block. The one form of that rule:
+ * the quantization kernel and the passes that write a product's
+ * activations in their epilogue (attention's combines, the gate/up
+ * product) all call it, so their bytes agree. */
+__device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq, int col, float v,
+                                                int lane)
+{
+    float amax = warp_max(fabsf(v));
+    float qd = amax / 127.0f;
+    int q = qd != 0.0f ? __float2int_rn(v / qd) : 0;
+    float qs = warp_sum((float)q);
+    uint8_t *row = xq + (size_t)t * (size_t)nbq * 40;
+    ((int8_t *)row)[col] = (int8_t)q;
+    if (lane == 0)
+        ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
+}
+
+/* A block's arrival at a counter (a word of kctx.tile_count, zero between
+ * launches) once its stores are done: every thread's stores made visible
+ * device-wide, then one atomic add of `add`. Returns to every thread
+ * whether this block completed `total`; that block puts the word back to
+ * zero for the next launch and may then read what the others stored, by
+ * L2 loads (__ldcg: another SM wrote them). Every thread of the block
+ * calls it (two barriers). */
+__device__ __forceinline__ bool k_block_arrives_last(unsigned *count, unsigned add,
+                                                     unsigned total)
+{
+    __shared__ unsigned last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, add) + add == total;
+        if (last)
+            *count = 0;
+    }
+    __syncthreads();
+    const bool l = last;
+    if (l)
+        __threadfence();
+    return l;
+}
+
 /* Q4_K / Q5_K 6-bit scale and min of sub-block j. */
 __device__ __forceinline__ void kscale(const uint8_t *q, int j, int &sc, int &m)
 {

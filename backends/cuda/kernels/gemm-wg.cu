@@ -272,18 +272,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 pp[(8 * j + 2 * tig + (e & 1)) * (W_BN / 2) + rl + 8 * (e >> 1)] = acc[4 * j + e];
-        __shared__ unsigned last;
-        __threadfence(); /* the part's stores, device-wide, before its arrival */
-        __syncthreads();
-        if (tid == 0) {
-            last = atomicAdd(tl.count + tail, 1u) == (unsigned)splits - 1;
-            if (last)
-                tl.count[tail] = 0; /* every part has arrived: ready for the next launch */
-        }
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence();
+        if (!k_block_arrives_last(tl.count + tail, 1u, (unsigned)splits))
+            return; /* the last part to arrive adds them all */
         for (int e = tid; e < per; e += W_THREADS) { /* consecutive threads, rows */
             const int n = n0 + e % (W_BN / 2), m = m0 + e / (W_BN / 2);
             if (n >= N || m >= M)

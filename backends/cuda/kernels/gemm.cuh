@@ -175,19 +175,8 @@ __device__ __forceinline__ void gemm_split_finish(const gsplit &fs, const float 
                                                   int n0, int m0, unsigned tile)
 {
     static_assert(ROWS * TOKS % (GSPLIT_GROUP * THREADS) == 0, "whole groups of outputs per thread");
-    __shared__ unsigned last;
-    __threadfence(); /* this block's plane stores, device-wide, before its arrival */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned old = atomicAdd(fs.count + tile, 1u);
-        last = old == (unsigned)splits - 1;
-        if (last)
-            fs.count[tile] = 0; /* every split has arrived: ready for the next launch */
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
+    if (!k_block_arrives_last(fs.count + tile, 1u, (unsigned)splits))
+        return; /* the last split to arrive sums them all */
 #pragma unroll 1
     for (int g = 0; g < ROWS * TOKS / THREADS; g += GSPLIT_GROUP) {
         float a[GSPLIT_MAX][GSPLIT_GROUP], ad[GSPLIT_GROUP];
