@@ -19,7 +19,8 @@
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
 #           suites (Qwen2 fixture A, the model families) on the first tree;
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
-#           changes; test-cuda-e2e and minfer-cuda-bench are built too)
+#           changes; test-cuda-e2e and minfer-cuda-bench are built too),
+#           and test-cuda-e2e after it with E2E=1 (capture-time fusion)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
 #   OPS_TIMEOUT    seconds test-backend-ops may take with TESTS=ops (180)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
@@ -44,6 +45,9 @@
 #           first tree (e.g. "3584 18944 512 1128": gemm-wg.cu's 128-token
 #           tile on the 7B ffn up product) for each weight type of
 #           NCU_GEMM_TYPES (default q4_K), into ncu-gemm-TYPE.txt
+#   MEMCHECK=1  compute-sanitizer's memcheck over test-backend-ops of the
+#           first tree (built with TESTS), after the benches, into
+#           memcheck.log (MEMCHECK_TIMEOUT seconds, default 400)
 #   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
 #           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
 #           REPS rounds
@@ -124,6 +128,12 @@ if [ "$TESTS" = ops ]; then
   rc=$?
   echo "ops rc $rc: $(grep -E '^[0-9]+%' $OUT/ops.log)"
   grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
+  if [ -n "$E2E" ] && [ $rc = 0 ]; then
+    timeout 300 /tmp/bA/bin/test-cuda-e2e > $OUT/e2e.log 2>&1
+    rc=$?
+    echo "e2e rc $rc: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
+    grep -E ":[EF]:|graph replay|equals cpu" $OUT/e2e.log | cut -c1-300 | head -20
+  fi
   echo "suites done at $(since) s"
   # a kernel that is wrong or hangs would only burn the device time left
   [ $rc = 0 ] || { echo "op suite failed: no benches"; exit 1; }
@@ -203,6 +213,14 @@ if [ -n "$NCU_GEMM" ]; then
       --gemm-one $NCU_GEMM > $OUT/ncu-gemm-$t.txt 2>&1
     echo "ncu gemm $t rc $? at $(since) s"
   done
+fi
+
+# ---- memory errors of the op suite ----
+if [ -n "$MEMCHECK" ]; then
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  CK_FORK=no timeout ${MEMCHECK_TIMEOUT:-400} $SAN --tool memcheck /tmp/bA/bin/test-backend-ops \
+    > $OUT/memcheck.log 2>&1
+  echo "memcheck rc $? at $(since) s: $(grep -E '^[0-9]+%|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
 fi
 
 # ---- per-kernel decode profile ----
