@@ -224,7 +224,16 @@ minfer_status cuda_run_glu_matvec(struct minfer_backend *be, const struct minfer
     const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *x = n->src[2], *d = n->dst;
     int64_t K = s0->ne[0], N = s0->ne[1], M = x->ne[1];
     void *xq = NULL;
-    minfer_status st = cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
+    minfer_status st = MINFER_OK;
+    if (M == 1 && !xq_out && k_matvec_q_glu_q8_1_ok(k, N)) {
+        /* a slot cannot grow inside a capture window: size SLOT_FFN now
+         * for the q8_1 output a capture of this node may give it (fuse.c,
+         * run_glu_q) */
+        void *later = NULL;
+        if ((st = cuda_ffn_scratch(be, k_q8_1_bytes(N, 1), &later)) != MINFER_OK)
+            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    }
+    st = cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
     if (st != MINFER_OK)
         return st;
     if (M == 1)
