@@ -538,7 +538,7 @@ START_TEST(aborted_capture_leaves_usable_context)
 
     /* a fresh context captures again */
     c = ts_ctx(m, 512, 64, TS_KV_DEFAULT, 0);
-    generate(c, nv, PROMPT, np, got, tg);
+    generate(c, nv, PROMPT, 16, got, tg);
     struct graph_stats s2 = stats(rt);
     ck_assert_uint_ge(s2.replays - s1.replays, GEN / 2);
     expect_same(ref, got, nv, "a new context after the abort");
