@@ -59,7 +59,6 @@ struct xq_cache {
     int form;          /* q8_1 group, or KGEMM_ACT_F16 + the f16 order */
     uint64_t pool_gen; /* cu_pool_generation when it was written */
     uint64_t seq;      /* kctx.launches right after the kernel that wrote it */
-    int slot;          /* SLOT_XQ, or SLOT_FFN (the gate/up product's q8_1 output) */
 };
 
 struct minfer_backend {
@@ -92,7 +91,6 @@ struct cuda_counters {
     uint64_t shared_x;   /* products that found their activations converted (be->xq) */
     uint64_t glu_gemms;  /* gate/up pairs run as one GEMM launch (k_gemm_glu) */
     uint64_t glu_tails;  /* ... of them with their last wave's tiles in parts of K */
-    uint64_t glu_q8_1;   /* one-token gate/up products that wrote the down input's q8_1 */
     int fail_next_capture; /* captures still to fail on purpose (test hook) */
 };
 extern struct cuda_counters cuda_count;
@@ -207,16 +205,6 @@ minfer_status cuda_run_attention_lists(struct minfer_backend *be, const struct m
                                        struct kctx *k, const struct minfer_node *xq_next);
 /* The matvec epilogue of a MUL_MAT_ADD node: dst = product + src2. */
 struct kepi cuda_sum_epi(const struct minfer_node *n);
-/* Whether FFN_GATE_UP node n runs as one matvec launch (k_matvec_q_glu,
- * k_matvec_q_glu_n), and that launch; xq_out (NULL: none; one token
- * only) as k_matvec_q_glu's. */
-bool cuda_glu_matvec(const struct minfer_backend *be, const struct kctx *k,
-                     const struct minfer_node *n);
-minfer_status cuda_run_glu_matvec(struct minfer_backend *be, const struct minfer_node *n,
-                                  struct kctx *k, void *xq_out);
-/* SLOT_FFN's bytes for a node's temporaries; drops be->xq when it lives
- * there. Every user of SLOT_FFN takes it through here. */
-minfer_status cuda_ffn_scratch(struct minfer_backend *be, size_t bytes, void **p);
 
 /* ---- graph.c ---- */
 

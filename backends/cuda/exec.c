@@ -94,30 +94,21 @@ minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node 
 {
     void *xq = NULL;
     *out = NULL;
-    struct xq_cache *qc = &be->xq;
-    bool same = qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
-                qc->nb1 == xnb1 && qc->form == form &&
-                qc->pool_gen == cu_pool_generation(be->c);
-    if (same && qc->slot != SLOT_XQ) { /* written by the gate/up product, in SLOT_FFN */
-        CUDA_COUNT(shared_x);
-        *out = qc->xq;
-        return MINFER_OK;
-    }
     bool f16 = form >= KGEMM_ACT_F16;
     minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
                                   &xq);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    struct xq_cache *qc = &be->xq;
     uint64_t gen = cu_pool_generation(be->c);
-    same = same && qc->pool_gen == gen; /* the slot may have grown */
-    if (!(same && qc->xq == xq)) {
+    if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
+          qc->nb1 == xnb1 && qc->xq == xq && qc->form == form && qc->pool_gen == gen)) {
         qc->valid = false;
         if (f16)
             LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
         else
             LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
-        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, gen, k->launches,
-                                SLOT_XQ};
+        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, gen, k->launches};
     } else {
         CUDA_COUNT(shared_x);
     }
@@ -208,52 +199,6 @@ static minfer_status run_matmul(struct minfer_backend *be, const struct minfer_n
     return MINFER_OK;
 }
 
-/* Whether FFN_GATE_UP node n runs as one matvec launch for gate, up and
- * SwiGLU (a decode of one token, or of a batch of up to 8). */
-bool cuda_glu_matvec(const struct minfer_backend *be, const struct kctx *k,
-                     const struct minfer_node *n)
-{
-    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1];
-    return n->src[2]->ne[1] <= cuda_matvec_tokens(k, s1) && k_matvec_q_supported(s0->type) &&
-           s0->type == s1->type && s0->nb[1] == s1->nb[1] && !be->fuse_off;
-}
-
-minfer_status cuda_run_glu_matvec(struct minfer_backend *be, const struct minfer_node *n,
-                                  struct kctx *k, void *xq_out)
-{
-    const struct minfer_tensor *s0 = n->src[0], *s1 = n->src[1], *x = n->src[2], *d = n->dst;
-    int64_t K = s0->ne[0], N = s0->ne[1], M = x->ne[1];
-    void *xq = NULL;
-    minfer_status st = MINFER_OK;
-    if (M == 1 && !xq_out && k_matvec_q_glu_q8_1_ok(k, N)) {
-        /* a slot cannot grow inside a capture window: size SLOT_FFN now
-         * for the q8_1 output a capture of this node may give it (fuse.c,
-         * run_glu_q) */
-        void *later = NULL;
-        if ((st = cuda_ffn_scratch(be, k_q8_1_bytes(N, 1), &later)) != MINFER_OK)
-            return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    }
-    st = cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
-    if (st != MINFER_OK)
-        return st;
-    if (M == 1)
-        LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xq,
-                              d->data, xq_out));
-    else if (xq_out)
-        return cuda_node_fail(be, n, MINFER_ERR_STATE, "q8_1 output of a batched gate/up");
-    else
-        LAUNCH(k_matvec_q_glu_n(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xq,
-                                M, d->data, (int64_t)d->nb[1]));
-    return MINFER_OK;
-}
-
-minfer_status cuda_ffn_scratch(struct minfer_backend *be, size_t bytes, void **p)
-{
-    if (be->xq.slot == SLOT_FFN)
-        be->xq.valid = false;
-    return cu_scratch(be->c, SLOT_FFN, bytes, p);
-}
-
 /* The epilogue of a MUL_MAT_ADD node for the matvec kernels: dst = the
  * product + src2, the product itself not kept. */
 struct kepi cuda_sum_epi(const struct minfer_node *n)
@@ -289,7 +234,7 @@ static minfer_status run_matmul_add(struct minfer_backend *be, const struct minf
     int64_t prod_nb1 = (int64_t)d->nb[1];
     if (overlaps(a, d)) {
         void *tmp = NULL;
-        minfer_status st = cuda_ffn_scratch(be, (size_t)N * (size_t)M * 4, &tmp);
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, (size_t)N * (size_t)M * 4, &tmp);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
         prod = tmp;
@@ -318,8 +263,7 @@ void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, v
                      int group)
 {
     be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group,
-                               cu_pool_generation(be->c), cu_ctx_kctx(be->c)->launches,
-                               SLOT_XQ};
+                               cu_pool_generation(be->c), cu_ctx_kctx(be->c)->launches};
 }
 
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
@@ -415,8 +359,26 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         return run_matmul_add(be, n, k);
     case MINFER_OP_FFN_GATE_UP: {
         int64_t N = s0->ne[1], M = n->src[2]->ne[1];
-        if (cuda_glu_matvec(be, k, n))
-            return cuda_run_glu_matvec(be, n, k, NULL);
+        if (M <= cuda_matvec_tokens(k, s1) && k_matvec_q_supported(s0->type) &&
+            s0->type == s1->type && s0->nb[1] == s1->nb[1] &&
+            !be->fuse_off) {
+            /* decode, one or a batch of up to 8 tokens: one launch for
+             * gate, up and SwiGLU */
+            const struct minfer_tensor *x = n->src[2];
+            int64_t K = s0->ne[0];
+            void *xq = NULL;
+            minfer_status st =
+                cuda_shared_x(be, n, k, 0, x->data, K, M, (int64_t)x->nb[1], 32, &xq);
+            if (st != MINFER_OK)
+                return st;
+            if (M == 1)
+                LAUNCH(k_matvec_q_glu(k, s0->type, s0->data, s1->data, K, N,
+                                      (int64_t)s0->nb[1], xq, d->data));
+            else
+                LAUNCH(k_matvec_q_glu_n(k, s0->type, s0->data, s1->data, K, N,
+                                        (int64_t)s0->nb[1], xq, M, d->data, (int64_t)d->nb[1]));
+            return MINFER_OK;
+        }
         size_t plane = (size_t)N * (size_t)M * sizeof(float);
         void *gu = NULL;
         bool fused = gemm_route(k, s1, M) && k_gemm_epi_pays(k, s1->type, s1->ne[0], M) &&
@@ -432,7 +394,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
                 return st;
             size_t pb = k_gemm_glu_scratch_bytes(k, s0->type, K, N, M);
             void *part = NULL;
-            if (pb && (st = cuda_ffn_scratch(be, pb, &part)) != MINFER_OK)
+            if (pb && (st = cu_scratch(be->c, SLOT_FFN, pb, &part)) != MINFER_OK)
                 return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
             LAUNCH(k_gemm_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xh, M,
                               d->data, (int64_t)d->nb[1], part));
@@ -441,7 +403,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
                 CUDA_COUNT(glu_tails);
             return MINFER_OK;
         }
-        minfer_status st = cuda_ffn_scratch(be, (fused ? 1 : 2) * plane, &gu);
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
         float *g = gu, *u = (float *)((char *)gu + plane);
@@ -490,7 +452,7 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         size_t need = k_mul_mat_id_scratch_bytes(s0->ne[2], ids->ne[0] * ids->ne[1]);
         void *sc = NULL;
         /* SLOT_FFN holds only one node's temporaries; routing lists here */
-        minfer_status st = cuda_ffn_scratch(be, need, &sc);
+        minfer_status st = cu_scratch(be->c, SLOT_FFN, need, &sc);
         if (st != MINFER_OK)
             return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
         LAUNCH(k_mul_mat_id(k, s0->type, s0->data, s0->ne[0], s0->ne[1], s0->ne[2],

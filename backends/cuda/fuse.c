@@ -69,23 +69,6 @@ static int norm_feeds_q(const struct kctx *k, const struct minfer_node *n,
                : 0;
 }
 
-/* If n is a one-token FFN_GATE_UP on the one-launch matvec whose output
- * a (the next node) reads as group-32 q8_1 activations (a quantized
- * matvec), 1: the gate/up product can write those blocks too. */
-static int glu_feeds_q(const struct minfer_backend *be, const struct kctx *k,
-                       const struct minfer_node *n, const struct minfer_node *a)
-{
-    if (n->op != MINFER_OP_FFN_GATE_UP || n->n_src < 3 || !n->dst ||
-        (a->op != MINFER_OP_MUL_MAT && a->op != MINFER_OP_MUL_MAT_ADD) || a->n_src < 2 ||
-        n->src[2]->ne[1] != 1 || !cuda_glu_matvec(be, k, n))
-        return 0;
-    const struct minfer_tensor *d = n->dst, *w = a->src[0], *x = a->src[1];
-    return w && x && is_plain_f32_2d(d) && d->ne[1] == 1 && x->ne[1] == 1 &&
-           k_matvec_q_supported(w->type) && cuda_q8_1_group(k, w, 1) == 32 &&
-           x->data == d->data && same_ne(x, d) && w->ne[0] == d->ne[0] &&
-           k_matvec_q_glu_q8_1_ok(k, d->ne[0]);
-}
-
 /* Two nodes that may run in one launch: neither writes what the other
  * reads or writes. */
 static int independent(const struct minfer_node *n, const struct minfer_node *a)
@@ -262,25 +245,6 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
     LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], group, xq));
     cuda_xq_written(be, d, xq, group);
-    return MINFER_OK;
-}
-
-/* The gate/up node n with its output's q8_1 blocks left in SLOT_FFN for
- * the next node (its own input's blocks stay in SLOT_XQ while it runs). */
-static minfer_status run_glu_q(struct minfer_backend *be, const struct minfer_node *n,
-                               struct kctx *k)
-{
-    const struct minfer_tensor *d = n->dst;
-    void *xq = NULL;
-    minfer_status st = cuda_ffn_scratch(be, k_q8_1_bytes(d->ne[0], 1), &xq);
-    if (st != MINFER_OK)
-        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    st = cuda_run_glu_matvec(be, n, k, xq);
-    if (st != MINFER_OK)
-        return st;
-    cuda_xq_written(be, d, xq, 32);
-    be->xq.slot = SLOT_FFN;
-    CUDA_COUNT(glu_q8_1);
     return MINFER_OK;
 }
 
@@ -704,10 +668,6 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
     int q8_group = norm_feeds_q(k, n, a);
     if (q8_group) {
         *st = run_norm_q(be, n, k, q8_group); /* notes its own write */
-        return 1;
-    }
-    if (glu_feeds_q(be, k, n, a)) {
-        *st = run_glu_q(be, n, k); /* notes its own write */
         return 1;
     }
     return 0;

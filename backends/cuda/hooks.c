@@ -120,14 +120,6 @@ static uint64_t x_glu_tails(void)
     return __atomic_load_n(&cuda_count.glu_tails, __ATOMIC_RELAXED);
 }
 
-/* "minfer_cuda_fused_glu_q8_1": uint64_t f(void) — one-token gate/up
- * products captured with the down product's q8_1 activations as a second
- * output (no quantization launch between them; process-wide). */
-static uint64_t x_fused_glu_q8_1(void)
-{
-    return __atomic_load_n(&cuda_count.glu_q8_1, __ATOMIC_RELAXED);
-}
-
 /* "minfer_cuda_test_fake_cc": void f(int major, int minor) — every device
  * reports this compute capability to probe and create (-1, -1: the real
  * one), so a test on any GPU can see a capability the build lacks refused.
@@ -177,8 +169,6 @@ void *cuda_get_proc(const char *name)
         return (void *)x_glu_gemms;
     if (!strcmp(name, "minfer_cuda_glu_tails"))
         return (void *)x_glu_tails;
-    if (!strcmp(name, "minfer_cuda_fused_glu_q8_1"))
-        return (void *)x_fused_glu_q8_1;
     if (!strcmp(name, "minfer_cuda_test_fake_cc"))
         return (void *)x_fake_cc;
     if (!strcmp(name, "minfer_cuda_test_arch_runs"))

@@ -114,8 +114,8 @@ __device__ __forceinline__ float warp_max(float v)
  * by the 32-value rule: d = amax / 127, q = rint(v / d). The 32 lanes of
  * the warp hold the 32 columns of one block. The one form of that rule:
  * the quantization kernel and the passes that write a product's
- * activations in their epilogue (attention's combines, the gate/up
- * product) all call it, so their bytes agree. */
+ * activations in their epilogue (attention's combines) all call it, so
+ * their bytes agree. */
 __device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq, int col, float v,
                                                 int lane)
 {

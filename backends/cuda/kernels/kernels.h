@@ -131,12 +131,9 @@ int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t 
 /* nt = 1 FFN: dst[n] = silu(Wg[n] . x) * (Wu[n] . x) in one launch (both
  * weights of one quantized type, rows w_nb1 bytes apart; xq from
  * k_quantize_q8_1 with M = 1). Same math as two k_matvec_q + SWIGLU (the
- * dot products may be summed in another order). xq_out (NULL: none; only
- * where k_matvec_q_glu_q8_1_ok): dst also as q8_1 blocks of group 32,
- * the bytes k_quantize_q8_1 would write from dst. */
+ * dot products may be summed in another order). */
 int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, const void *Wu, int64_t K,
-                   int64_t N, int64_t w_nb1, const void *xq, float *dst, void *xq_out);
-int k_matvec_q_glu_q8_1_ok(const struct kctx *k, int64_t N);
+                   int64_t N, int64_t w_nb1, const void *xq, float *dst);
 /* The same for M = 2..8 columns of x (q8_1 rows of K) into dst columns
  * dst_nb1 bytes apart. */
 int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, const void *Wu, int64_t K,

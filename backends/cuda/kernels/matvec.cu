@@ -698,22 +698,14 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
  * the epilogue: dst[r] = silu(Wg[r] . x) * (Wu[r] . x), the expression of
  * the element-wise SWIGLU kernel (the dot products may be summed in
  * another order than the separate launches'). Structure of mmvq2_kernel
- * with the second row taken from the up matrix.
- *
- * xq_out (NULL: none): dst also as the q8_1 activations (group 32) of the
- * down product that reads it, in place of its quantization launch. A
- * block's rows lie in one 32-row block (rows per block divide 32, N % 32
- * == 0: the launcher checks); the block that completes it (count: a word
- * per 32 rows) quantizes it from dst with q8_1_store_warp, the quantize
- * kernel's rule, so the bytes are the same. */
+ * with the second row taken from the up matrix. */
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_glu_kernel(const uint8_t *__restrict__ Wg, const uint8_t *__restrict__ Wu,
                     int64_t w_nb1, const uint8_t *__restrict__ xq, int nb, int nunits, int N,
-                    float *dst, int tpr, uint8_t *xq_out, unsigned *count)
+                    float *dst, int tpr)
 {
-    const int rpb = MV_THREADS / tpr;
-    int row = blockIdx.x * rpb + threadIdx.x / tpr;
+    int row = blockIdx.x * (MV_THREADS / tpr) + threadIdx.x / tpr;
     int lane = threadIdx.x % tpr;
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
@@ -723,12 +715,6 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0 && live)
         dst[row] = a0 / (1.0f + expf(-a0)) * a1;
-    if (!xq_out)
-        return;
-    const int blk = (int)(blockIdx.x * rpb / 32);
-    if (k_block_arrives_last(count + blk, (unsigned)rpb, 32u) && threadIdx.x < 32)
-        q8_1_store_warp(xq_out, 0, N / 32, 32 * blk + threadIdx.x,
-                        __ldcg(dst + 32 * blk + threadIdx.x), threadIdx.x);
 }
 
 /* nt = 2..8 gate and up of one row per thread group with SwiGLU in the
@@ -820,35 +806,26 @@ extern "C" int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, c
 
 template <int T>
 static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64_t K, int64_t N,
-                           int64_t w_nb1, const void *xq, float *dst, void *xq_out)
+                           int64_t w_nb1, const void *xq, float *dst)
 {
     constexpr int U = Unit<T>::U;
     if (check_rows<T>(k, "matvec_q_glu", K, Wg, Wu, w_nb1))
         return -1;
-    if (xq_out && !k_matvec_q_glu_q8_1_ok(k, N))
-        return k_fail(k, "matvec_q_glu", "q8_1 output needs N % 32 == 0 and a counter per "
-                                         "32 rows");
     int nb = (int)(K / 32), nunits = (int)(K / U);
     int tpr = rows_tpr(N, nunits);
     int rpb = MV_THREADS / tpr;
     auto kf = mmvq_glu_kernel<T>;
     KLAUNCH(k, "matvec_q_glu", kf, (unsigned)((N + rpb - 1) / rpb), MV_THREADS, 0,
             (const uint8_t *)Wg, (const uint8_t *)Wu, w_nb1, (const uint8_t *)xq, nb, nunits,
-            (int)N, dst, tpr, (uint8_t *)xq_out, k->tile_count);
+            (int)N, dst, tpr);
     return 0;
 }
 
-extern "C" int k_matvec_q_glu_q8_1_ok(const struct kctx *k, int64_t N)
-{
-    return k->tile_count && N > 0 && N % 32 == 0 && N / 32 <= KTILE_COUNTERS;
-}
-
 extern "C" int k_matvec_q_glu(struct kctx *k, uint32_t type, const void *Wg, const void *Wu,
-                              int64_t K, int64_t N, int64_t w_nb1, const void *xq, float *dst,
-                              void *xq_out)
+                              int64_t K, int64_t N, int64_t w_nb1, const void *xq, float *dst)
 {
     switch (type) {
-        K_QUANT_CASES(launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst, xq_out)
+        K_QUANT_CASES(launch_mmvq_glu, k, Wg, Wu, K, N, w_nb1, xq, dst)
     default:
         return k_fail(k, "matvec_q_glu", "weight type has no dp4a kernel");
     }
