@@ -20,7 +20,7 @@
 #           suites (Qwen2 fixture A, the model families) on the first tree;
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
 #           changes; test-cuda-e2e and minfer-cuda-bench are built too),
-#           and test-cuda-e2e after it with E2E=1 (capture-time fusion)
+#           and test-cuda-e2e before it with E2E=1 (capture-time fusion)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
 #   OPS_TIMEOUT    seconds test-backend-ops may take with TESTS=ops (180)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
@@ -46,8 +46,10 @@
 #           tile on the 7B ffn up product) for each weight type of
 #           NCU_GEMM_TYPES (default q4_K), into ncu-gemm-TYPE.txt
 #   MEMCHECK=1  compute-sanitizer's memcheck over test-backend-ops of the
-#           first tree (built with TESTS), after the benches, into
-#           memcheck.log (MEMCHECK_TIMEOUT seconds, default 400)
+#           first tree (built with TESTS), into memcheck.log
+#           (MEMCHECK_TIMEOUT seconds, default 400): with TESTS=ops in place
+#           of the plain op suite (its verdict is the suite's), otherwise
+#           after the benches
 #   PARALLEL  model names for `minfer bench` with PARALLEL_BENCH arguments
 #           (default: --parallel 16,64 -p 128 -n 128 -r 1), trees alternated,
 #           REPS rounds
@@ -123,17 +125,31 @@ for s in $MODELS; do
 done
 
 # ---- suites ----
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+memcheck() {
+  CK_FORK=no timeout ${MEMCHECK_TIMEOUT:-400} $SAN --tool memcheck /tmp/bA/bin/test-backend-ops \
+    > $OUT/memcheck.log 2>&1
+  local r=$?
+  echo "memcheck rc $r at $(since) s: $(grep -E '^[0-9]+%|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+  return $r
+}
 if [ "$TESTS" = ops ]; then
-  timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
-  rc=$?
-  echo "ops rc $rc: $(grep -E '^[0-9]+%' $OUT/ops.log)"
-  grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
-  if [ -n "$E2E" ] && [ $rc = 0 ]; then
+  rc=0
+  if [ -n "$E2E" ]; then
     timeout 300 /tmp/bA/bin/test-cuda-e2e > $OUT/e2e.log 2>&1
     rc=$?
     echo "e2e rc $rc: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
     grep -E ":[EF]:|graph replay|equals cpu" $OUT/e2e.log | cut -c1-300 | head -20
   fi
+  if [ -n "$MEMCHECK" ]; then
+    memcheck; r=$?; cp $OUT/memcheck.log $OUT/ops.log; MEMCHECK=
+  else
+    timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
+    r=$?
+  fi
+  echo "ops rc $r: $(grep -E '^[0-9]+%' $OUT/ops.log)"
+  grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
+  [ $rc = 0 ] && rc=$r
   echo "suites done at $(since) s"
   # a kernel that is wrong or hangs would only burn the device time left
   [ $rc = 0 ] || { echo "op suite failed: no benches"; exit 1; }
@@ -217,10 +233,7 @@ fi
 
 # ---- memory errors of the op suite ----
 if [ -n "$MEMCHECK" ]; then
-  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  CK_FORK=no timeout ${MEMCHECK_TIMEOUT:-400} $SAN --tool memcheck /tmp/bA/bin/test-backend-ops \
-    > $OUT/memcheck.log 2>&1
-  echo "memcheck rc $? at $(since) s: $(grep -E '^[0-9]+%|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+  memcheck
 fi
 
 # ---- per-kernel decode profile ----
