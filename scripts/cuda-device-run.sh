@@ -19,7 +19,8 @@
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
 #           suites (Qwen2 fixture A, the model families) on the first tree;
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
-#           changes; test-cuda-e2e and minfer-cuda-bench are built too),
+#           changes; test-cuda-e2e, test-fixture (which it runs) and
+#           minfer-cuda-bench are built too),
 #           and test-cuda-e2e before it with E2E=1 (capture-time fusion)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
 #   OPS_TIMEOUT    seconds test-backend-ops may take with TESTS=ops (180)
@@ -101,7 +102,7 @@ for i in "${!trees[@]}"; do
   tests=OFF; extra=""
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
-    [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e minfer-cuda-bench"
+    [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e test-fixture minfer-cuda-bench"
   fi
   [ -n "$GEMMWG$NCU_GEMM$MATVEC" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
