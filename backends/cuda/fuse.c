@@ -427,18 +427,21 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
         const struct minfer_tensor *reads[5] = {xq, xk, rq->src[1],
                                                 with_kv ? nd[i + n].src[1] : NULL,
                                                 with_kv ? nd[i + n + 1].src[0] : NULL};
-        for (int j = 0; j < nw && (per_head || xq->ne[2] > 1); j++) {
+        bool apart = true;
+        for (int j = 0; j < nw && apart; j++) {
             const struct minfer_tensor *t = writes[j];
             const struct minfer_tensor *own = !r && t == rq->dst ? xq : NULL;
             if (apart_between_tokens(t, own, reads, 5, writes, nw))
                 continue;
-            if (t == rk->dst && with_kv && cuda_dead_from(w, i + used, t)) {
+            if (t == rk->dst && with_kv && cuda_dead_from(w, i + used, t))
                 k_kept = false;
-                continue;
-            }
-            if (xq->ne[2] > 1)
-                return 0;
-            per_head = false; /* one token: its one block orders its own writes */
+            else
+                apart = false;
+        }
+        if (!apart && xq->ne[2] > 1)
+            return 0;
+        if (!apart) { /* one token: its one block orders its own writes */
+            per_head = false;
             k_kept = true;
         }
     }
