@@ -242,8 +242,10 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     minfer_status st = cuda_xq_slot(be, n, d, &xq);
     if (st != MINFER_OK)
         return st;
-    const float *w = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
-    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), w, view_of(d), n->fparams[0], group, xq));
+    const struct minfer_tensor *wt = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1] : NULL;
+    LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), wt ? wt->data : NULL, view_of(d),
+                           n->fparams[0], group, xq,
+                           wt && (wt->flags & MINFER_TENSOR_WEIGHT)));
     cuda_xq_written(be, d, xq, group);
     return MINFER_OK;
 }

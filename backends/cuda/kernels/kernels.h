@@ -265,9 +265,11 @@ int k_rms_norm(struct kctx *k, struct kview x, const float *w, struct kview dst,
 
 /* k_rms_norm that also writes its output as q8_1 blocks of that group
  * (32 or 256) into xq (what k_quantize_q8_1 of dst would give, bit for
- * bit). ne0 % group == 0, dst 2-D. */
+ * bit). ne0 % group == 0, dst 2-D. w_fixed: no kernel writes w (a
+ * registered weight), so the kernel may read it before it waits for its
+ * predecessor (common.cuh's k_dep_enter). */
 int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, struct kview dst, float eps,
-                    int group, void *xq);
+                    int group, void *xq, int w_fixed);
 
 /* NeoX RoPE. x, dst: [hd, n_head, n_tokens]; pos: I32 [n_tokens] on device. */
 int k_rope(struct kctx *k, struct kview x, const int32_t *pos, struct kview dst, int n_rot,
