@@ -21,9 +21,11 @@
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
 #           changes; test-cuda-e2e, test-fixture (which it runs) and
 #           minfer-cuda-bench are built too),
-#           and test-cuda-e2e before it with E2E=1 (capture-time fusion)
+#           and test-cuda-e2e before it with E2E=1 (capture-time fusion);
+#           TESTS=e2e: test-cuda-e2e alone (fusion and replay changes)
 #   SYNTH_THREADS  CPU threads of `minfer synth` (default 4)
-#   OPS_TIMEOUT    seconds test-backend-ops may take with TESTS=ops (180)
+#   OPS_TIMEOUT    seconds test-backend-ops may take (TESTS=ops: 180, TESTS=1: 300;
+#           a fresh machine synthesizes the models beside it)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
 #   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
@@ -103,6 +105,7 @@ for i in "${!trees[@]}"; do
   if [ "$i" = 0 ] && [ -n "$TESTS" ]; then
     tests=ON; extra="test-cuda-plugin test-backend-ops test-cuda-e2e test-cuda-faults test-fixture test-fixture-families"
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e test-fixture minfer-cuda-bench"
+    [ "$TESTS" = e2e ] && extra="test-cuda-e2e test-fixture"
   fi
   [ -n "$GEMMWG$NCU_GEMM$MATVEC" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
@@ -134,22 +137,25 @@ memcheck() {
   echo "memcheck rc $r at $(since) s: $(grep -E '^[0-9]+%|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
   return $r
 }
-if [ "$TESTS" = ops ]; then
+if [ "$TESTS" = ops ] || [ "$TESTS" = e2e ]; then
   rc=0
-  if [ -n "$E2E" ]; then
+  if [ -n "$E2E" ] || [ "$TESTS" = e2e ]; then
     timeout 300 /tmp/bA/bin/test-cuda-e2e > $OUT/e2e.log 2>&1
     rc=$?
     echo "e2e rc $rc: $(grep -E '^[0-9]+%' $OUT/e2e.log | tr '\n' ' ')"
     grep -E ":[EF]:|graph replay|equals cpu" $OUT/e2e.log | cut -c1-300 | head -20
   fi
-  if [ -n "$MEMCHECK" ]; then
+  r=0
+  if [ "$TESTS" = e2e ]; then
+    :
+  elif [ -n "$MEMCHECK" ]; then
     memcheck; r=$?; cp $OUT/memcheck.log $OUT/ops.log; MEMCHECK=
   else
     timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
     r=$?
   fi
-  echo "ops rc $r: $(grep -E '^[0-9]+%' $OUT/ops.log)"
-  grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
+  [ "$TESTS" = e2e ] || echo "ops rc $r: $(grep -E '^[0-9]+%' $OUT/ops.log)"
+  [ "$TESTS" = e2e ] || grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
   [ $rc = 0 ] && rc=$r
   echo "suites done at $(since) s"
   # a kernel that is wrong or hangs would only burn the device time left
@@ -157,7 +163,7 @@ if [ "$TESTS" = ops ]; then
 elif [ -n "$TESTS" ]; then
   B=/tmp/bA/bin
   $B/test-cuda-plugin > $OUT/plugin.log 2>&1; echo "plugin rc $?: $(grep -E '^[0-9]+%' $OUT/plugin.log)"
-  timeout 180 $B/test-backend-ops > $OUT/ops.log 2>&1
+  timeout ${OPS_TIMEOUT:-300} $B/test-backend-ops > $OUT/ops.log 2>&1
   echo "ops rc $?: $(grep -E '^[0-9]+%' $OUT/ops.log)"
   grep -E ":[EF]:" $OUT/ops.log | cut -c1-200
   timeout 300 $B/test-cuda-e2e > $OUT/e2e.log 2>&1
