@@ -409,9 +409,9 @@ static int rows_tpr(int64_t N, int64_t nunits)
     /* Vocabulary heads (65,536 row groups and more; the rule above gives
      * them 8 threads) take twice the threads where that leaves no lane
      * idle that was busy: qwen3-8b's q6_K head, 64 units a row, went 8 ->
-     * 16 for tg128 1.01-1.02x. Where the last step would idle lanes (the
-     * 7B's and 1.5B's heads, 56 and 24 units) the doubling lost, and for
-     * the gate/up pair it did not pay (docs/PERF.md, session 20). */
+     * 16 for tg128 1.01-1.02x. Doubling where the last step then idles
+     * lanes (the 1.5B's head, 24 units a row) lost 1-2%, and doubling
+     * every product's threads lost on the 7B (docs/PERF.md, session 20). */
     const int64_t steps = (nunits + tpr - 1) / tpr, steps2 = (nunits + 2 * tpr - 1) / (2 * tpr);
     if (tpr < MV_THREADS && N >= 65536 && steps2 * 2 * tpr <= steps * tpr)
         tpr *= 2;
