@@ -40,6 +40,8 @@
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of every tree, one
 #           after the other (the nt = 1 products with programmatic dependent
 #           launch on, off), into matvec$v.log
+#   QKV=1   also `minfer-cuda-bench --qkv --quick` of the first tree (the
+#           7B's Q, K and V products as one launch and as three), into qkv.log
 #   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
 #           other (every prefill GEMM kernel forced in turn on the 7B
 #           shapes); GEMMWG="B C": of those trees only
@@ -107,7 +109,7 @@ for i in "${!trees[@]}"; do
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e test-fixture minfer-cuda-bench"
     [ "$TESTS" = e2e ] && extra="test-cuda-e2e test-fixture"
   fi
-  [ -n "$GEMMWG$NCU_GEMM$MATVEC" ] && extra="$extra minfer-cuda-bench"
+  [ -n "$GEMMWG$NCU_GEMM$MATVEC$QKV" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
       -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
@@ -214,6 +216,13 @@ if [ -n "$MATVEC" ]; then
     echo "matvec bench $v rc $?:"
     grep -E "^matvec|^programmatic" $OUT/matvec$v.log | cut -c1-110
   done
+fi
+
+# ---- the Q/K/V products alone (the first tree) ----
+if [ -n "$QKV" ]; then
+  timeout 150 /tmp/bA/bin/minfer-cuda-bench --qkv --quick > $OUT/qkv.log 2>&1
+  echo "qkv bench rc $?:"
+  grep -E "^qkv" $OUT/qkv.log
 fi
 
 # ---- prefill GEMM kernels alone ----

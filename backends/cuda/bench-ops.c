@@ -10,7 +10,7 @@
  * decode GB/s of KV read at depths 1k..32k.
  *
  * usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] [--matvec]
- *        [--multi]
+ *        [--multi] [--qkv]
  * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
  * q8_0 at 4..256 tokens, then its and gemm-i8.cu's split-K counts forced;
@@ -22,7 +22,8 @@
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
  * k/v, with programmatic dependent launch allowed, then off; --multi:
  * nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two rows per
- * thread group, the batched decode's products)
+ * thread group, the batched decode's products; --qkv: the 7B's Q, K and V
+ * products as one launch and as three)
  */
 #include <math.h>
 #include <stdio.h>
@@ -193,6 +194,87 @@ kerr:
     fprintf(stderr, "kernel error: %s\n", k->err);
 out:
     free(hx);
+    for (int i = 0; i < nw; i++)
+        cu_pool_free(c, w[i]);
+    cu_pool_free(c, x);
+    cu_pool_free(c, y);
+    cu_pool_free(c, xq);
+    fflush(stdout);
+    return rc;
+}
+
+/* The 7B decode's Q, K and V products of one x (3584 x 3584 q4_K, 3584 x
+ * 512 q4_K, 3584 x 512 of type vt) as one k_matvec_q_multi launch and as
+ * three k_matvec_q launches; weights rotated over copies as bench_matvec
+ * does, back to back with programmatic dependent launch as allowed. */
+static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
+{
+    const int64_t K = 3584, N[3] = {3584, 512, 512};
+    const uint32_t ty[3] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K, vt};
+    size_t rowb[3], off[3], set = 0;
+    for (int m = 0; m < 3; m++) {
+        rowb[m] = minfer_row_size(ty[m], K);
+        off[m] = set;
+        set += (rowb[m] * (size_t)N[m] + 255) / 256 * 256;
+    }
+    enum { COPIES = 64 };
+    uint8_t *host = malloc(set), *w[COPIES];
+    int nw = 0, rc = -1;
+    if (!host)
+        return -1;
+    for (int m = 0; m < 3; m++)
+        for (int64_t r = 0; r < N[m]; r++)
+            fill_row(ty[m], host + off[m] + r * rowb[m], K);
+    for (; nw < COPIES; nw++)
+        if (cu_pool_alloc(c, set, "qkv weights", (void **)&w[nw]) || cu_write(c, w[nw], host, set))
+            break;
+    free(host);
+    float *x = NULL, *y = NULL, hx[3584];
+    void *xq = NULL;
+    for (int64_t i = 0; i < K; i++)
+        hx[i] = rndf();
+    struct kctx *k = cu_ctx_kctx(c);
+    if (nw < 4 || cu_pool_alloc(c, K * 4, "x", (void **)&x) ||
+        cu_pool_alloc(c, 4608 * 4, "y", (void **)&y) ||
+        cu_pool_alloc(c, k_q8_1_bytes(K, 1) + 64, "xq", &xq) || cu_write(c, x, hx, K * 4) ||
+        k_quantize_q8_1(k, x, K, 1, K * 4, 32, xq))
+        goto out;
+    int iters = quick ? 3 * nw : 10 * nw;
+    double us[2];
+    for (int sep = 0; sep < 2; sep++) {
+        float ms = 0;
+        for (int pass = 0; pass < 2; pass++) { /* warm-up, timed */
+            int n = pass ? iters : nw;
+            if (pass)
+                cu_timer_start(c);
+            for (int i = 0; i < n; i++) {
+                uint8_t *W = w[i % nw];
+                struct kmv_seg sg[3];
+                int e = 0;
+                for (int m = 0; m < 3; m++) {
+                    sg[m] = (struct kmv_seg){ty[m], W + off[m], (int64_t)rowb[m], N[m],
+                                             y + (m ? 3584 + 512 * (m - 1) : 0), NULL};
+                    if (sep && !e)
+                        e = k_matvec_q(k, ty[m], sg[m].W, K, N[m], sg[m].w_nb1, xq, 1, sg[m].dst,
+                                       N[m] * 4);
+                }
+                if (!sep)
+                    e = k_matvec_q_multi(k, sg, 3, K, xq);
+                if (e)
+                    goto kerr;
+            }
+        }
+        if (cu_timer_stop(c, &ms))
+            goto out;
+        us[sep] = ms * 1e3 / iters;
+    }
+    printf("qkv v=%-5s one launch %6.2f us, three launches %6.2f us\n",
+           minfer_type_traits_of(vt)->name, us[0], us[1]);
+    rc = 0;
+    goto out;
+kerr:
+    fprintf(stderr, "kernel error: %s\n", k->err);
+out:
     for (int i = 0; i < nw; i++)
         cu_pool_free(c, w[i]);
     cu_pool_free(c, x);
@@ -476,6 +558,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
+        qkv_only = 0,
         gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0,
         one_bn = 0;
     uint32_t one_type = MINFER_TYPE_Q4_K;
@@ -490,6 +573,8 @@ int main(int argc, char **argv)
             matvec_only = 1;
         } else if (strcmp(argv[i], "--multi") == 0) {
             multi_only = 1;
+        } else if (strcmp(argv[i], "--qkv") == 0) {
+            qkv_only = 1;
         } else if (strcmp(argv[i], "--crossover") == 0) {
             crossover_only = 1;
         } else if (strcmp(argv[i], "--gemmq") == 0) {
@@ -520,7 +605,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
-                    "[--matvec] [--multi] [--crossover]\n");
+                    "[--matvec] [--multi] [--qkv] [--crossover]\n");
             return 2;
         }
     }
@@ -663,6 +748,11 @@ int main(int argc, char **argv)
          * matvec launches above */
         fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 16, 0, shapes[0].what) != 0;
         fails += bench_gemm(c, MINFER_TYPE_Q4_K, 3584, 18944, 64, 0, shapes[0].what) != 0;
+        goto done;
+    }
+    if (qkv_only) {
+        fails += bench_qkv(c, MINFER_TYPE_Q4_K, quick) != 0;
+        fails += bench_qkv(c, MINFER_TYPE_Q6_K, quick) != 0;
         goto done;
     }
     if (matvec_only) {
