@@ -114,6 +114,17 @@ static int bench_copy(struct cu_ctx *c)
     return 0;
 }
 
+/* Frees a matrix-vector bench's weight copies and vectors (NULL ones skip). */
+static void free_mv_buffers(struct cu_ctx *c, void *const *w, int nw, void *x, void *y, void *xq)
+{
+    for (int i = 0; i < nw; i++)
+        cu_pool_free(c, w[i]);
+    cu_pool_free(c, x);
+    cu_pool_free(c, y);
+    cu_pool_free(c, xq);
+    fflush(stdout);
+}
+
 static int bench_matvec(struct cu_ctx *c, uint32_t t, struct shape s, int nt, int quick)
 {
     size_t rowb = minfer_row_size(t, s.K);
@@ -194,12 +205,7 @@ kerr:
     fprintf(stderr, "kernel error: %s\n", k->err);
 out:
     free(hx);
-    for (int i = 0; i < nw; i++)
-        cu_pool_free(c, w[i]);
-    cu_pool_free(c, x);
-    cu_pool_free(c, y);
-    cu_pool_free(c, xq);
-    fflush(stdout);
+    free_mv_buffers(c, w, nw, x, y, xq);
     return rc;
 }
 
@@ -218,7 +224,8 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
         set += (rowb[m] * (size_t)N[m] + 255) / 256 * 256;
     }
     enum { COPIES = 64 };
-    uint8_t *host = malloc(set), *w[COPIES];
+    uint8_t *host = malloc(set);
+    void *w[COPIES];
     int nw = 0, rc = -1;
     if (!host)
         return -1;
@@ -226,7 +233,7 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
         for (int64_t r = 0; r < N[m]; r++)
             fill_row(ty[m], host + off[m] + r * rowb[m], K);
     for (; nw < COPIES; nw++)
-        if (cu_pool_alloc(c, set, "qkv weights", (void **)&w[nw]) || cu_write(c, w[nw], host, set))
+        if (cu_pool_alloc(c, set, "qkv weights", &w[nw]) || cu_write(c, w[nw], host, set))
             break;
     free(host);
     float *x = NULL, *y = NULL, hx[3584];
@@ -248,7 +255,7 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
             if (pass)
                 cu_timer_start(c);
             for (int i = 0; i < n; i++) {
-                uint8_t *W = w[i % nw];
+                const uint8_t *W = w[i % nw];
                 struct kmv_seg sg[3];
                 int e = 0;
                 for (int m = 0; m < 3; m++) {
@@ -275,12 +282,7 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
 kerr:
     fprintf(stderr, "kernel error: %s\n", k->err);
 out:
-    for (int i = 0; i < nw; i++)
-        cu_pool_free(c, w[i]);
-    cu_pool_free(c, x);
-    cu_pool_free(c, y);
-    cu_pool_free(c, xq);
-    fflush(stdout);
+    free_mv_buffers(c, w, nw, x, y, xq);
     return rc;
 }
 
