@@ -218,10 +218,13 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
     const int64_t K = 3584, N[3] = {3584, 512, 512};
     const uint32_t ty[3] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K, vt};
     size_t rowb[3], off[3], set = 0;
+    int64_t row0[3], rows = 0; /* each product's first row in y */
     for (int m = 0; m < 3; m++) {
         rowb[m] = minfer_row_size(ty[m], K);
         off[m] = set;
         set += (rowb[m] * (size_t)N[m] + 255) / 256 * 256;
+        row0[m] = rows;
+        rows += N[m];
     }
     enum { COPIES = 64 };
     uint8_t *host = malloc(set);
@@ -242,7 +245,7 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
         hx[i] = rndf();
     struct kctx *k = cu_ctx_kctx(c);
     if (nw < 4 || cu_pool_alloc(c, K * 4, "x", (void **)&x) ||
-        cu_pool_alloc(c, 4608 * 4, "y", (void **)&y) ||
+        cu_pool_alloc(c, (size_t)rows * 4, "y", (void **)&y) ||
         cu_pool_alloc(c, k_q8_1_bytes(K, 1) + 64, "xq", &xq) || cu_write(c, x, hx, K * 4) ||
         k_quantize_q8_1(k, x, K, 1, K * 4, 32, xq))
         goto out;
@@ -260,7 +263,7 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
                 int e = 0;
                 for (int m = 0; m < 3; m++) {
                     sg[m] = (struct kmv_seg){ty[m], W + off[m], (int64_t)rowb[m], N[m],
-                                             y + (m ? 3584 + 512 * (m - 1) : 0), NULL};
+                                             y + row0[m], NULL};
                     if (sep && !e)
                         e = k_matvec_q(k, ty[m], sg[m].W, K, N[m], sg[m].w_nb1, xq, 1, sg[m].dst,
                                        N[m] * 4);

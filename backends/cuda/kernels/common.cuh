@@ -368,7 +368,8 @@ static inline int k_post(struct kctx *k, const char *site)
  *
  *   k_dep_enter() is the first thing a kernel does, in every block,
  *   before any early return; before it a kernel computes only from its
- *   parameters (no load, no store).
+ *   parameters (no store, and no load but of memory no kernel writes,
+ *   which its caller vouches for: rms_norm_q8_1_kernel's w_fixed).
  *
  * k_dep_enter waits until the predecessor grid has completed and its
  * writes are visible (griddepcontrol.wait; the predecessor waited for its
