@@ -65,8 +65,8 @@ enum { UT_CPU = 0, UT_TEMPLATE = 1, UT_CUDA = 2, UT_COUNT };
 /* The attention shapes CUDA runs on tensor cores, under TOL_ATTN_MMA: many
  * query tokens (the prefill kernel; other head sizes take a scalar kernel
  * there, inside the looser bound too), and decodes of an F16 cache with
- * head_dim 64/128 over more than 512 cells (attn-dec.cu; at most 512 take
- * the scalar short-context kernel). */
+ * head_dim 64/128 over more than 512 cells (attn-dec.cu, which serves the
+ * shorter decodes of those caches too, inside the tighter bound). */
 static double tol_attn(int under, uint32_t kv, int hd, int n_cells, int nt)
 {
     if (under != UT_CUDA)
@@ -1242,7 +1242,8 @@ START_TEST(attention_layouts)
      * past 512 cells (F16: the tensor-core decode kernel) a group of 20
      * (two chunks of 16 query heads, the second partial), a short
      * sequence in a large cache (most splits empty) and 8 tokens of a
-     * group of 7 */
+     * group of 7; at most 256 cells (F16: one split writing the rows) a
+     * group of 20 over two tokens */
     int cfg[][6] = {{128, 8, 2, 64, 1, 1},      {128, 8, 2, 64, 37, 1},   {128, 8, 2, 64, 37, 5},
                     {128, 8, 2, 1000, 999, 2},  {64, 4, 4, 4100, 4097, 1}, {128, 8, 1, 300, 33, 33},
                     {128, 28, 4, 512, 300, 9},  {128, 8, 2, 4100, 2500, 3},
@@ -1254,7 +1255,7 @@ START_TEST(attention_layouts)
                     {96, 6, 3, 300, 280, 1},    {64, 40, 4, 500, 400, 2},
                     {128, 5, 5, 300, 299, 3},   {64, 40, 4, 500, 400, 70},
                     {64, 40, 2, 1000, 777, 2},  {128, 28, 4, 4100, 50, 1},
-                    {128, 7, 1, 2000, 1999, 8}};
+                    {128, 7, 1, 2000, 1999, 8}, {128, 40, 2, 200, 150, 2}};
     /* sliding windows (iparams[1]): a prefill whose rows start in different
      * cell tiles, a window longer than the prefix, decodes */
     int win[][7] = {{128, 8, 2, 600, 517, 517, 128}, {64, 14, 2, 600, 517, 9, 100},

@@ -7,7 +7,7 @@
  * 64-token generation, a capture aborted by an injected fault leaving a
  * usable context, two contexts on two threads bitwise equal to their
  * serial runs, and `minfer chat --backend cuda`'s second turn equal to a
- * fresh run; and CUDA against the CPU after a 16,384-token prompt.
+ * fresh run; and CUDA against the CPU after 16,384- and 300-token prompts.
  *
  * The whole suite is skipped (exit 77) without a CUDA device. CUDA does not
  * survive Check's fork, so the probe runs in a child process.
@@ -332,21 +332,27 @@ START_TEST(batched_greedy_cuda_matches_cpu)
 }
 END_TEST
 
-/* ---- a 16k-token prompt ---- */
+/* ---- deep prompts ---- */
 
 #define LONG_PROMPT 16384
+/* The prompt lengths: 16k cells (many splits), and 300 (the 512-cell
+ * bucket, the first that the F16 decode kernel splits: a few splits, some
+ * empty, and their combine writing the O product's q8_1 input; shorter
+ * contexts run one split, which writes the rows itself). */
+static const int DEEP[] = {LONG_PROMPT, 300};
 #define SHAPE_LONG \
     "custom:n_embd=512,n_layer=2,n_head=8,n_head_kv=2,head_dim=128,n_ff=768,n_vocab=384," \
     "n_ctx=16448,tied=0"
 
-START_TEST(long_prompt_greedy_cuda_matches_cpu)
+START_TEST(deep_prompt_greedy_cuda_matches_cpu)
 {
     /* Catches the tensor-core prefill (many query tiles, causal tile
      * skipping over 16k cells, chunks of 2,048 continuing a deep cache) and
-     * the split-K decode at depth 16k drifting from the CPU enough to change
-     * greedy choices: a 16,384-token prompt on both, then 16 teacher-forced
-     * greedy steps, per KV type (f16, q8_0), head_dim 128, 4 heads per KV
-     * head. */
+     * the split-K decode at depth 16k or over a few splits at depth 300
+     * drifting from the CPU enough to change greedy choices: a prompt of
+     * DEEP[_i] tokens on both, then 16 teacher-forced greedy steps, per KV
+     * type (f16, q8_0), head_dim 128, 4 heads per KV head. */
+    const int np = DEEP[_i];
     uint32_t kvs[] = {MINFER_TYPE_F16, MINFER_TYPE_Q8_0};
     struct minfer_runtime *rt = ts_runtime("cuda");
     size_t size;
@@ -357,15 +363,15 @@ START_TEST(long_prompt_greedy_cuda_matches_cpu)
     int32_t *ids = malloc(sizeof *ids * LONG_PROMPT);
     ck_assert_ptr_nonnull(ids);
     uint64_t x = 0x2545F4914F6CDD1Dull;
-    for (int i = 0; i < LONG_PROMPT; i++) {
+    for (int i = 0; i < np; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)nv);
     }
     for (int k = 0; k < 2; k++) {
         struct minfer_ctx *cc = ts_ctx(mc, LONG_PROMPT + 64, 2048, kvs[k], 0);
         struct minfer_ctx *cg = ts_ctx(mg, LONG_PROMPT + 64, 2048, kvs[k], 0);
-        ts_decode_ok(cc, ids, LONG_PROMPT, 0);
-        ts_decode_ok(cg, ids, LONG_PROMPT, 0);
+        ts_decode_ok(cc, ids, np, 0);
+        ts_decode_ok(cg, ids, np, 0);
         int agree = 0, steps = 16;
         double worst = 0;
         for (int s = 0; s < steps; s++) {
@@ -390,8 +396,8 @@ START_TEST(long_prompt_greedy_cuda_matches_cpu)
             ts_decode_ok(cc, &ta, 1, 0);
             ts_decode_ok(cg, &ta, 1, 0);
         }
-        printf("16k prompt, kv %s: cuda arg max equals cpu's at %d of %d steps, worst logits "
-               "NMSE %.3g\n", k ? "q8_0" : "f16", agree, steps, worst);
+        printf("%d-token prompt, kv %s: cuda arg max equals cpu's at %d of %d steps, worst "
+               "logits NMSE %.3g\n", np, k ? "q8_0" : "f16", agree, steps, worst);
         ck_assert_int_ge(agree, steps * 3 / 4);
         minfer_ctx_free(cc);
         minfer_ctx_free(cg);
@@ -699,7 +705,8 @@ Suite *cuda_e2e_suite(void)
     /* its own case, so CK_RUN_CASE=long runs it alone */
     TCase *l = tcase_create("long");
     tcase_set_timeout(l, 300);
-    tcase_add_test(l, long_prompt_greedy_cuda_matches_cpu);
+    tcase_add_loop_test(l, deep_prompt_greedy_cuda_matches_cpu, 0,
+                        (int)(sizeof DEEP / sizeof DEEP[0]));
     suite_add_tcase(s, l);
     return s;
 }

@@ -20,9 +20,10 @@
  * P V runs and V of the next while S runs. At the end the warps merge in
  * shared memory and the block writes one split-K partial in attn.cu's
  * layout (values, max in natural-log units, sum), which dm_combine reduces
- * with 8 warps sharing the splits. The split count is a function of the
- * shapes; each block's share is computed from kv_len in the kernel, so a
- * captured launch replays at every depth.
+ * with 8 warps sharing the splits; with one split (short contexts) the
+ * block writes the final rows itself, with more warps for that part. The
+ * split count is a function of the shapes; each block's share is computed
+ * from kv_len in the kernel, so a captured launch replays at every depth.
  */
 #include "attn.cuh"
 
@@ -37,6 +38,18 @@
  * 38.4: more splits cost more in partials and combine than they gain in
  * bytes in flight. */
 #define DM_TARGET_BLOCKS 264
+/* A sequence's decode over at most this many cells (the smallest KV
+ * bucket, forward-graph-cache-and-buckets.md) runs one split, whose block
+ * writes the final rows: a 128-token generation from an empty cache has
+ * at most two block steps of cells, and the partials and the combine
+ * launch cost more than running them in one block (tg128 1.01-1.03x on
+ * the H200; docs/PERF.md, session 21). */
+#define DM_ONE_SPLIT_CELLS 256
+/* Warps of that one-split block: DM_WARPS stream the cells, all of them
+ * share the final rows and their q8_1 blocks (with 2 warps, 14 rows of
+ * dependent shuffles a thread on the 7B cost more than the combine launch
+ * saved; docs/PERF.md, session 21). */
+#define DM_FIN_WARPS 8
 #define DC_WARPS 8
 
 /* 0: DM_TARGET_BLOCKS; > 0: that many blocks; < 0: the kernel is off
@@ -86,18 +99,34 @@ __device__ __forceinline__ unsigned dm_stage(uint16_t *s, const uint8_t *__restr
     return bad;
 }
 
+/* Value d of head h, token t: into dst and, with xq, into its q8_1 block
+ * of 32 values (one scale per block, bit for bit k_quantize_q8_1's), which
+ * the calling warp holds: lane = d % 32, every lane calling. */
+template <int HD>
+__device__ __forceinline__ void dm_out(const kview &dst, uint8_t *xq, int n_head, int t, int h,
+                                       int d, float v, int lane)
+{
+    ((float *)((char *)dst.data + (int64_t)h * dst.nb[1] + (int64_t)t * dst.nb[2]))[d] = v;
+    if (xq)
+        q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + d, v, lane);
+}
+
 /* LIST: ATTENTION_LISTS' form (attn-lists.cu's k_attention_lists calls
  * it for F16 caches): token t reads entries [range[t][0], range[t][1]) of
  * cell list qlist[t] instead of cells [0, visible) of the cache; kv_len,
- * pos and window are unused. Otherwise range .. flags are unused. */
-template <int HD, bool LIST>
-__global__ void __launch_bounds__(DM_WARPS * 32)
+ * pos and window are unused. Otherwise range .. flags are unused.
+ * FIN (one split, DM_FIN_WARPS warps): the block writes the final rows
+ * into dst (and xq, one scale per 32 values); otherwise its partial, for
+ * dm_combine. */
+template <int HD, bool LIST, bool FIN>
+__global__ void __launch_bounds__((FIN ? DM_FIN_WARPS : DM_WARPS) * 32)
     attn_decode_mma(kview q, const uint8_t *__restrict__ kc, const uint8_t *__restrict__ vc,
                     int64_t knb1, int64_t vnb1, int64_t n_cells, int group,
                     const int32_t *kv_len, const int32_t *pos, float scale, int window,
                     const int32_t *__restrict__ range, const int32_t *__restrict__ qlist,
                     const int32_t *__restrict__ lists, int64_t n_kv, int64_t n_lists,
-                    unsigned *flags, int n_splits, float *__restrict__ part)
+                    unsigned *flags, int n_splits, float *__restrict__ part, kview dst,
+                    uint8_t *xq)
 {
     k_dep_enter();
     constexpr int LD = HD + 8, KS = HD / 16, NT = DM_TC / 8, OT = HD / 8;
@@ -120,6 +149,8 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
                            flags, begin, end);
     else
         split_share(kv_len, pos, t, n_cells, window, blockIdx.x, n_splits, DM_STEP, begin, end);
+    if (warp >= DM_WARPS) /* FIN's other warps: the final rows only */
+        end = begin;
 
     /* the warp's first K and V tiles load while Q is read; kbad: the K
      * tile's entries that name no cell (LIST) */
@@ -198,23 +229,27 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
     /* merge the warps: rows of HD + 2 floats (values, max, sum) */
     __syncthreads(); /* every warp is done with its tiles */
     float *mg = (float *)sm;
-    float *ra = mg + (warp * DM_ROWS + g) * (HD + 2), *rb = ra + 8 * (HD + 2);
+    if (warp < DM_WARPS) {
+        float *ra = mg + (warp * DM_ROWS + g) * (HD + 2), *rb = ra + 8 * (HD + 2);
 #pragma unroll
-    for (int i = 0; i < OT; i++) {
-        const int d = i * 8 + 2 * qd;
-        ra[d] = o[i][0];
-        ra[d + 1] = o[i][1];
-        rb[d] = o[i][2];
-        rb[d + 1] = o[i][3];
-    }
-    if (qd == 0) {
-        ra[HD] = m0;
-        ra[HD + 1] = l0;
-        rb[HD] = m1;
-        rb[HD + 1] = l1;
+        for (int i = 0; i < OT; i++) {
+            const int d = i * 8 + 2 * qd;
+            ra[d] = o[i][0];
+            ra[d + 1] = o[i][1];
+            rb[d] = o[i][2];
+            rb[d + 1] = o[i][3];
+        }
+        if (qd == 0) {
+            ra[HD] = m0;
+            ra[HD + 1] = l0;
+            rb[HD] = m1;
+            rb[HD + 1] = l1;
+        }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < ng * HD; e += DM_WARPS * 32) {
+    /* ng * HD is whole warps (HD % 32 == 0), so a warp's lanes share each
+     * iteration: dm_out's q8_1 blocks are per warp */
+    for (int e = threadIdx.x; e < ng * HD; e += blockDim.x) {
         const int r = e / HD, d = e % HD;
         float M = -INFINITY;
 #pragma unroll
@@ -227,6 +262,10 @@ __global__ void __launch_bounds__(DM_WARPS * 32)
             const float ws = rw[HD] == -INFINITY ? 0.0f : exp2f(rw[HD] - M);
             a += ws * rw[d];
             L += ws * rw[HD + 1];
+        }
+        if (FIN) { /* the whole share: the final rows */
+            dm_out<HD>(dst, xq, n_head, t, h0 + r, d, L > 0.0f ? a / L : 0.0f, lane);
+            continue;
         }
         /* every block writes all its rows (an empty one: zeros, max -inf),
          * so dm_combine never reads a stale value */
@@ -336,9 +375,8 @@ __global__ void __launch_bounds__(DC_WARPS * 32)
         const int h = blockIdx.x * G + g;
         const float v = dm_combine_head<HD>(part, n_head, n_splits, h, t, g > 0);
         if (threadIdx.x < HD) {
-            ((float *)((char *)dst.data + h * dst.nb[1] + t * dst.nb[2]))[threadIdx.x] = v;
-            if (G == 1 && xq) /* whole warps: HD % 32 == 0 */
-                q8_1_store_warp(xq, t, HD * n_head / 32, h * HD + threadIdx.x, v, lane);
+            /* G = 1: whole warps (HD % 32 == 0) */
+            dm_out<HD>(dst, G == 1 ? xq : NULL, n_head, t, h, threadIdx.x, v, lane);
             if (G > 1)
                 vals[g * HD + threadIdx.x] = v;
         }
@@ -389,6 +427,13 @@ extern "C" int k_attn_dec_splits(int64_t n_kv_head, int64_t group, int64_t n_tok
     return (int)(want < 1 ? 1 : want);
 }
 
+extern "C" int k_attn_dec_seq_splits(int64_t n_kv_head, int64_t group, int64_t n_tokens,
+                                     int64_t n_cells)
+{
+    return n_cells <= DM_ONE_SPLIT_CELLS ? 1
+                                         : k_attn_dec_splits(n_kv_head, group, n_tokens, n_cells);
+}
+
 /* Cell source of a launch: the cache's first visible cells (kv_len, pos,
  * window) or, for ATTENTION_LISTS, per-token cell lists. */
 struct dm_cells {
@@ -407,10 +452,15 @@ static int dm_launch(struct kctx *k, struct kview q, const uint8_t *K, const uin
     const int group = (int)(q.ne[1] / n_kv_head);
     const int64_t n_gc = (group + DM_ROWS - 1) / DM_ROWS;
     dim3 grid((unsigned)splits, (unsigned)(n_kv_head * n_gc), (unsigned)q.ne[2]);
-    auto kf = attn_decode_mma<HD, LIST>;
+    /* one split: the kernel writes the rows itself, no combine launch */
+    const bool fin = splits == 1 && (!xq || xq_group == 32);
+    auto kf = fin ? attn_decode_mma<HD, LIST, true> : attn_decode_mma<HD, LIST, false>;
     KLAUNCH(k, LIST ? "attention_lists.decode_mma<f16>" : "attention.decode_mma<f16>", kf, grid,
-            DM_WARPS * 32, 0, q, K, V, knb1, vnb1, n_cells, group, c.kv_len, c.pos, scale,
-            c.window, c.range, c.qlist, c.lists, c.n_kv, c.n_lists, k->flags, splits, part);
+            (fin ? DM_FIN_WARPS : DM_WARPS) * 32, 0, q, K, V, knb1, vnb1, n_cells, group,
+            c.kv_len, c.pos, scale, c.window, c.range, c.qlist, c.lists, c.n_kv, c.n_lists,
+            k->flags, splits, part, dst, xq);
+    if (fin)
+        return 0;
     const bool g256 = xq && xq_group == 256;
     if (g256 && (HD * q.ne[1]) % 256)
         return k_fail(k, "attention.combine_mma", "group-256 q8_1 rows of heads not 256 wide");

@@ -470,7 +470,7 @@ static int path_splits(int path, struct kview q, int64_t n_kv_head, int64_t n_ce
 {
     int64_t group = n_kv_head > 0 ? q.ne[1] / n_kv_head : 1;
     if (path == 4)
-        return k_attn_dec_splits(n_kv_head, group, q.ne[2], n_cells);
+        return k_attn_dec_seq_splits(n_kv_head, group, q.ne[2], n_cells);
     if (path == 1)
         return dec_splits(n_kv_head, (group + dec_group(group) - 1) / dec_group(group), q.ne[2],
                           n_cells);
