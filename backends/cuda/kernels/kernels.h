@@ -373,7 +373,7 @@ int k_attn_dec_ok(int64_t hd, uint32_t kv_type, const void *kc, const void *vc,
  * (_seq) over a sequence's first cells, one split for the smallest buckets. */
 int k_attn_dec_splits(int64_t n_kv_head, int64_t group, int64_t n_tokens, int64_t n_cells);
 int k_attn_dec_seq_splits(int64_t n_kv_head, int64_t group, int64_t n_tokens, int64_t n_cells);
-/* k_attention_q by that kernel, which with few splits writes dst (and
+/* k_attention_q by that kernel, which with one split writes dst (and
  * xq) itself, else by its combine pass; scratch holds n_tokens * n_head *
  * splits rows of head_dim + 2 floats. */
 int k_attn_dec(struct kctx *k, struct kview q, const void *kc, const void *vc, int64_t kv_nb1_k,
