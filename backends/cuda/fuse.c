@@ -450,17 +450,22 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
     struct kview none = {0}, rk_out = k_kept ? view_of(rk->dst) : none;
-    const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
-    const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
+    const struct minfer_tensor *tq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1] : NULL;
+    const struct minfer_tensor *tk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const float *wq = tq ? tq->data : NULL, *wk = tk ? tk->data : NULL;
+    /* what the kernels may read before their wait: no kernel writes it */
+    unsigned fixed = (rq->src[1]->flags & MINFER_TENSOR_INPUT) ? K_FIXED_POS : 0u;
+    if ((!tq || (tq->flags & MINFER_TENSOR_WEIGHT)) && (!tk || (tk->flags & MINFER_TENSOR_WEIGHT)))
+        fixed |= K_FIXED_W;
     int fail = per_head ? k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk), rk_out,
                                     rq->src[1]->data, rq->iparams[0], rq->fparams[0],
-                                    rq->fparams[1], &kv)
+                                    rq->fparams[1], &kv, fixed)
                         : k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none,
                                        view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
                                        view_of(xk), wk, nk ? view_of(nk->dst) : none, rk_out,
                                        nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
                                        rq->iparams[0], rq->fparams[0], rq->fparams[1],
-                                       with_kv ? &kv : NULL);
+                                       with_kv ? &kv : NULL, fixed);
     if (fail)
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
     group_written(be, w, i, used);
