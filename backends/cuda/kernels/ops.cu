@@ -1088,6 +1088,151 @@ extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, st
     return 0;
 }
 
+/* ---- one token's norm/RoPE group and KV stores, a block per group of heads ---- */
+
+#define NORM_ROPE_KV_MAX_WARPS 32
+
+/* Heads g, g + blocks, ... below n: how many. */
+static __device__ __forceinline__ int heads_of_block(int64_t n, int g, int blocks)
+{
+    return n > g ? (int)((n - g + blocks - 1) / blocks) : 0;
+}
+
+/* Block g reads its q and k rows and its V heads into shared memory, and
+ * only past one barrier writes (norm outputs, RoPE outputs, the caches),
+ * so its writes may land on its own sources. Each row is a warp's: the
+ * norm as norm_rope2_kernel's one-chunk-a-lane rows (rms_scale_warp for
+ * other widths), the rotation by rope_angle and rope_apply; k rows rotate
+ * in place for the K store, which with the V store runs last over the
+ * block (kv_store_row, a head at a time). */
+__global__ void __launch_bounds__(NORM_ROPE_KV_MAX_WARPS * 32)
+    norm_rope_kv_kernel(struct knr q, struct knr kx, const int32_t *pos, int n_rot, float base,
+                        float fscale, struct kkv2 kv, unsigned *flags, unsigned fixed)
+{
+    extern __shared__ __align__(16) float sm[]; /* rows, V heads (hd each), cos, sin */
+    const int blocks = gridDim.x, g = blockIdx.x;
+    const int hd = (int)q.x.ne[0], half = n_rot / 2;
+    const int nq = heads_of_block(q.x.ne[1], g, blocks), nk = heads_of_block(kx.x.ne[1], g, blocks);
+    const int nv = heads_of_block(kv.s1.ne[0] / hd, g, blocks), rows = nq + nk;
+    float *sv = sm + rows * hd, *cs = sv + nv * hd, *sn = cs + half;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const bool vec = hd % 4 == 0 && hd <= 128; /* one 4-value chunk a lane */
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    /* what no kernel writes (fixed) is read before the wait */
+    const bool w_early = (fixed & K_FIXED_W) && vec && lane < hd / 4;
+    float4 wq = one, wk = one;
+    if (w_early) {
+        wq = q.w ? load4(q.w, lane, ((uintptr_t)q.w % 16) == 0) : one;
+        wk = kx.w ? load4(kx.w, lane, ((uintptr_t)kx.w % 16) == 0) : one;
+    }
+    if (fixed & K_FIXED_POS)
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+    k_dep_enter();
+    if (!(fixed & K_FIXED_POS))
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+    for (int r = warp; r < rows; r += nw) {
+        const struct knr &p = r < nq ? q : kx;
+        const int64_t h = g + (int64_t)(r < nq ? r : r - nq) * blocks;
+        const float *xr = (const float *)((const char *)p.x.data + h * p.x.nb[1]);
+        float *s = sm + r * hd;
+        if (vec && lane < hd / 4)
+            ((float4 *)s)[lane] = load4(xr, lane, ((uintptr_t)xr % 16) == 0);
+        else if (!vec)
+            for (int i = lane; i < hd; i += 32)
+                s[i] = xr[i];
+    }
+    for (int e = threadIdx.x; e < nv * hd; e += blockDim.x)
+        sv[e] = ((const float *)kv.s1.data)[(g + (int64_t)(e / hd) * blocks) * hd + e % hd];
+    __syncthreads(); /* every source of the block read: its writes may start */
+    for (int r = warp; r < rows; r += nw) {
+        const bool k_row = r >= nq;
+        const struct knr &p = k_row ? kx : q;
+        const int64_t h = g + (int64_t)(k_row ? r - nq : r) * blocks;
+        float *s = sm + r * hd;
+        float *no = p.n.data ? (float *)((char *)p.n.data + h * p.n.nb[1]) : NULL;
+        if (vec) {
+            const bool live = lane < hd / 4;
+            float4 v = live ? ((const float4 *)s)[lane] : zero;
+            float sw = warp_sum(live ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
+            float scale = rms_from_sum(warp_sum(lane == 0 ? sw : 0.0f), hd, p.eps);
+            float4 w = w_early ? (k_row ? wk : wq)
+                       : live && p.w ? load4(p.w, lane, ((uintptr_t)p.w % 16) == 0) : one;
+            bool has_w = p.w != NULL;
+            v = make_float4(norm_apply(v.x, scale, has_w, w.x), norm_apply(v.y, scale, has_w, w.y),
+                            norm_apply(v.z, scale, has_w, w.z), norm_apply(v.w, scale, has_w, w.w));
+            if (live) {
+                ((float4 *)s)[lane] = v;
+                if (no) {
+                    no[4 * lane] = v.x;
+                    no[4 * lane + 1] = v.y;
+                    no[4 * lane + 2] = v.z;
+                    no[4 * lane + 3] = v.w;
+                }
+            }
+        } else {
+            float scale = rms_scale_warp(s, hd, p.eps);
+            for (int i = lane; i < hd; i += 32) {
+                s[i] = norm_val(s[i], scale, p.w, i);
+                if (no)
+                    no[i] = s[i];
+            }
+        }
+        __syncwarp();
+        /* q rows rotate into r; k rows in place (each pair is read, then
+         * written, by one lane), copied out to r when a later node reads it */
+        float *o = k_row ? s : (float *)((char *)p.r.data + h * p.r.nb[1]);
+        for (int i = lane; i < half; i += 32)
+            rope_apply(s[i], s[i + half], cs[i], sn[i], o, i, half);
+        for (int i = n_rot + lane; i < hd && !k_row; i += 32)
+            o[i] = s[i];
+        if (k_row && p.r.data) {
+            __syncwarp();
+            float *ro = (float *)((char *)p.r.data + h * p.r.nb[1]);
+            for (int i = lane; i < hd; i += 32)
+                ro[i] = s[i];
+        }
+    }
+    __syncthreads();
+    for (int r = 0; r < nk + nv; r++) {
+        const bool k_head = r < nk;
+        const int64_t h = g + (int64_t)(k_head ? r : r - nk) * blocks;
+        kview src = {k_head ? sm + (nq + r) * hd : sv + (r - nk) * hd, {hd, 1, 1, 1}, {4, 0, 0, 0}};
+        if (k_head)
+            kv_store_row(src, kv.cells, kv.t0, (uint8_t *)kv.d0 + cache_col_bytes(kv.t0, h * hd),
+                         kv.nb0, kv.nc0, flags, 0);
+        else
+            kv_store_row(src, kv.cells, kv.t1, (uint8_t *)kv.d1 + cache_col_bytes(kv.t1, h * hd),
+                         kv.nb1, kv.nc1, flags, 0);
+    }
+}
+
+extern "C" int k_norm_rope_kv(struct kctx *k, const struct knr *q, const struct knr *kx,
+                              int blocks, const int32_t *pos, int n_rot, float freq_base,
+                              float freq_scale, const struct kkv2 *kv, unsigned fixed)
+{
+    const int64_t hd = q->x.ne[0], hq = q->x.ne[1], hk = kx->x.ne[1];
+    const int64_t hv = hd > 0 ? kv->s1.ne[0] / hd : 0;
+    bool ok = k_rope_kv_ok(hd, kv->t0, kv->t1) && kx->x.ne[0] == hd && n_rot % 2 == 0 &&
+              n_rot <= hd && hq > 0 && hk > 0 && hv > 0 && kv->s1.ne[0] == hv * hd &&
+              kv->s0.ne[0] == hk * hd && kv->s0.ne[1] == 1 && kv->s1.ne[1] == 1 &&
+              q->x.ne[2] == 1 && kx->x.ne[2] == 1 && q->x.ne[3] == 1 && kx->x.ne[3] == 1 &&
+              q->r.data && blocks >= 1 && blocks <= 65535;
+    if (!ok)
+        return k_fail(k, "norm_rope_kv", "shapes outside one token's [hd <= 256, heads] with K/V "
+                                         "rows of whole heads in F32, F16 or Q8_0");
+    /* block 0 has the most rows */
+    int64_t rows = (hq + blocks - 1) / blocks + (hk + blocks - 1) / blocks;
+    size_t smem = sizeof(float) * (size_t)((rows + (hv + blocks - 1) / blocks) * hd + n_rot);
+    if (smem > 48 * 1024)
+        return k_fail(k, "norm_rope_kv", "a block's rows need more than 48 KiB");
+    unsigned threads = 32 * (unsigned)(rows < NORM_ROPE_KV_MAX_WARPS ? rows : NORM_ROPE_KV_MAX_WARPS);
+    KLAUNCH(k, "norm_rope_kv", norm_rope_kv_kernel, (unsigned)blocks, threads, smem, *q, *kx, pos,
+            n_rot, freq_base, freq_scale, *kv, k->flags, fixed);
+    return 0;
+}
+
 /* ---- programmatic dependent launch (common.cuh) ---- */
 
 int g_k_dep_launch = 1;
