@@ -474,7 +474,8 @@ static int norm_rope_blocks(const struct minfer_replay_window *w, const struct m
 
 /* (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at nodes[i..] as
  * one k_norm_rope2 launch, a block per token (k_rope_kv, a block per token
- * and head, for several tokens without norms): returns how many nodes it
+ * and head, without norms; k_norm_rope_kv, blocks of heads, for one token
+ * with norms where norm_rope_blocks finds some): returns how many nodes it
  * ran (0: no such group here; 2 only where rope_pair refuses, since
  * k_rope2 already does that case). A token's block orders its own reads
  * and writes; between tokens, every write must be apart from what the
