@@ -451,7 +451,10 @@ START_TEST(replay_bitwise_equals_direct)
      * start from a one-token prompt, so no prefill sizes the scratch
      * slots: a fused launch whose slot the warm-up passes left small
      * aborts the capture (graphs off for the context, every step slower;
-     * session 19's first gate/up q8_1 epilogue did). */
+     * session 19's first gate/up q8_1 epilogue did). qwen3's one-token
+     * group runs as blocks of heads (k_norm_rope_kv), each reading all its
+     * rows before writing over them: a block that wrote rows another one
+     * still reads changes the bits. */
     const char *arch = _i % 2 == 0 ? "qwen2" : "qwen3";
     const int np = _i < 2 ? 16 : 1;
     struct minfer_runtime *rt = ts_runtime("cuda");
@@ -459,8 +462,9 @@ START_TEST(replay_bitwise_equals_direct)
     count_fn rope_seq = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_seq");
     count_fn rope_kv = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_kv");
     count_fn groups = (count_fn)cuda_proc(rt, "minfer_cuda_fused_groups");
+    count_fn head_blocks = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_head_blocks");
     uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
-    uint64_t gr0 = groups();
+    uint64_t gr0 = groups(), hb0 = head_blocks();
     size_t size;
     void *mem = ts_synth(arch, _i % 2 == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3,
                          MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
@@ -480,15 +484,18 @@ START_TEST(replay_bitwise_equals_direct)
     generate(c, nv, PROMPT, np, got, tg);
     struct graph_stats s2 = stats(rt);
     uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0, rkv = rope_kv() - rk0;
-    uint64_t gr = groups() - gr0;
+    uint64_t gr = groups() - gr0, hb = head_blocks() - hb0;
     printf("graph replay %s, %d-token prompt: %llu captures, %llu replays over %d decode "
-           "steps; captured as one launch: %llu norm+rope groups, %llu rope pairs, %llu of "
-           "them with the KV stores, %llu Q/K/V product groups\n",
+           "steps; captured as one launch: %llu norm+rope groups (%llu as blocks of heads), "
+           "%llu rope pairs, %llu of them with the KV stores, %llu Q/K/V product groups\n",
            arch, np, (unsigned long long)(s2.captures - s1.captures),
            (unsigned long long)(s2.replays - s1.replays), GEN, (unsigned long long)nr,
-           (unsigned long long)rs, (unsigned long long)rkv, (unsigned long long)gr);
-    if (_i % 2 == 1)
+           (unsigned long long)hb, (unsigned long long)rs, (unsigned long long)rkv,
+           (unsigned long long)gr);
+    if (_i % 2 == 1) {
         ck_assert_msg(nr >= 1, "qwen3's q/k norm + RoPE nodes were never captured as one launch");
+        ck_assert_msg(hb >= 1, "qwen3's one-token group never ran as blocks of heads");
+    }
     /* qwen2's biased Q/K/V products are MUL_MAT_ADD nodes (core fusion),
      * qwen3's plain MUL_MATs: both must reach the multi-product launch */
     ck_assert_msg(gr >= 1, "%s: the Q, K and V products were never captured as one launch",

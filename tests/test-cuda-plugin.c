@@ -291,6 +291,57 @@ START_TEST(dead_bytes_need_a_rewrite_before_any_read)
 }
 END_TEST
 
+/* ---- fusion: blocks of heads for one token's norm/RoPE group ---- */
+
+/* struct cuda_rows of backends/cuda/cuda-internal.h (the hook's argument) */
+enum { ROWS_READ, ROWS_WRITE, ROWS_SHARED };
+struct rows {
+    uintptr_t data;
+    int64_t rows, stride, bytes;
+    int kind;
+};
+typedef int (*head_blocks_fn)(const struct rows *s, int n, int max_blocks);
+
+/* Catches a block count for k_norm_rope_kv under which a block writes a
+ * row that another block still has to read (its RoPE output laid over
+ * another head's source), a row every block reads, or a row another
+ * output writes; and one that falls back to fewer blocks than the rows
+ * allow. Layouts as the arena gives qwen3-8b (q RoPE 8 rows past q's 32,
+ * over k's 8). No GPU needed. */
+START_TEST(head_blocks_keep_writes_in_their_block)
+{
+    ck_assert_ptr_nonnull(IF->get_proc);
+    head_blocks_fn f = (head_blocks_fn)IF->get_proc("minfer_cuda_test_head_blocks");
+    ck_assert_msg(f, "the CUDA plugin lacks minfer_cuda_test_head_blocks");
+    const uintptr_t base = 1 << 20;
+    const int64_t row = 512; /* 128 floats */
+    struct rows s[6] = {
+        {base, 32, row, row, ROWS_READ},                /* q */
+        {base + 32 * row, 8, row, row, ROWS_READ},      /* k, right after q */
+        {base + 64 * row, 8, row, row, ROWS_READ},      /* v */
+        {base + 96 * row, 1, 0, 4, ROWS_SHARED},        /* position */
+        {base + 8 * row, 32, row, row, ROWS_WRITE},     /* q's RoPE over q[8..] and k */
+        {base + 128 * row, 8, row, row, ROWS_WRITE},    /* k's RoPE, apart */
+    };
+    ck_assert_int_eq(f(s, 6, 32), 8); /* row h lands on row h + 8: 8 blocks, not more */
+    s[4].data = base + 4 * row;
+    ck_assert_int_eq(f(s, 6, 32), 4); /* 4 rows on: blocks must divide 4 (and 28, for k) */
+    s[4].data = base + 9 * row;
+    ck_assert_int_eq(f(s, 6, 32), 0); /* 9 on: q's rows ask for 9 or 3 blocks, k's for 23 */
+    s[4].data = base + 8 * row + 4;
+    ck_assert_int_eq(f(s, 6, 32), 0); /* straddles two rows of other blocks */
+    s[4].data = base + 200 * row;
+    ck_assert_int_eq(f(s, 6, 32), 32); /* apart from everything: a block per q head */
+    s[3].data = base + 210 * row;
+    ck_assert_int_eq(f(s, 6, 32), 0); /* writes what every block reads */
+    s[3].data = base + 96 * row;
+    s[5].data = base + 220 * row;
+    ck_assert_int_eq(f(s, 6, 32), 0); /* two outputs on the same bytes */
+    s[5].data = base + 300 * row;
+    ck_assert_int_eq(f(s, 6, 5), 5); /* never more than asked */
+}
+END_TEST
+
 /* ---- compute capability against the built architectures ---- */
 
 typedef int (*arch_runs_fn)(int major, int minor, const char *archs, char *why, size_t len);
@@ -409,6 +460,7 @@ Suite *cuda_plugin_suite(void)
     tcase_add_test(tc, built_archs_are_the_configured_ones);
     tcase_add_test(tc, refuses_a_capability_the_build_lacks);
     tcase_add_test(tc, dead_bytes_need_a_rewrite_before_any_read);
+    tcase_add_test(tc, head_blocks_keep_writes_in_their_block);
     suite_add_tcase(s, tc);
     return s;
 }

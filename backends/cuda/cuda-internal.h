@@ -86,6 +86,7 @@ struct cuda_counters {
     uint64_t rope_seq;   /* RoPE pairs captured by the read-first kernel */
     uint64_t rope_kv;    /* ... of which with the K and V stores in the same launch */
     uint64_t rope_tokens; /* ... of which of several tokens (a block per token) */
+    uint64_t rope_head_blocks; /* one token's norm groups as blocks of heads (k_norm_rope_kv) */
     uint64_t groups;     /* decode products of one x (Q, K, V) captured as one launch */
     uint64_t gemm_groups; /* ... the same at 9-16 tokens, on gemm-i8.cu (k_gemm_multi) */
     uint64_t shared_x;   /* products that found their activations converted (be->xq) */
@@ -149,6 +150,21 @@ static inline int overlaps(const struct minfer_tensor *a, const struct minfer_te
  * test hook "minfer_cuda_test_dead_from" (no device needed). */
 int cuda_dead_from(const struct minfer_replay_window *w, uint32_t from,
                    const struct minfer_tensor *t);
+
+/* Rows that a block of k_norm_rope_kv reads or writes: row h < rows is
+ * the bytes [data + h * stride, + bytes) and belongs to block h % blocks;
+ * CUDA_ROWS_SHARED rows are read by every block. */
+enum { CUDA_ROWS_READ, CUDA_ROWS_WRITE, CUDA_ROWS_SHARED };
+struct cuda_rows {
+    uintptr_t data;
+    int64_t rows, stride, bytes;
+    int kind;
+};
+/* The most blocks, from max_blocks down to 2, for which no written row
+ * touches a row of another block, a shared row or another written row
+ * (a block reads all its rows before it writes); 0 if none. Also the
+ * test hook "minfer_cuda_test_head_blocks" (no device needed). */
+int cuda_head_blocks(const struct cuda_rows *s, int n, int max_blocks);
 
 /* ---- validate.c ---- */
 

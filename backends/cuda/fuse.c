@@ -380,9 +380,102 @@ static int apart_between_tokens(const struct minfer_tensor *t, const struct minf
     return 1;
 }
 
+/* The weight of norm node n (RMS_NORM_MUL), or NULL. */
+static const float *norm_weight(const struct minfer_node *n)
+{
+    return n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
+}
+
+/* Whether, with `blocks` blocks, every written row is apart from the
+ * rows of other blocks, the shared rows and the other written rows. */
+static int rows_apart(const struct cuda_rows *s, int n, int blocks)
+{
+    for (int a = 0; a < n; a++) {
+        if (s[a].kind != CUDA_ROWS_WRITE)
+            continue;
+        for (int64_t i = 0; i < s[a].rows; i++) {
+            uintptr_t lo = s[a].data + (uintptr_t)(i * s[a].stride), hi = lo + (uintptr_t)s[a].bytes;
+            for (int b = 0; b < n; b++)
+                for (int64_t j = 0; j < s[b].rows; j++) {
+                    uintptr_t l2 = s[b].data + (uintptr_t)(j * s[b].stride);
+                    if ((b == a && j == i) || !(lo < l2 + (uintptr_t)s[b].bytes && l2 < hi))
+                        continue;
+                    if (s[b].kind != CUDA_ROWS_READ || j % blocks != i % blocks)
+                        return 0;
+                }
+        }
+    }
+    return 1;
+}
+
+int cuda_head_blocks(const struct cuda_rows *s, int n, int max_blocks)
+{
+    for (int g = max_blocks; g >= 2; g--)
+        if (rows_apart(s, n, g))
+            return g;
+    return 0;
+}
+
+/* The whole of t as one shared row. */
+static struct cuda_rows shared_rows(const struct minfer_tensor *t)
+{
+    uintptr_t lo, hi;
+    byte_range(t, &lo, &hi);
+    return (struct cuda_rows){lo, 1, 0, (int64_t)(hi - lo), CUDA_ROWS_SHARED};
+}
+
+/* The heads of a one-token [hd, heads] view, rows of hd floats. */
+static struct cuda_rows head_rows(const struct minfer_tensor *t, int kind)
+{
+    return (struct cuda_rows){(uintptr_t)t->data, t->ne[1], (int64_t)t->nb[1], 4 * t->ne[0], kind};
+}
+
+/* One token's (q norm, k norm, q RoPE, k RoPE, K store, V store) at nd[0..5]
+ * as k_norm_rope_kv's blocks of heads: their count (0: none apart, the one
+ * block of k_norm_rope2 runs it), *q and *kx filled; outputs that no node
+ * from `after` on reads are left unwritten. */
+static int norm_rope_blocks(const struct minfer_replay_window *w, const struct minfer_node *nd,
+                            uint32_t after, struct knr *q, struct knr *kx)
+{
+    const struct minfer_node *nq = &nd[0], *nk = &nd[1], *rq = &nd[2], *rk = &nd[3];
+    const struct minfer_tensor *xq = nq->src[0], *xk = nk->src[0], *sv = nd[5].src[0];
+    int64_t hd = xq->ne[0];
+    if (xq->ne[2] != 1 || xk->ne[2] != 1 || sv->ne[1] != 1 || sv->ne[0] % hd || sv->nb[0] != 4)
+        return 0;
+    const struct minfer_tensor *nqo = cuda_dead_from(w, after, nq->dst) ? NULL : nq->dst;
+    const struct minfer_tensor *nko = cuda_dead_from(w, after, nk->dst) ? NULL : nk->dst;
+    const struct minfer_tensor *rko = cuda_dead_from(w, after, rk->dst) ? NULL : rk->dst;
+    struct cuda_rows s[10];
+    int n = 0;
+    s[n++] = head_rows(xq, CUDA_ROWS_READ);
+    s[n++] = head_rows(xk, CUDA_ROWS_READ);
+    s[n++] = (struct cuda_rows){(uintptr_t)sv->data, sv->ne[0] / hd, 4 * hd, 4 * hd, CUDA_ROWS_READ};
+    s[n++] = shared_rows(rq->src[1]);    /* positions */
+    s[n++] = shared_rows(nd[4].src[1]); /* cells */
+    for (int j = 0; j < 2; j++)
+        if (nd[j].op == MINFER_OP_RMS_NORM_MUL)
+            s[n++] = shared_rows(nd[j].src[1]);
+    s[n++] = head_rows(rq->dst, CUDA_ROWS_WRITE);
+    if (nqo)
+        s[n++] = head_rows(nqo, CUDA_ROWS_WRITE);
+    if (nko)
+        s[n++] = head_rows(nko, CUDA_ROWS_WRITE);
+    if (rko)
+        s[n++] = head_rows(rko, CUDA_ROWS_WRITE);
+    int64_t most = xq->ne[1] < 64 ? xq->ne[1] : 64;
+    int blocks = cuda_head_blocks(s, n, (int)most);
+    struct kview none = {0};
+    *q = (struct knr){view_of(xq), nqo ? view_of(nqo) : none, view_of(rq->dst), norm_weight(nq),
+                      nq->fparams[0]};
+    *kx = (struct knr){view_of(xk), nko ? view_of(nko) : none, rko ? view_of(rko) : none,
+                       norm_weight(nk), nk->fparams[0]};
+    return blocks;
+}
+
 /* (q norm, k norm,) q RoPE, k RoPE (, K store, V store) at nodes[i..] as
  * one k_norm_rope2 launch, a block per token (k_rope_kv, a block per token
- * and head, for several tokens without norms): returns how many nodes it
+ * and head, without norms; k_norm_rope_kv, blocks of heads, for one token
+ * with norms where norm_rope_blocks finds some): returns how many nodes it
  * ran (0: no such group here; 2 only where rope_pair refuses, since
  * k_rope2 already does that case). A token's block orders its own reads
  * and writes; between tokens, every write must be apart from what the
@@ -447,23 +540,38 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
             k_kept = true;
         }
     }
+    /* one token with norms: blocks of heads where its rows allow (the one
+     * block of k_norm_rope2 took 9.5 us a qwen3-8b layer; docs/PERF.md) */
+    struct knr bq, bk;
+    int blocks = r && with_kv && xq->ne[2] == 1 && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1)
+                     ? norm_rope_blocks(w, &nd[i], i + used, &bq, &bk)
+                     : 0;
     if (group_checked(w, i, used) != used)
         return 0; /* the separate path reports it */
     struct kview none = {0}, rk_out = k_kept ? view_of(rk->dst) : none;
-    const float *wq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1]->data : NULL;
-    const float *wk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1]->data : NULL;
-    int fail = per_head ? k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk), rk_out,
+    const struct minfer_tensor *tq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1] : NULL;
+    const struct minfer_tensor *tk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const float *wq = tq ? tq->data : NULL, *wk = tk ? tk->data : NULL;
+    /* what the kernels may read before their wait: no kernel writes it */
+    unsigned fixed = (rq->src[1]->flags & MINFER_TENSOR_INPUT) ? K_FIXED_POS : 0u;
+    if ((!tq || (tq->flags & MINFER_TENSOR_WEIGHT)) && (!tk || (tk->flags & MINFER_TENSOR_WEIGHT)))
+        fixed |= K_FIXED_W;
+    int fail = blocks ? k_norm_rope_kv(k, &bq, &bk, blocks, rq->src[1]->data, rq->iparams[0],
+                                       rq->fparams[0], rq->fparams[1], &kv, fixed)
+             : per_head ? k_rope_kv(k, view_of(xq), view_of(rq->dst), view_of(xk), rk_out,
                                     rq->src[1]->data, rq->iparams[0], rq->fparams[0],
-                                    rq->fparams[1], &kv)
+                                    rq->fparams[1], &kv, fixed)
                         : k_norm_rope2(k, view_of(xq), wq, nq ? view_of(nq->dst) : none,
                                        view_of(rq->dst), nq ? nq->fparams[0] : 0.0f,
                                        view_of(xk), wk, nk ? view_of(nk->dst) : none, rk_out,
                                        nk ? nk->fparams[0] : 0.0f, rq->src[1]->data,
                                        rq->iparams[0], rq->fparams[0], rq->fparams[1],
-                                       with_kv ? &kv : NULL);
+                                       with_kv ? &kv : NULL, fixed);
     if (fail)
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
     group_written(be, w, i, used);
+    if (blocks)
+        CUDA_COUNT(rope_head_blocks);
     if (r)
         CUDA_COUNT(norm_ropes);
     else

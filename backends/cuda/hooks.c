@@ -87,6 +87,13 @@ static uint64_t x_fused_rope_tokens(void)
     return __atomic_load_n(&cuda_count.rope_tokens, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_rope_head_blocks": uint64_t f(void) — one token's
+ * norm/RoPE/KV-store groups run as blocks of heads (process-wide). */
+static uint64_t x_fused_rope_head_blocks(void)
+{
+    return __atomic_load_n(&cuda_count.rope_head_blocks, __ATOMIC_RELAXED);
+}
+
 /* "minfer_cuda_fused_groups": uint64_t f(void) — runs of decode products
  * of one x (Q, K and V) captured as one launch (process-wide). */
 static uint64_t x_fused_groups(void)
@@ -157,8 +164,12 @@ void *cuda_get_proc(const char *name)
         return (void *)x_fused_rope_kv;
     if (!strcmp(name, "minfer_cuda_fused_rope_tokens"))
         return (void *)x_fused_rope_tokens;
+    if (!strcmp(name, "minfer_cuda_fused_rope_head_blocks"))
+        return (void *)x_fused_rope_head_blocks;
     if (!strcmp(name, "minfer_cuda_test_dead_from"))
         return (void *)cuda_dead_from;
+    if (!strcmp(name, "minfer_cuda_test_head_blocks"))
+        return (void *)cuda_head_blocks;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
     if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))

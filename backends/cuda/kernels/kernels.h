@@ -308,6 +308,11 @@ struct kkv2 {
     void *d0, *d1;        /* caches, rows nb0/nb1 bytes apart, nc0/nc1 cells */
     int64_t nb0, nb1, nc0, nc1;
 };
+/* fixed: what no kernel writes, which k_rope_kv and k_norm_rope2 may then
+ * read before their dependent-launch wait: pos (written by the host before
+ * the pass, MINFER_TENSOR_INPUT) and the norm weights (MINFER_TENSOR_WEIGHT). */
+#define K_FIXED_POS 1u
+#define K_FIXED_W 2u
 /* kv (NULL: none): the two KV stores that follow the RoPEs, run last in
  * the same block (after every write above, so s0 may be rd1's data). With
  * kv, rd1.data may be NULL: the second RoPE goes only to the K store (s0
@@ -321,12 +326,31 @@ struct kkv2 {
 int k_rope_kv_ok(int64_t hd, uint32_t kt, uint32_t vt);
 int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct kview kx, struct kview rk,
               const int32_t *pos, int n_rot, float freq_base, float freq_scale,
-              const struct kkv2 *kv);
+              const struct kkv2 *kv, unsigned fixed);
 size_t k_norm_rope2_smem(int64_t hd, int64_t heads);
 int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, struct kview n0,
                  struct kview r0, float eps0, struct kview x1, const float *w1,
                  struct kview n1, struct kview r1, float eps1, const int32_t *pos, int n_rot,
-                 float freq_base, float freq_scale, const struct kkv2 *kv);
+                 float freq_base, float freq_scale, const struct kkv2 *kv, unsigned fixed);
+/* One (RMS norm, RoPE) pair of k_norm_rope_kv: x [hd, heads] normalized
+ * (times w when set) and rotated into r; the norm output goes to n when
+ * n.data is set. For the k pair r.data may be NULL (only the K store reads
+ * the rotated rows). */
+struct knr {
+    struct kview x, n, r;
+    const float *w;
+    float eps;
+};
+/* One token's q and k pairs, then kv's two stores of the rotated k and of
+ * V, bit-identical to the separate nodes: `blocks` blocks, block g taking
+ * the q, k and V heads g, g + blocks, ... It reads all its rows before it
+ * writes any, so a block's writes may land on its own sources (the arena
+ * lays Qwen3's q RoPE over q's and k's rows); the caller picks `blocks`
+ * so that no write touches a row another block reads or writes
+ * (cuda_head_blocks in fuse.c). hd as k_rope_kv_ok. */
+int k_norm_rope_kv(struct kctx *k, const struct knr *q, const struct knr *kx, int blocks,
+                   const int32_t *pos, int n_rot, float freq_base, float freq_scale,
+                   const struct kkv2 *kv, unsigned fixed);
 
 enum kbin { KBIN_ADD = 0, KBIN_MUL = 1, KBIN_SWIGLU = 2, KBIN_GEGLU = 3 };
 /* dst = a (op) b; b broadcasts over any dimension of extent 1 (or by

@@ -803,26 +803,41 @@ static __device__ __forceinline__ int64_t cache_col_bytes(uint32_t t, int64_t co
  * the head), so the caches get kv_store_kernel's bytes. */
 __global__ void __launch_bounds__(ROPE_KV_THREADS)
     rope_kv_kernel(kview q, kview rq, kview kx, kview rk, const int32_t *pos, int n_rot,
-                   float base, float fscale, struct kkv2 kv, unsigned *flags)
+                   float base, float fscale, struct kkv2 kv, unsigned *flags, int pos_fixed)
 {
-    k_dep_enter();
     const int64_t t = blockIdx.x, hq = q.ne[1], hk = kx.ne[1], hd = q.ne[0];
+    const int half = n_rot / 2;
+    /* pair threadIdx.x's angle, where one pass of the block covers the
+     * pairs: before the wait when the host wrote pos (pos_fixed: no kernel
+     * does), so powf and sincosf run under the predecessor's tail */
+    const bool one = half <= (int)blockDim.x && (int)threadIdx.x < half;
+    float cs = 0.0f, sn = 0.0f;
+    if (pos_fixed && one)
+        rope_angle((int)threadIdx.x, (float)pos[t], n_rot, base, fscale, &cs, &sn);
+    k_dep_enter();
+    if (!pos_fixed && one)
+        rope_angle((int)threadIdx.x, (float)pos[t], n_rot, base, fscale, &cs, &sn);
     int64_t j = blockIdx.y;
-    if (j < hq) {
-        rope_row(q, pos, rq, n_rot, base, fscale, j, t);
-        return;
-    }
-    j -= hq;
-    if (j < hk) {
+    const bool k_head = j >= hq;
+    if (k_head)
+        j -= hq;
+    if (!k_head || j < hk) {
         __shared__ float row[ROPE_KV_MAX_HD];
-        const float *xr = (const float *)((const char *)kx.data + j * kx.nb[1] + t * kx.nb[2]);
+        const kview &x = k_head ? kx : q;
+        const float *xr = (const float *)((const char *)x.data + j * x.nb[1] + t * x.nb[2]);
+        /* a q head writes its row of rq; a k head rotates into shared memory */
+        float *o = k_head ? row : (float *)((char *)rq.data + j * rq.nb[1] + t * rq.nb[2]);
         const float p = (float)pos[t];
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            if (i < n_rot / 2)
-                rope_rot(xr[i], xr[i + n_rot / 2], i, p, n_rot, base, fscale, row);
+            if (i < half && one) /* i is threadIdx.x: the angle above */
+                rope_apply(xr[i], xr[i + half], cs, sn, o, i, half);
+            else if (i < half)
+                rope_rot(xr[i], xr[i + half], i, p, n_rot, base, fscale, o);
             else if (i >= n_rot)
-                row[i] = xr[i];
+                o[i] = xr[i];
         }
+        if (!k_head)
+            return;
         __syncthreads();
         if (rk.data) {
             float *o = (float *)((char *)rk.data + j * rk.nb[1] + t * rk.nb[2]);
@@ -853,7 +868,7 @@ extern "C" int k_rope_kv_ok(int64_t hd, uint32_t kt, uint32_t vt)
 
 extern "C" int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct kview kx,
                          struct kview rk, const int32_t *pos, int n_rot, float freq_base,
-                         float freq_scale, const struct kkv2 *kv)
+                         float freq_scale, const struct kkv2 *kv, unsigned fixed)
 {
     const int64_t hd = q.ne[0], T = q.ne[2], hk = kx.ne[1];
     const int64_t hv = hd > 0 ? kv->s1.ne[0] / hd : 0;
@@ -867,7 +882,7 @@ extern "C" int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct
                                     "whole heads in F32, F16 or Q8_0 (hd % 32 == 0)");
     dim3 grid((unsigned)T, (unsigned)(q.ne[1] + hk + hv));
     KLAUNCH(k, "rope_kv", rope_kv_kernel, grid, ROPE_KV_THREADS, 0, q, rq, kx, rk, pos, n_rot,
-            freq_base, freq_scale, *kv, k->flags);
+            freq_base, freq_scale, *kv, k->flags, (int)(fixed & K_FIXED_POS));
     return 0;
 }
 
@@ -895,11 +910,32 @@ extern "C" int k_rope_kv(struct kctx *k, struct kview q, struct kview rq, struct
 __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
     norm_rope2_kernel(kview x0, const float *w0, kview n0, kview r0, float eps0, kview x1,
                       const float *w1, kview n1, kview r1, float eps1, const int32_t *pos,
-                      int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags)
+                      int n_rot, float base, float fscale, struct kkv2 kv, unsigned *flags,
+                      unsigned fixed)
 {
-    k_dep_enter();
     extern __shared__ __align__(16) float sm[]; /* rows x hd values, then cos, sin [half] */
     const int64_t t = blockIdx.x; /* the token: every view moves to its plane */
+    int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
+    int half = n_rot / 2;
+    float *cs = sm + rows * hd, *sn = cs + half;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    /* Before the wait, what no kernel writes (fixed, K_FIXED_*): the angle
+     * table of host-written positions, and each lane's chunk of the two
+     * norm weights for the one-chunk-a-lane rows below; their latency then
+     * runs under the predecessor's tail. */
+    const bool vec = hd % 4 == 0 && hd <= 128;
+    const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    float4 wq = one, wk = one;
+    const bool w_early = (fixed & K_FIXED_W) && vec && lane < hd / 4;
+    if (w_early) {
+        wq = w0 ? load4(w0, lane, ((uintptr_t)w0 % 16) == 0) : one;
+        wk = w1 ? load4(w1, lane, ((uintptr_t)w1 % 16) == 0) : one;
+    }
+    const bool pos_early = fixed & K_FIXED_POS;
+    if (pos_early)
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[t], n_rot, base, fscale, &cs[i], &sn[i]);
+    k_dep_enter();
     x0.data = (char *)x0.data + t * x0.nb[2];
     x1.data = (char *)x1.data + t * x1.nb[2];
     r0.data = (char *)r0.data + t * r0.nb[2];
@@ -909,19 +945,15 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
         n1.data = (char *)n1.data + t * n1.nb[2];
     if (r1.data)
         r1.data = (char *)r1.data + t * r1.nb[2];
-    int64_t hd = x0.ne[0], h0 = x0.ne[1], rows = h0 + x1.ne[1];
-    int half = n_rot / 2;
-    float *cs = sm + rows * hd, *sn = cs + half;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    float p = (float)pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-        rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
-    if (hd % 4 == 0 && hd <= 128) {
+    if (!pos_early)
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[t], n_rot, base, fscale, &cs[i], &sn[i]);
+    if (vec) {
         /* a chunk of 4 per lane: each warp loads its two rows' x and w at
          * once, then reduces (the canonical order for rows of <= 32
          * chunks: one virtual warp) */
         int64_t nc = hd / 4;
-        float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int64_t ra = warp; ra < rows; ra += 2 * nw) {
             float4 xv[2], wv[2];
             bool live[2], normed[2], has_w[2];
@@ -936,7 +968,8 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
                 normed[j] = (second ? n1.data : n0.data) != NULL;
                 has_w[j] = w != NULL;
                 xv[j] = live[j] ? load4(xr, lane, ((uintptr_t)xr % 16) == 0) : zero;
-                wv[j] = live[j] && w ? load4(w, lane, ((uintptr_t)w % 16) == 0) : one;
+                wv[j] = w_early ? (second ? wk : wq)
+                        : live[j] && w ? load4(w, lane, ((uintptr_t)w % 16) == 0) : one;
             }
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -1028,7 +1061,7 @@ extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, st
                             struct kview r0, float eps0, struct kview x1, const float *w1,
                             struct kview n1, struct kview r1, float eps1, const int32_t *pos,
                             int n_rot, float freq_base, float freq_scale,
-                            const struct kkv2 *kv)
+                            const struct kkv2 *kv, unsigned fixed)
 {
     const int64_t T = x0.ne[2];
     const struct kview *planes[5] = {&x1, &n0, &r0, &n1, &r1};
@@ -1051,7 +1084,152 @@ extern "C" int k_norm_rope2(struct kctx *k, struct kview x0, const float *w0, st
     size_t smem = k_norm_rope2_smem(x0.ne[0], x0.ne[1] + x1.ne[1]);
     KLAUNCH(k, "norm_rope2", norm_rope2_kernel, (unsigned)T, NORM_ROPE2_THREADS, smem, x0, w0,
             n0, r0, eps0, x1, w1, n1, r1, eps1, pos, n_rot, freq_base, freq_scale,
-            kv ? *kv : none, k->flags);
+            kv ? *kv : none, k->flags, fixed);
+    return 0;
+}
+
+/* ---- one token's norm/RoPE group and KV stores, a block per group of heads ---- */
+
+#define NORM_ROPE_KV_MAX_WARPS 32
+
+/* Heads g, g + blocks, ... below n: how many. */
+static __device__ __forceinline__ int heads_of_block(int64_t n, int g, int blocks)
+{
+    return n > g ? (int)((n - g + blocks - 1) / blocks) : 0;
+}
+
+/* Block g reads its q and k rows and its V heads into shared memory, and
+ * only past one barrier writes (norm outputs, RoPE outputs, the caches),
+ * so its writes may land on its own sources. Each row is a warp's: the
+ * norm as norm_rope2_kernel's one-chunk-a-lane rows (rms_scale_warp for
+ * other widths), the rotation by rope_angle and rope_apply; k rows rotate
+ * in place for the K store, which with the V store runs last over the
+ * block (kv_store_row, a head at a time). */
+__global__ void __launch_bounds__(NORM_ROPE_KV_MAX_WARPS * 32)
+    norm_rope_kv_kernel(struct knr q, struct knr kx, const int32_t *pos, int n_rot, float base,
+                        float fscale, struct kkv2 kv, unsigned *flags, unsigned fixed)
+{
+    extern __shared__ __align__(16) float sm[]; /* rows, V heads (hd each), cos, sin */
+    const int blocks = gridDim.x, g = blockIdx.x;
+    const int hd = (int)q.x.ne[0], half = n_rot / 2;
+    const int nq = heads_of_block(q.x.ne[1], g, blocks), nk = heads_of_block(kx.x.ne[1], g, blocks);
+    const int nv = heads_of_block(kv.s1.ne[0] / hd, g, blocks), rows = nq + nk;
+    float *sv = sm + rows * hd, *cs = sv + nv * hd, *sn = cs + half;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const bool vec = hd % 4 == 0 && hd <= 128; /* one 4-value chunk a lane */
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    /* what no kernel writes (fixed) is read before the wait */
+    const bool w_early = (fixed & K_FIXED_W) && vec && lane < hd / 4;
+    float4 wq = one, wk = one;
+    if (w_early) {
+        wq = q.w ? load4(q.w, lane, ((uintptr_t)q.w % 16) == 0) : one;
+        wk = kx.w ? load4(kx.w, lane, ((uintptr_t)kx.w % 16) == 0) : one;
+    }
+    if (fixed & K_FIXED_POS)
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+    k_dep_enter();
+    if (!(fixed & K_FIXED_POS))
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+    for (int r = warp; r < rows; r += nw) {
+        const struct knr &p = r < nq ? q : kx;
+        const int64_t h = g + (int64_t)(r < nq ? r : r - nq) * blocks;
+        const float *xr = (const float *)((const char *)p.x.data + h * p.x.nb[1]);
+        float *s = sm + r * hd;
+        if (vec && lane < hd / 4)
+            ((float4 *)s)[lane] = load4(xr, lane, ((uintptr_t)xr % 16) == 0);
+        else if (!vec)
+            for (int i = lane; i < hd; i += 32)
+                s[i] = xr[i];
+    }
+    for (int e = threadIdx.x; e < nv * hd; e += blockDim.x)
+        sv[e] = ((const float *)kv.s1.data)[(g + (int64_t)(e / hd) * blocks) * hd + e % hd];
+    __syncthreads(); /* every source of the block read: its writes may start */
+    for (int r = warp; r < rows; r += nw) {
+        const bool k_row = r >= nq;
+        const struct knr &p = k_row ? kx : q;
+        const int64_t h = g + (int64_t)(k_row ? r - nq : r) * blocks;
+        float *s = sm + r * hd;
+        float *no = p.n.data ? (float *)((char *)p.n.data + h * p.n.nb[1]) : NULL;
+        if (vec) {
+            const bool live = lane < hd / 4;
+            float4 v = live ? ((const float4 *)s)[lane] : zero;
+            float sw = warp_sum(live ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
+            float scale = rms_from_sum(warp_sum(lane == 0 ? sw : 0.0f), hd, p.eps);
+            float4 w = w_early ? (k_row ? wk : wq)
+                       : live && p.w ? load4(p.w, lane, ((uintptr_t)p.w % 16) == 0) : one;
+            bool has_w = p.w != NULL;
+            v = make_float4(norm_apply(v.x, scale, has_w, w.x), norm_apply(v.y, scale, has_w, w.y),
+                            norm_apply(v.z, scale, has_w, w.z), norm_apply(v.w, scale, has_w, w.w));
+            if (live) {
+                ((float4 *)s)[lane] = v;
+                if (no) {
+                    no[4 * lane] = v.x;
+                    no[4 * lane + 1] = v.y;
+                    no[4 * lane + 2] = v.z;
+                    no[4 * lane + 3] = v.w;
+                }
+            }
+        } else {
+            float scale = rms_scale_warp(s, hd, p.eps);
+            for (int i = lane; i < hd; i += 32) {
+                s[i] = norm_val(s[i], scale, p.w, i);
+                if (no)
+                    no[i] = s[i];
+            }
+        }
+        __syncwarp();
+        /* q rows rotate into r; k rows in place (each pair is read, then
+         * written, by one lane), copied out to r when a later node reads it */
+        float *o = k_row ? s : (float *)((char *)p.r.data + h * p.r.nb[1]);
+        for (int i = lane; i < half; i += 32)
+            rope_apply(s[i], s[i + half], cs[i], sn[i], o, i, half);
+        for (int i = n_rot + lane; i < hd && !k_row; i += 32)
+            o[i] = s[i];
+        if (k_row && p.r.data) {
+            __syncwarp();
+            float *ro = (float *)((char *)p.r.data + h * p.r.nb[1]);
+            for (int i = lane; i < hd; i += 32)
+                ro[i] = s[i];
+        }
+    }
+    __syncthreads();
+    for (int r = 0; r < nk + nv; r++) {
+        const bool k_head = r < nk;
+        const int64_t h = g + (int64_t)(k_head ? r : r - nk) * blocks;
+        kview src = {k_head ? sm + (nq + r) * hd : sv + (r - nk) * hd, {hd, 1, 1, 1}, {4, 0, 0, 0}};
+        if (k_head)
+            kv_store_row(src, kv.cells, kv.t0, (uint8_t *)kv.d0 + cache_col_bytes(kv.t0, h * hd),
+                         kv.nb0, kv.nc0, flags, 0);
+        else
+            kv_store_row(src, kv.cells, kv.t1, (uint8_t *)kv.d1 + cache_col_bytes(kv.t1, h * hd),
+                         kv.nb1, kv.nc1, flags, 0);
+    }
+}
+
+extern "C" int k_norm_rope_kv(struct kctx *k, const struct knr *q, const struct knr *kx,
+                              int blocks, const int32_t *pos, int n_rot, float freq_base,
+                              float freq_scale, const struct kkv2 *kv, unsigned fixed)
+{
+    const int64_t hd = q->x.ne[0], hq = q->x.ne[1], hk = kx->x.ne[1];
+    const int64_t hv = hd > 0 ? kv->s1.ne[0] / hd : 0;
+    bool ok = k_rope_kv_ok(hd, kv->t0, kv->t1) && kx->x.ne[0] == hd && n_rot % 2 == 0 &&
+              n_rot <= hd && hq > 0 && hk > 0 && hv > 0 && kv->s1.ne[0] == hv * hd &&
+              kv->s0.ne[0] == hk * hd && kv->s0.ne[1] == 1 && kv->s1.ne[1] == 1 &&
+              q->x.ne[2] == 1 && kx->x.ne[2] == 1 && q->x.ne[3] == 1 && kx->x.ne[3] == 1 &&
+              q->r.data && blocks >= 1 && blocks <= 65535;
+    if (!ok)
+        return k_fail(k, "norm_rope_kv", "shapes outside one token's [hd <= 256, heads] with K/V "
+                                         "rows of whole heads in F32, F16 or Q8_0");
+    /* block 0 has the most rows */
+    int64_t rows = (hq + blocks - 1) / blocks + (hk + blocks - 1) / blocks;
+    size_t smem = sizeof(float) * (size_t)((rows + (hv + blocks - 1) / blocks) * hd + n_rot);
+    if (smem > 48 * 1024)
+        return k_fail(k, "norm_rope_kv", "a block's rows need more than 48 KiB");
+    unsigned threads = 32 * (unsigned)(rows < NORM_ROPE_KV_MAX_WARPS ? rows : NORM_ROPE_KV_MAX_WARPS);
+    KLAUNCH(k, "norm_rope_kv", norm_rope_kv_kernel, (unsigned)blocks, threads, smem, *q, *kx, pos,
+            n_rot, freq_base, freq_scale, *kv, k->flags, fixed);
     return 0;
 }
 
