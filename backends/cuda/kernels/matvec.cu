@@ -583,7 +583,10 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
 /* Two weight rows' dot products with one x (the tpr threads of a row
  * group, lane = index in it): the unit loop, then the group's reduction;
  * the sums are valid on lane 0. Every thread of the block must call it
- * (a barrier when tpr > 32). */
+ * (a barrier when tpr > 32). It makes the kernel's dependent-launch wait
+ * itself, after loading its first unit of weights (memory no kernel
+ * writes, common.cuh's rule): a block resident during the predecessor's
+ * tail has them in registers when x is ready. */
 template <int T>
 __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
                                           const uint8_t *__restrict__ xq, int nb, int nunits,
@@ -591,12 +594,19 @@ __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
 {
     a0 = 0.0f;
     a1 = 0.0f;
+    Unit<T> w0, w1;
+    if (lane < nunits) {
+        w0.load(wa, lane);
+        w1.load(wb, lane);
+    }
+    k_dep_enter();
     for (int u = lane; u < nunits; u += tpr) {
-        Unit<T> w0, w1;
-        w0.load(wa, u);
-        w1.load(wb, u);
         a0 += w0.dot(xq, nb, u);
         a1 += w1.dot(xq, nb, u);
+        if (u + tpr < nunits) {
+            w0.load(wa, u + tpr);
+            w1.load(wb, u + tpr);
+        }
     }
     __shared__ float red[2][MV_THREADS / 32];
     int span = tpr < 32 ? tpr : 32;
@@ -655,8 +665,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                  int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
 {
-    k_dep_enter();
-    mmvq2_body<T>(blockIdx.x, W, w_nb1, xq, nb, nunits, N, dst, tpr, e);
+    mmvq2_body<T>(blockIdx.x, W, w_nb1, xq, nb, nunits, N, dst, tpr, e); /* waits inside */
 }
 
 /* Several nt = 1 products of one x (Q, K and V) in one launch: segment i
@@ -684,8 +693,7 @@ __device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
-    k_dep_enter();
-    int i = 0;
+    int i = 0; /* each case's dot2_rows waits (after its first weight loads) */
     while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
         i++; /* uniform over the block */
     const mv_seg &g = S.s[i];
@@ -699,7 +707,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     case MINFER_TYPE_Q4_K: multi_seg<MINFER_TYPE_Q4_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q5_K: multi_seg<MINFER_TYPE_Q5_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q6_K: multi_seg<MINFER_TYPE_Q6_K>(blk, g, xq, nb); break;
-    default: break; /* refused by the launcher */
+    default: k_dep_enter(); break; /* refused by the launcher */
     }
 }
 
@@ -719,9 +727,8 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    k_dep_enter();
     float a0, a1;
-    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
+    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1); /* waits inside */
     if (lane == 0 && live)
         dst[row] = a0 / (1.0f + expf(-a0)) * a1;
 }
