@@ -583,29 +583,45 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
 /* Two weight rows' dot products with one x (the tpr threads of a row
  * group, lane = index in it): the unit loop, then the group's reduction;
  * the sums are valid on lane 0. Every thread of the block must call it
- * (a barrier when tpr > 32). It makes the kernel's dependent-launch wait
- * itself, after loading its first unit of weights (memory no kernel
- * writes, common.cuh's rule): a block resident during the predecessor's
- * tail has them in registers when x is ready. */
-template <int T>
+ * (a barrier when tpr > 32); it makes the kernel's dependent-launch wait
+ * itself. Q8_0 loads each thread's first unit of weights before the wait
+ * (memory no kernel writes, common.cuh's rule), so a block resident
+ * during the predecessor's tail has them in registers when x is ready,
+ * and the next unit after each dot: tg128 of the 7B Q8_0 file 1.04x. The
+ * K-quants keep the plain loop: the same order took q4_K's kernels from 71
+ * to 80 registers and lost 3-7% (docs/PERF.md, session 22); so does the
+ * Q/K/V group's kernel (PRE false), where it made the switch over types
+ * spill. */
+template <int T, bool PRE = T == MINFER_TYPE_Q8_0>
 __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
                                           const uint8_t *__restrict__ xq, int nb, int nunits,
                                           int lane, int tpr, float &a0, float &a1)
 {
     a0 = 0.0f;
     a1 = 0.0f;
-    Unit<T> w0, w1;
-    if (lane < nunits) {
-        w0.load(wa, lane);
-        w1.load(wb, lane);
-    }
-    k_dep_enter();
-    for (int u = lane; u < nunits; u += tpr) {
-        a0 += w0.dot(xq, nb, u);
-        a1 += w1.dot(xq, nb, u);
-        if (u + tpr < nunits) {
-            w0.load(wa, u + tpr);
-            w1.load(wb, u + tpr);
+    if (PRE) {
+        Unit<T> w0, w1;
+        if (lane < nunits) {
+            w0.load(wa, lane);
+            w1.load(wb, lane);
+        }
+        k_dep_enter();
+        for (int u = lane; u < nunits; u += tpr) {
+            a0 += w0.dot(xq, nb, u);
+            a1 += w1.dot(xq, nb, u);
+            if (u + tpr < nunits) {
+                w0.load(wa, u + tpr);
+                w1.load(wb, u + tpr);
+            }
+        }
+    } else {
+        k_dep_enter();
+        for (int u = lane; u < nunits; u += tpr) {
+            Unit<T> w0, w1;
+            w0.load(wa, u);
+            w1.load(wb, u);
+            a0 += w0.dot(xq, nb, u);
+            a1 += w1.dot(xq, nb, u);
         }
     }
     __shared__ float red[2][MV_THREADS / 32];
@@ -635,7 +651,7 @@ __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
  * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb
  * of block blk (the kernel's blockIdx.x, or its index inside a segment of
  * the multi-matrix kernel). */
-template <int T>
+template <int T, bool PRE = T == MINFER_TYPE_Q8_0>
 __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ W, int64_t w_nb1,
                                            const uint8_t *__restrict__ xq, int nb, int nunits,
                                            int N, float *dst, int tpr, const kepi_d &e)
@@ -647,7 +663,7 @@ __device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ 
     const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
     const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
     float a0, a1;
-    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
+    dot2_rows<T, PRE>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0) {
         if (la && !e.dst2)
             dst[ra] = a0;
@@ -687,7 +703,7 @@ struct mv_segs {
 template <int T>
 __device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_t *xq, int nb)
 {
-    mmvq2_body<T>(blk, g.W, g.w_nb1, xq, nb, nb * 32 / Unit<T>::U, g.N, g.dst, g.tpr, g.e);
+    mmvq2_body<T, false>(blk, g.W, g.w_nb1, xq, nb, nb * 32 / Unit<T>::U, g.N, g.dst, g.tpr, g.e);
 }
 
 __global__ void __launch_bounds__(MV_THREADS, 6)
