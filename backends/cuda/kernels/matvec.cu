@@ -706,13 +706,19 @@ __device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_
     mmvq2_body<T, false>(blk, g.W, g.w_nb1, xq, nb, nb * 32 / Unit<T>::U, g.N, g.dst, g.tpr, g.e);
 }
 
+/* The segment that owns this block (uniform over the block). */
+__device__ __forceinline__ const mv_seg &seg_of_block(const mv_segs &S)
+{
+    int i = 0;
+    while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
+        i++;
+    return S.s[i];
+}
+
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
-    int i = 0; /* each case's dot2_rows waits (after its first weight loads) */
-    while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
-        i++; /* uniform over the block */
-    const mv_seg &g = S.s[i];
+    const mv_seg &g = seg_of_block(S); /* each case's dot2_rows waits */
     int blk = (int)blockIdx.x - g.first_block;
     switch (g.type) {
     case MINFER_TYPE_Q4_0: multi_seg<MINFER_TYPE_Q4_0>(blk, g, xq, nb); break;
@@ -725,6 +731,17 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     case MINFER_TYPE_Q6_K: multi_seg<MINFER_TYPE_Q6_K>(blk, g, xq, nb); break;
     default: k_dep_enter(); break; /* refused by the launcher */
     }
+}
+
+/* The group when every product is Q8_0: dot2_rows with the first weight
+ * unit loaded before the wait, which the switch over types above cannot
+ * take without spilling. */
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq_multi_q8_0_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
+{
+    const mv_seg &g = seg_of_block(S);
+    mmvq2_body<MINFER_TYPE_Q8_0, true>((int)blockIdx.x - g.first_block, g.W, g.w_nb1, xq, nb, nb,
+                                       g.N, g.dst, g.tpr, g.e);
 }
 
 /* nt = 1 gate and up products of one row per thread group and SwiGLU in
@@ -970,8 +987,10 @@ extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int 
     mv_segs S;
     S.n = n;
     int64_t blocks = 0;
+    bool all_q8_0 = true;
     for (int i = 0; i < n; i++) {
         const struct kmv_seg *g = &segs[i];
+        all_q8_0 = all_q8_0 && g->type == MINFER_TYPE_Q8_0;
         int U = unit_of(g->type);
         if (!U)
             return k_fail(k, "matvec_q_multi", "weight type has no dp4a kernel");
@@ -992,8 +1011,9 @@ extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int 
     }
     if (blocks > 0x7fffffff)
         return k_fail(k, "matvec_q_multi", "too many blocks");
-    KLAUNCH(k, "matvec_q_multi", mmvq_multi_kernel, (unsigned)blocks, MV_THREADS, 0, S,
-            (const uint8_t *)xq, (int)(K / 32));
+    auto kf = all_q8_0 ? mmvq_multi_q8_0_kernel : mmvq_multi_kernel;
+    KLAUNCH(k, "matvec_q_multi", kf, (unsigned)blocks, MV_THREADS, 0, S, (const uint8_t *)xq,
+            (int)(K / 32));
     return 0;
 }
 
