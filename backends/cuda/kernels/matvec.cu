@@ -580,42 +580,50 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     }
 }
 
-/* Two weight rows' dot products with one x (the tpr threads of a row
- * group, lane = index in it): the unit loop, then the group's reduction;
- * the sums are valid on lane 0. Every thread of the block must call it
- * (a barrier when tpr > 32); it makes the kernel's dependent-launch wait
- * itself. Q8_0 loads each thread's first unit of weights before the wait
- * (memory no kernel writes, common.cuh's rule), so a block resident
- * during the predecessor's tail has them in registers when x is ready,
- * and the next unit after each dot: tg128 of the 7B Q8_0 file 1.04x. The
- * K-quants keep the plain loop: the same order took q4_K's kernels from 71
- * to 80 registers and lost 3-7% (docs/PERF.md, session 22); so does the
- * Q/K/V group's kernel (PRE false), where it made the switch over types
- * spill. */
-template <int T, bool PRE = T == MINFER_TYPE_Q8_0>
-__device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
-                                          const uint8_t *__restrict__ xq, int nb, int nunits,
-                                          int lane, int tpr, float &a0, float &a1)
-{
-    a0 = 0.0f;
-    a1 = 0.0f;
-    if (PRE) {
-        Unit<T> w0, w1;
+/* Each thread's first weight unit of rows wa and wb, loaded when PRE
+ * before the kernel's dependent-launch wait (weights are memory no kernel
+ * writes, common.cuh's rule): a block resident during the predecessor's
+ * tail then has them in registers when x is ready. Only Q8_0 does: tg128
+ * of the 7B Q8_0 file 1.06-1.07x, where the same order took q4_K's
+ * kernels from 71 to 80 registers and lost 3-7% (docs/PERF.md, session
+ * 22; the switch over types of the Q/K/V group spilled with it). */
+template <int T, bool PRE> struct First2 {
+    Unit<T> w0, w1;
+    __device__ __forceinline__ First2(const uint8_t *wa, const uint8_t *wb, int lane, int nunits)
+    {
         if (lane < nunits) {
             w0.load(wa, lane);
             w1.load(wb, lane);
         }
-        k_dep_enter();
+    }
+};
+template <int T> struct First2<T, false> { /* holds nothing: the loop loads every unit */
+    __device__ __forceinline__ First2(const uint8_t *, const uint8_t *, int, int) {}
+};
+
+/* Two weight rows' dot products with one x (the tpr threads of a row
+ * group, lane = index in it), after the wait: the unit loop (with PRE
+ * from f's units, each next unit loaded after the dots), then the group's
+ * reduction; the sums are valid on lane 0. Every thread of the block must
+ * call it (a barrier when tpr > 32). */
+template <int T, bool PRE>
+__device__ __forceinline__ void dot2_rows(First2<T, PRE> &f, const uint8_t *wa,
+                                          const uint8_t *wb, const uint8_t *__restrict__ xq,
+                                          int nb, int nunits, int lane, int tpr, float &a0,
+                                          float &a1)
+{
+    a0 = 0.0f;
+    a1 = 0.0f;
+    if constexpr (PRE) {
         for (int u = lane; u < nunits; u += tpr) {
-            a0 += w0.dot(xq, nb, u);
-            a1 += w1.dot(xq, nb, u);
+            a0 += f.w0.dot(xq, nb, u);
+            a1 += f.w1.dot(xq, nb, u);
             if (u + tpr < nunits) {
-                w0.load(wa, u + tpr);
-                w1.load(wb, u + tpr);
+                f.w0.load(wa, u + tpr);
+                f.w1.load(wb, u + tpr);
             }
         }
     } else {
-        k_dep_enter();
         for (int u = lane; u < nunits; u += tpr) {
             Unit<T> w0, w1;
             w0.load(wa, u);
@@ -650,29 +658,39 @@ __device__ __forceinline__ void dot2_rows(const uint8_t *wa, const uint8_t *wb,
 /* nt = 1, two rows per thread: each activation block loaded once serves
  * both rows (halves the L1 traffic per weight byte). Rows ra and ra + rpb
  * of block blk (the kernel's blockIdx.x, or its index inside a segment of
- * the multi-matrix kernel). */
-template <int T, bool PRE = T == MINFER_TYPE_Q8_0>
-__device__ __forceinline__ void mmvq2_body(int blk, const uint8_t *__restrict__ W, int64_t w_nb1,
-                                           const uint8_t *__restrict__ xq, int nb, int nunits,
-                                           int N, float *dst, int tpr, const kepi_d &e)
+ * the multi-matrix kernel): Rows2 picks them and loads the first units
+ * (before the wait), mmvq2_body runs the rest (after it). */
+template <int T, bool PRE> struct Rows2 {
+    int ra, rb, lane;
+    bool la, lb;
+    const uint8_t *wa, *wb;
+    First2<T, PRE> f;
+    __device__ __forceinline__ Rows2(int blk, const uint8_t *W, int64_t w_nb1, int nunits, int N,
+                                     int tpr)
+        : ra(blk * 2 * (MV_THREADS / tpr) + (int)threadIdx.x / tpr), rb(ra + MV_THREADS / tpr),
+          lane((int)threadIdx.x % tpr), la(ra < N), lb(rb < N),
+          wa(W + (int64_t)(la ? ra : N - 1) * w_nb1), wb(W + (int64_t)(lb ? rb : N - 1) * w_nb1),
+          f(wa, wb, lane, nunits)
+    {
+    }
+};
+
+template <int T, bool PRE>
+__device__ __forceinline__ void mmvq2_body(Rows2<T, PRE> &r, const uint8_t *__restrict__ xq,
+                                           int nb, int nunits, float *dst, int tpr,
+                                           const kepi_d &e)
 {
-    int rpb = MV_THREADS / tpr;
-    int ra = blk * 2 * rpb + threadIdx.x / tpr, rb = ra + rpb;
-    int lane = threadIdx.x % tpr;
-    bool la = ra < N, lb = rb < N;
-    const uint8_t *wa = W + (int64_t)(la ? ra : N - 1) * w_nb1;
-    const uint8_t *wb = W + (int64_t)(lb ? rb : N - 1) * w_nb1;
     float a0, a1;
-    dot2_rows<T, PRE>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
-    if (lane == 0) {
-        if (la && !e.dst2)
-            dst[ra] = a0;
-        if (lb && !e.dst2)
-            dst[rb] = a1;
-        if (e.dst2 && la)
-            e.dst2[ra] = a0 + e.add[ra];
-        if (e.dst2 && lb)
-            e.dst2[rb] = a1 + e.add[rb];
+    dot2_rows<T, PRE>(r.f, r.wa, r.wb, xq, nb, nunits, r.lane, tpr, a0, a1);
+    if (r.lane == 0) {
+        if (r.la && !e.dst2)
+            dst[r.ra] = a0;
+        if (r.lb && !e.dst2)
+            dst[r.rb] = a1;
+        if (e.dst2 && r.la)
+            e.dst2[r.ra] = a0 + e.add[r.ra];
+        if (e.dst2 && r.lb)
+            e.dst2[r.rb] = a1 + e.add[r.rb];
     }
 }
 
@@ -681,7 +699,9 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                  int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
 {
-    mmvq2_body<T>(blockIdx.x, W, w_nb1, xq, nb, nunits, N, dst, tpr, e); /* waits inside */
+    Rows2<T, T == MINFER_TYPE_Q8_0> r(blockIdx.x, W, w_nb1, nunits, N, tpr);
+    k_dep_enter();
+    mmvq2_body(r, xq, nb, nunits, dst, tpr, e);
 }
 
 /* Several nt = 1 products of one x (Q, K and V) in one launch: segment i
@@ -700,12 +720,6 @@ struct mv_segs {
     int n;
 };
 
-template <int T>
-__device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_t *xq, int nb)
-{
-    mmvq2_body<T, false>(blk, g.W, g.w_nb1, xq, nb, nb * 32 / Unit<T>::U, g.N, g.dst, g.tpr, g.e);
-}
-
 /* The segment that owns this block (uniform over the block). */
 __device__ __forceinline__ const mv_seg &seg_of_block(const mv_segs &S)
 {
@@ -715,10 +729,22 @@ __device__ __forceinline__ const mv_seg &seg_of_block(const mv_segs &S)
     return S.s[i];
 }
 
+template <int T>
+__device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_t *xq, int nb)
+{
+    const int nunits = nb * 32 / Unit<T>::U;
+    Rows2<T, false> r(blk, g.W, g.w_nb1, nunits, g.N, g.tpr);
+    mmvq2_body(r, xq, nb, nunits, g.dst, g.tpr, g.e);
+}
+
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
-    const mv_seg &g = seg_of_block(S); /* each case's dot2_rows waits */
+    k_dep_enter();
+    int i = 0;
+    while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
+        i++; /* uniform over the block */
+    const mv_seg &g = S.s[i];
     int blk = (int)blockIdx.x - g.first_block;
     switch (g.type) {
     case MINFER_TYPE_Q4_0: multi_seg<MINFER_TYPE_Q4_0>(blk, g, xq, nb); break;
@@ -729,19 +755,20 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     case MINFER_TYPE_Q4_K: multi_seg<MINFER_TYPE_Q4_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q5_K: multi_seg<MINFER_TYPE_Q5_K>(blk, g, xq, nb); break;
     case MINFER_TYPE_Q6_K: multi_seg<MINFER_TYPE_Q6_K>(blk, g, xq, nb); break;
-    default: k_dep_enter(); break; /* refused by the launcher */
+    default: break; /* refused by the launcher */
     }
 }
 
-/* The group when every product is Q8_0: dot2_rows with the first weight
- * unit loaded before the wait, which the switch over types above cannot
+/* The group when every product is Q8_0: the first weight units loaded
+ * before the wait (First2), which the switch over types above cannot
  * take without spilling. */
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_q8_0_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
     const mv_seg &g = seg_of_block(S);
-    mmvq2_body<MINFER_TYPE_Q8_0, true>((int)blockIdx.x - g.first_block, g.W, g.w_nb1, xq, nb, nb,
-                                       g.N, g.dst, g.tpr, g.e);
+    Rows2<MINFER_TYPE_Q8_0, true> r((int)blockIdx.x - g.first_block, g.W, g.w_nb1, nb, g.N, g.tpr);
+    k_dep_enter();
+    mmvq2_body(r, xq, nb, nb, g.dst, g.tpr, g.e);
 }
 
 /* nt = 1 gate and up products of one row per thread group and SwiGLU in
@@ -760,8 +787,10 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
+    First2<T, T == MINFER_TYPE_Q8_0> f(wa, wb, lane, nunits);
+    k_dep_enter();
     float a0, a1;
-    dot2_rows<T>(wa, wb, xq, nb, nunits, lane, tpr, a0, a1); /* waits inside */
+    dot2_rows(f, wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
     if (lane == 0 && live)
         dst[row] = a0 / (1.0f + expf(-a0)) * a1;
 }
