@@ -22,6 +22,13 @@
 
 /* ---- patterns ---- */
 
+/* The weight tensor of norm node n (RMS_NORM_MUL), or NULL (no weight,
+ * or no node). */
+static const struct minfer_tensor *norm_weight(const struct minfer_node *n)
+{
+    return n && n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1] : NULL;
+}
+
 /* A node wrote t: drop be->xq if t may overlap the activations it holds. */
 void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t)
 {
@@ -154,7 +161,7 @@ static int norm_rope_quad(const struct minfer_node *nq, const struct minfer_node
         !same_ne(xq, nq->dst) || !same_ne(xk, nk->dst) || xq->ne[0] != xk->ne[0] ||
         k_norm_rope2_smem(xq->ne[0], xq->ne[1] + xk->ne[1]) > 48 * 1024)
         return 0;
-    const struct minfer_tensor *wk = nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const struct minfer_tensor *wk = norm_weight(nk);
     const struct minfer_tensor *pos = rq->src[1];
     /* what a node reads must not be written by one before it (rk's dst
      * may land on q's norm or x: the kernel has read them by then) */
@@ -242,7 +249,7 @@ static minfer_status run_norm_q(struct minfer_backend *be, const struct minfer_n
     minfer_status st = cuda_xq_slot(be, n, d, &xq);
     if (st != MINFER_OK)
         return st;
-    const struct minfer_tensor *wt = n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1] : NULL;
+    const struct minfer_tensor *wt = norm_weight(n);
     LAUNCH(k_rms_norm_q8_1(k, view_of(n->src[0]), wt ? wt->data : NULL, view_of(d),
                            n->fparams[0], group, xq,
                            wt && (wt->flags & MINFER_TENSOR_WEIGHT)));
@@ -380,12 +387,6 @@ static int apart_between_tokens(const struct minfer_tensor *t, const struct minf
     return 1;
 }
 
-/* The weight of norm node n (RMS_NORM_MUL), or NULL. */
-static const float *norm_weight(const struct minfer_node *n)
-{
-    return n->op == MINFER_OP_RMS_NORM_MUL ? n->src[1]->data : NULL;
-}
-
 /* Whether, with `blocks` blocks, every written row is apart from the
  * rows of other blocks, the shared rows and the other written rows. */
 static int rows_apart(const struct cuda_rows *s, int n, int blocks)
@@ -452,9 +453,11 @@ static int norm_rope_blocks(const struct minfer_replay_window *w, const struct m
     s[n++] = (struct cuda_rows){(uintptr_t)sv->data, sv->ne[0] / hd, 4 * hd, 4 * hd, CUDA_ROWS_READ};
     s[n++] = shared_rows(rq->src[1]);    /* positions */
     s[n++] = shared_rows(nd[4].src[1]); /* cells */
-    for (int j = 0; j < 2; j++)
-        if (nd[j].op == MINFER_OP_RMS_NORM_MUL)
-            s[n++] = shared_rows(nd[j].src[1]);
+    const struct minfer_tensor *wq = norm_weight(nq), *wk = norm_weight(nk);
+    if (wq)
+        s[n++] = shared_rows(wq);
+    if (wk)
+        s[n++] = shared_rows(wk);
     s[n++] = head_rows(rq->dst, CUDA_ROWS_WRITE);
     if (nqo)
         s[n++] = head_rows(nqo, CUDA_ROWS_WRITE);
@@ -465,10 +468,10 @@ static int norm_rope_blocks(const struct minfer_replay_window *w, const struct m
     int64_t most = xq->ne[1] < 64 ? xq->ne[1] : 64;
     int blocks = cuda_head_blocks(s, n, (int)most);
     struct kview none = {0};
-    *q = (struct knr){view_of(xq), nqo ? view_of(nqo) : none, view_of(rq->dst), norm_weight(nq),
-                      nq->fparams[0]};
+    *q = (struct knr){view_of(xq), nqo ? view_of(nqo) : none, view_of(rq->dst),
+                      wq ? wq->data : NULL, nq->fparams[0]};
     *kx = (struct knr){view_of(xk), nko ? view_of(nko) : none, rko ? view_of(rko) : none,
-                       norm_weight(nk), nk->fparams[0]};
+                       wk ? wk->data : NULL, nk->fparams[0]};
     return blocks;
 }
 
@@ -540,17 +543,16 @@ static uint32_t rope_group(struct minfer_backend *be, const struct minfer_replay
             k_kept = true;
         }
     }
+    if (group_checked(w, i, used) != used)
+        return 0; /* the separate path reports it */
     /* one token with norms: blocks of heads where its rows allow (the one
      * block of k_norm_rope2 took 9.5 us a qwen3-8b layer; docs/PERF.md) */
     struct knr bq, bk;
     int blocks = r && with_kv && xq->ne[2] == 1 && k_rope_kv_ok(xq->ne[0], kv.t0, kv.t1)
                      ? norm_rope_blocks(w, &nd[i], i + used, &bq, &bk)
                      : 0;
-    if (group_checked(w, i, used) != used)
-        return 0; /* the separate path reports it */
     struct kview none = {0}, rk_out = k_kept ? view_of(rk->dst) : none;
-    const struct minfer_tensor *tq = nq && nq->op == MINFER_OP_RMS_NORM_MUL ? nq->src[1] : NULL;
-    const struct minfer_tensor *tk = nk && nk->op == MINFER_OP_RMS_NORM_MUL ? nk->src[1] : NULL;
+    const struct minfer_tensor *tq = norm_weight(nq), *tk = norm_weight(nk);
     const float *wq = tq ? tq->data : NULL, *wk = tk ? tk->data : NULL;
     /* what the kernels may read before their wait: no kernel writes it */
     unsigned fixed = (rq->src[1]->flags & MINFER_TENSOR_INPUT) ? K_FIXED_POS : 0u;

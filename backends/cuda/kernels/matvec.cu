@@ -741,10 +741,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
     k_dep_enter();
-    int i = 0;
-    while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
-        i++; /* uniform over the block */
-    const mv_seg &g = S.s[i];
+    const mv_seg &g = seg_of_block(S);
     int blk = (int)blockIdx.x - g.first_block;
     switch (g.type) {
     case MINFER_TYPE_Q4_0: multi_seg<MINFER_TYPE_Q4_0>(blk, g, xq, nb); break;

@@ -257,6 +257,19 @@ static __device__ __forceinline__ float norm_val(float x, float scale, const flo
     return norm_apply(x, scale, w != NULL, w ? w[i] : 0.0f);
 }
 
+/* A row of n <= 128 values (n % 4 == 0) held by one warp, chunk v on
+ * each lane (live: the lane holds one), normalized: the canonical sum of
+ * such rows (one virtual warp, as rms_norm_kernel's) and norm_apply per
+ * value. Every lane of the warp must call it. */
+static __device__ __forceinline__ float4 norm_row4(float4 v, bool live, float4 w, bool has_w,
+                                                   int64_t n, float eps)
+{
+    float sw = warp_sum(live ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
+    float scale = rms_from_sum(warp_sum(threadIdx.x % 32 == 0 ? sw : 0.0f), n, eps);
+    return make_float4(norm_apply(v.x, scale, has_w, w.x), norm_apply(v.y, scale, has_w, w.y),
+                       norm_apply(v.z, scale, has_w, w.z), norm_apply(v.w, scale, has_w, w.w));
+}
+
 __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
 {
     k_dep_enter();
@@ -417,6 +430,15 @@ static __device__ __forceinline__ void rope_angle(int i, float p, int n_rot, flo
 {
     float inv = powf(base, -2.0f * (float)i / (float)n_rot);
     sincosf(__fmul_rn(__fmul_rn(p, fscale), inv), sn, cs);
+}
+
+/* Every pair's cos and sin at position p into cs, sn [n_rot / 2], over
+ * the block's threads (the table of the one-block-per-group kernels). */
+static __device__ __forceinline__ void rope_angle_table(float p, int n_rot, float base,
+                                                        float fscale, float *cs, float *sn)
+{
+    for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
+        rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
 }
 
 /* Rotates the pair (a, b) = (x[i], x[i + half]) into o[i], o[i + half];
@@ -823,8 +845,11 @@ __global__ void __launch_bounds__(ROPE_KV_THREADS)
         j -= hq;
     if (!k_head || j < hk) {
         __shared__ float row[ROPE_KV_MAX_HD];
-        const kview &x = k_head ? kx : q;
-        const float *xr = (const float *)((const char *)x.data + j * x.nb[1] + t * x.nb[2]);
+        /* scalars picked, not a reference to either parameter (which made
+         * the compiler copy both views to the stack) */
+        const char *xd = (const char *)(k_head ? kx.data : q.data);
+        const int64_t xnb1 = k_head ? kx.nb[1] : q.nb[1], xnb2 = k_head ? kx.nb[2] : q.nb[2];
+        const float *xr = (const float *)(xd + j * xnb1 + t * xnb2);
         /* a q head writes its row of rq; a k head rotates into shared memory */
         float *o = k_head ? row : (float *)((char *)rq.data + j * rq.nb[1] + t * rq.nb[2]);
         const float p = (float)pos[t];
@@ -933,8 +958,7 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
     }
     const bool pos_early = fixed & K_FIXED_POS;
     if (pos_early)
-        for (int i = threadIdx.x; i < half; i += blockDim.x)
-            rope_angle(i, (float)pos[t], n_rot, base, fscale, &cs[i], &sn[i]);
+        rope_angle_table((float)pos[t], n_rot, base, fscale, cs, sn);
     k_dep_enter();
     x0.data = (char *)x0.data + t * x0.nb[2];
     x1.data = (char *)x1.data + t * x1.nb[2];
@@ -946,8 +970,7 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
     if (r1.data)
         r1.data = (char *)r1.data + t * r1.nb[2];
     if (!pos_early)
-        for (int i = threadIdx.x; i < half; i += blockDim.x)
-            rope_angle(i, (float)pos[t], n_rot, base, fscale, &cs[i], &sn[i]);
+        rope_angle_table((float)pos[t], n_rot, base, fscale, cs, sn);
     if (vec) {
         /* a chunk of 4 per lane: each warp loads its two rows' x and w at
          * once, then reduces (the canonical order for rows of <= 32
@@ -977,15 +1000,8 @@ __global__ void __launch_bounds__(NORM_ROPE2_THREADS)
                 if (r >= rows)
                     break; /* uniform over the warp */
                 float4 v = xv[j];
-                if (normed[j]) {
-                    float sw = warp_sum(live[j] ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
-                    float scale = rms_from_sum(warp_sum(lane == 0 ? sw : 0.0f), hd,
-                                               r >= h0 ? eps1 : eps0);
-                    v = make_float4(norm_apply(v.x, scale, has_w[j], wv[j].x),
-                                    norm_apply(v.y, scale, has_w[j], wv[j].y),
-                                    norm_apply(v.z, scale, has_w[j], wv[j].z),
-                                    norm_apply(v.w, scale, has_w[j], wv[j].w));
-                }
+                if (normed[j])
+                    v = norm_row4(v, live[j], wv[j], has_w[j], hd, r >= h0 ? eps1 : eps0);
                 if (live[j])
                     ((float4 *)(sm + r * hd))[lane] = v;
             }
@@ -1126,12 +1142,10 @@ __global__ void __launch_bounds__(NORM_ROPE_KV_MAX_WARPS * 32)
         wk = kx.w ? load4(kx.w, lane, ((uintptr_t)kx.w % 16) == 0) : one;
     }
     if (fixed & K_FIXED_POS)
-        for (int i = threadIdx.x; i < half; i += blockDim.x)
-            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+        rope_angle_table((float)pos[0], n_rot, base, fscale, cs, sn);
     k_dep_enter();
     if (!(fixed & K_FIXED_POS))
-        for (int i = threadIdx.x; i < half; i += blockDim.x)
-            rope_angle(i, (float)pos[0], n_rot, base, fscale, &cs[i], &sn[i]);
+        rope_angle_table((float)pos[0], n_rot, base, fscale, cs, sn);
     for (int r = warp; r < rows; r += nw) {
         const struct knr &p = r < nq ? q : kx;
         const int64_t h = g + (int64_t)(r < nq ? r : r - nq) * blocks;
@@ -1155,13 +1169,9 @@ __global__ void __launch_bounds__(NORM_ROPE_KV_MAX_WARPS * 32)
         if (vec) {
             const bool live = lane < hd / 4;
             float4 v = live ? ((const float4 *)s)[lane] : zero;
-            float sw = warp_sum(live ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
-            float scale = rms_from_sum(warp_sum(lane == 0 ? sw : 0.0f), hd, p.eps);
             float4 w = w_early ? (k_row ? wk : wq)
                        : live && p.w ? load4(p.w, lane, ((uintptr_t)p.w % 16) == 0) : one;
-            bool has_w = p.w != NULL;
-            v = make_float4(norm_apply(v.x, scale, has_w, w.x), norm_apply(v.y, scale, has_w, w.y),
-                            norm_apply(v.z, scale, has_w, w.z), norm_apply(v.w, scale, has_w, w.w));
+            v = norm_row4(v, live, w, p.w != NULL, hd, p.eps);
             if (live) {
                 ((float4 *)s)[lane] = v;
                 if (no) {
