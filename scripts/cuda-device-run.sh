@@ -40,6 +40,9 @@
 #   MATVEC=1  also `minfer-cuda-bench --matvec --quick` of every tree, one
 #           after the other (the nt = 1 products with programmatic dependent
 #           launch on, off), into matvec$v.log
+#   MATVEC_TPR=1  also `minfer-cuda-bench --matvec-tpr --quick` of the first
+#           tree (the nt = 1 products and the Q/K/V group at each forced
+#           thread count a row group), into matvec-tpr.log
 #   QKV=1   also `minfer-cuda-bench --qkv --quick` of the first tree (the
 #           7B's Q, K and V products as one launch and as three), into qkv.log
 #   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
@@ -109,7 +112,7 @@ for i in "${!trees[@]}"; do
     [ "$TESTS" = ops ] && extra="test-backend-ops test-cuda-e2e test-fixture minfer-cuda-bench"
     [ "$TESTS" = e2e ] && extra="test-cuda-e2e test-fixture"
   fi
-  [ -n "$GEMMWG$NCU_GEMM$MATVEC$QKV" ] && extra="$extra minfer-cuda-bench"
+  [ -n "$GEMMWG$NCU_GEMM$MATVEC$MATVEC_TPR$QKV" ] && extra="$extra minfer-cuda-bench"
   ( cmake -S "${trees[$i]}" -B /tmp/b$v -G Ninja -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
       -DMINFER_TESTS=$tests -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$PKGC" \
       -DMINFER_FIXTURES_DIR="$PWD/.fixtures" -DCMAKE_BUILD_RPATH=$D/usr/lib/x86_64-linux-gnu \
@@ -184,10 +187,13 @@ wait
 echo "models ready at $(since) s"
 
 # ---- benches, alternating trees ----
+# odd rounds run the trees A, B, ..., even rounds in reverse: whichever tree
+# runs first in a round measured 0.5-1.5% ahead on paths it did not change
+order() { if [ $(($1 % 2)) = 1 ]; then echo "${!trees[@]}"; else echo "${!trees[@]}" | tr ' ' '\n' | tac | tr '\n' ' '; fi; }
 for rep in $(seq ${REPS:-2}); do
   for s in $MODELS; do
     IFS=, read -r arch shape type name <<< "$s"
-    for i in "${!trees[@]}"; do
+    for i in $(order $rep); do
       v=${names[$i]}
       r=$(timeout 120 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${BENCH:--p 0 -n 128 -r 2} 2>&1 |
           tee -a $OUT/bench$v.log | grep '^| [a-z]' | grep -v '| model' | awk -F'|' '{printf "%s %s;", $7, $8}')
@@ -197,7 +203,7 @@ for rep in $(seq ${REPS:-2}); do
 done
 for rep in $(seq ${REPS:-2}); do
   for name in $PARALLEL; do
-    for i in "${!trees[@]}"; do
+    for i in $(order $rep); do
       v=${names[$i]}
       echo "$v $name parallel:"
       timeout 200 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf \
@@ -216,6 +222,13 @@ if [ -n "$MATVEC" ]; then
     echo "matvec bench $v rc $?:"
     grep -E "^matvec|^programmatic" $OUT/matvec$v.log | cut -c1-110
   done
+fi
+
+# ---- the nt = 1 products at each thread count a row group (the first tree) ----
+if [ -n "$MATVEC_TPR" ]; then
+  timeout 300 /tmp/bA/bin/minfer-cuda-bench --matvec-tpr --quick > $OUT/matvec-tpr.log 2>&1
+  echo "matvec-tpr bench rc $?:"
+  grep -E "^matvec|^qkv|^--" $OUT/matvec-tpr.log | grep -v quant | cut -c7-100
 fi
 
 # ---- the Q/K/V products alone (the first tree) ----

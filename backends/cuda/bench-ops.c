@@ -10,7 +10,7 @@
  * decode GB/s of KV read at depths 1k..32k.
  *
  * usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] [--matvec]
- *        [--multi] [--qkv]
+ *        [--matvec-tpr] [--multi] [--qkv]
  * (prints a table on stdout; --gemm: the prefill GEMM rows only; --gemmq:
  * the in-place quantized GEMM against the f16-scratch one, q4_K, q6_K and
  * q8_0 at 4..256 tokens, then its and gemm-i8.cu's split-K counts forced;
@@ -20,10 +20,13 @@
  * q8_0), for a profiler; --attn: the
  * attention rows only; --matvec: the nt = 1 rows of a Q4_K_M/Q8_0 model's
  * types, q4_K, q6_K and q8_0, at the four 7B shapes, ffn up/down, attn q/o,
- * k/v, with programmatic dependent launch allowed, then off; --multi:
+ * k/v, with programmatic dependent launch allowed, then off; --matvec-tpr:
+ * the same rows and the Q/K/V group at each forced thread count a row
+ * group, 32, 64, 128 (and the rule's); --multi:
  * nt = 2, 4, 8 of q4_K and q6_K at ffn up with one and two rows per
  * thread group, the batched decode's products; --qkv: the 7B's Q, K and V
- * products as one launch and as three)
+ * products as one launch and as three, q4_K with a q4_K or q6_K V, and
+ * all q8_0)
  */
 #include <math.h>
 #include <stdio.h>
@@ -209,14 +212,15 @@ out:
     return rc;
 }
 
-/* The 7B decode's Q, K and V products of one x (3584 x 3584 q4_K, 3584 x
- * 512 q4_K, 3584 x 512 of type vt) as one k_matvec_q_multi launch and as
- * three k_matvec_q launches; weights rotated over copies as bench_matvec
- * does, back to back with programmatic dependent launch as allowed. */
-static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
+/* The 7B decode's Q, K and V products of one x (3584 x 3584 and 3584 x
+ * 512 of type qt, 3584 x 512 of type vt) as one k_matvec_q_multi launch
+ * and as three k_matvec_q launches; weights rotated over copies as
+ * bench_matvec does, back to back with programmatic dependent launch as
+ * allowed. */
+static int bench_qkv(struct cu_ctx *c, uint32_t qt, uint32_t vt, int quick)
 {
     const int64_t K = 3584, N[3] = {3584, 512, 512};
-    const uint32_t ty[3] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K, vt};
+    const uint32_t ty[3] = {qt, qt, vt};
     size_t rowb[3], off[3], set = 0;
     int64_t row0[3], rows = 0; /* each product's first row in y */
     for (int m = 0; m < 3; m++) {
@@ -278,8 +282,8 @@ static int bench_qkv(struct cu_ctx *c, uint32_t vt, int quick)
             goto out;
         us[sep] = ms * 1e3 / iters;
     }
-    printf("qkv v=%-5s one launch %6.2f us, three launches %6.2f us\n",
-           minfer_type_traits_of(vt)->name, us[0], us[1]);
+    printf("qkv q,k=%-5s v=%-5s one launch %6.2f us, three launches %6.2f us\n",
+           minfer_type_traits_of(qt)->name, minfer_type_traits_of(vt)->name, us[0], us[1]);
     rc = 0;
     goto out;
 kerr:
@@ -563,7 +567,7 @@ out:
 int main(int argc, char **argv)
 {
     int quick = 0, gemm_only = 0, attn_only = 0, matvec_only = 0, multi_only = 0, gemmq_only = 0,
-        qkv_only = 0,
+        qkv_only = 0, tpr_only = 0,
         gemmwg_only = 0, crossover_only = 0, one_splits = 0, one_k = 0, one_n = 0, one_m = 0,
         one_bn = 0;
     uint32_t one_type = MINFER_TYPE_Q4_K;
@@ -580,6 +584,8 @@ int main(int argc, char **argv)
             multi_only = 1;
         } else if (strcmp(argv[i], "--qkv") == 0) {
             qkv_only = 1;
+        } else if (strcmp(argv[i], "--matvec-tpr") == 0) {
+            tpr_only = 1;
         } else if (strcmp(argv[i], "--crossover") == 0) {
             crossover_only = 1;
         } else if (strcmp(argv[i], "--gemmq") == 0) {
@@ -610,7 +616,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: minfer-cuda-bench [--quick] [--gemm] [--gemmq] [--gemmwg] [--attn] "
-                    "[--matvec] [--multi] [--qkv] [--crossover]\n");
+                    "[--matvec] [--matvec-tpr] [--multi] [--qkv] [--crossover]\n");
             return 2;
         }
     }
@@ -756,8 +762,28 @@ int main(int argc, char **argv)
         goto done;
     }
     if (qkv_only) {
-        fails += bench_qkv(c, MINFER_TYPE_Q4_K, quick) != 0;
-        fails += bench_qkv(c, MINFER_TYPE_Q6_K, quick) != 0;
+        fails += bench_qkv(c, MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K, quick) != 0;
+        fails += bench_qkv(c, MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, quick) != 0;
+        fails += bench_qkv(c, MINFER_TYPE_Q8_0, MINFER_TYPE_Q8_0, quick) != 0;
+        goto done;
+    }
+    if (tpr_only) {
+        /* the nt = 1 products and the Q/K/V group at each thread count a
+         * row group (0: the rule), dependent launch allowed */
+        static const uint32_t mt[] = {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0};
+        struct shape ms[] = {shapes[0], shapes[1], shapes[2], {3584, 512, "3584x512 (attn k/v)"}};
+        static const int tprs[] = {0, 32, 64, 128};
+        k_tune_matvec_rows(2);
+        for (size_t pi = 0; pi < 4; pi++) {
+            k_tune_matvec_tpr(tprs[pi]);
+            printf("-- threads a row group: %d (0: the rule) --\n", tprs[pi]);
+            for (size_t ti = 0; ti < 3; ti++)
+                for (size_t si = 0; si < 4; si++)
+                    fails += bench_matvec(c, mt[ti], ms[si], 1, quick) != 0;
+            fails += bench_qkv(c, MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, quick) != 0;
+            fails += bench_qkv(c, MINFER_TYPE_Q8_0, MINFER_TYPE_Q8_0, quick) != 0;
+        }
+        k_tune_matvec_tpr(0);
         goto done;
     }
     if (matvec_only) {

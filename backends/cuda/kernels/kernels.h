@@ -144,6 +144,9 @@ int k_matvec_q_glu_n(struct kctx *k, uint32_t type, const void *Wg, const void *
  * and nt = 2..8 (1 or 2; the default, 2, is the measured winner at nt =
  * 1). */
 void k_tune_matvec_rows(int r);
+/* Benchmark hook: threads per row group of the nt = 1 two-row, Q/K/V group
+ * and gate/up kernels (a power of two, 4..128; 0, the default: the rule). */
+void k_tune_matvec_tpr(int tpr);
 
 /* Same with F32/F16/BF16 weights and f32 activations; any K, any M. */
 int k_matvec_f(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N,

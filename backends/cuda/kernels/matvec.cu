@@ -418,6 +418,23 @@ static int rows_tpr(int64_t N, int64_t nunits)
     return tpr;
 }
 
+static int g_pair_tpr = 0;
+
+/* Benchmark hook: threads per row group of the nt = 1 two-row and gate/up
+ * kernels (a power of two, 4..128; 0: rows_tpr's rule). */
+extern "C" void k_tune_matvec_tpr(int tpr)
+{
+    g_pair_tpr = tpr >= 4 && tpr <= MV_THREADS && !(tpr & (tpr - 1)) ? tpr : 0;
+}
+
+/* Threads per row group of the nt = 1 kernels that take two rows a group
+ * (groups: the row pairs, or the gate/up rows). One function for the
+ * single product and the Q/K/V group, so both sum in the same order. */
+static int pair_tpr(int64_t groups, int64_t nunits)
+{
+    return g_pair_tpr ? g_pair_tpr : rows_tpr(groups, nunits);
+}
+
 /* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written
  * instead of dst, add's columns add_nb1 bytes apart (0: one vector
  * broadcast). */
@@ -887,7 +904,7 @@ static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64
     if (check_rows<T>(k, "matvec_q_glu", K, Wg, Wu, w_nb1))
         return -1;
     int nb = (int)(K / 32), nunits = (int)(K / U);
-    int tpr = rows_tpr(N, nunits);
+    int tpr = pair_tpr(N, nunits);
     int rpb = MV_THREADS / tpr;
     auto kf = mmvq_glu_kernel<T>;
     KLAUNCH(k, "matvec_q_glu", kf, (unsigned)((N + rpb - 1) / rpb), MV_THREADS, 0,
@@ -929,7 +946,7 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     const uint8_t *w = (const uint8_t *)W;
     const uint8_t *x = (const uint8_t *)xq;
     if (M == 1 && g_rows_per_thread == 2) {
-        int tpr2 = rows_tpr((N + 1) / 2, nunits);
+        int tpr2 = pair_tpr((N + 1) / 2, nunits);
         int rpb2 = 2 * (MV_THREADS / tpr2);
         auto kf = mmvq2_kernel<T>;
         KLAUNCH(k, "matvec_q<nt=1,2 rows>", kf, (unsigned)((N + rpb2 - 1) / rpb2), MV_THREADS,
@@ -1029,7 +1046,7 @@ extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int 
             return k_fail(k, "matvec_q_multi", "row count out of range");
         /* the thread count per row of a launch of this product alone, so
          * the sums (and bits) equal k_matvec_q's */
-        int tpr = rows_tpr((g->N + 1) / 2, K / U);
+        int tpr = pair_tpr((g->N + 1) / 2, K / U);
         S.s[i] = (mv_seg){(const uint8_t *)g->W, g->w_nb1, g->dst, epi_of(g->epi),
                           (int)g->N, (int)g->type, (int)blocks, tpr};
         int rpb2 = 2 * (MV_THREADS / tpr);
