@@ -445,7 +445,8 @@ START_TEST(replay_bitwise_equals_direct)
      * length, position, cell), reads a stale scratch or arena address, or
      * replays the wrong window: every step's logits must equal direct
      * launches bit for bit, and decode must actually replay. Run for qwen2
-     * (bias ADDs in the matvecs' MUL_MAT_ADD epilogue, Q/K/V in one launch) and qwen3 (per-head q/k norms and
+     * (bias ADDs in the matvecs' MUL_MAT_ADD epilogue, Q/K/V in one launch
+     * with the RoPE and the KV stores in its epilogue) and qwen3 (per-head q/k norms and
      * their RoPEs captured as one launch, which must fire and must give
      * the bits of the separate norm and RoPE kernels). Cases 2 and 3
      * start from a one-token prompt, so no prefill sizes the scratch
@@ -463,8 +464,9 @@ START_TEST(replay_bitwise_equals_direct)
     count_fn rope_kv = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_kv");
     count_fn groups = (count_fn)cuda_proc(rt, "minfer_cuda_fused_groups");
     count_fn head_blocks = (count_fn)cuda_proc(rt, "minfer_cuda_fused_rope_head_blocks");
+    count_fn qkv_ropes = (count_fn)cuda_proc(rt, "minfer_cuda_fused_qkv_ropes");
     uint64_t nr0 = norm_ropes(), rs0 = rope_seq(), rk0 = rope_kv();
-    uint64_t gr0 = groups(), hb0 = head_blocks();
+    uint64_t gr0 = groups(), hb0 = head_blocks(), qr0 = qkv_ropes();
     size_t size;
     void *mem = ts_synth(arch, _i % 2 == 0 ? SHAPE_QWEN2 : SHAPE_QWEN3,
                          MINFER_FTYPE_MOSTLY_Q4_K_M, 11, 2, &size);
@@ -484,17 +486,23 @@ START_TEST(replay_bitwise_equals_direct)
     generate(c, nv, PROMPT, np, got, tg);
     struct graph_stats s2 = stats(rt);
     uint64_t nr = norm_ropes() - nr0, rs = rope_seq() - rs0, rkv = rope_kv() - rk0;
-    uint64_t gr = groups() - gr0, hb = head_blocks() - hb0;
+    uint64_t gr = groups() - gr0, hb = head_blocks() - hb0, qr = qkv_ropes() - qr0;
     printf("graph replay %s, %d-token prompt: %llu captures, %llu replays over %d decode "
            "steps; captured as one launch: %llu norm+rope groups (%llu as blocks of heads), "
-           "%llu rope pairs, %llu of them with the KV stores, %llu Q/K/V product groups\n",
+           "%llu rope pairs, %llu of them with the KV stores, %llu Q/K/V product groups "
+           "(%llu with the RoPE and KV stores)\n",
            arch, np, (unsigned long long)(s2.captures - s1.captures),
            (unsigned long long)(s2.replays - s1.replays), GEN, (unsigned long long)nr,
            (unsigned long long)hb, (unsigned long long)rs, (unsigned long long)rkv,
-           (unsigned long long)gr);
+           (unsigned long long)gr, (unsigned long long)qr);
     if (_i % 2 == 1) {
         ck_assert_msg(nr >= 1, "qwen3's q/k norm + RoPE nodes were never captured as one launch");
         ck_assert_msg(hb >= 1, "qwen3's one-token group never ran as blocks of heads");
+    } else {
+        /* qwen2's one-token Q/K/V, RoPE and KV stores (f16 cache): the
+         * products' epilogue rotates and stores, and must give the bits
+         * of the products, then k_rope_kv */
+        ck_assert_msg(qr >= 1, "qwen2's Q/K/V products never ran the RoPE and KV stores");
     }
     /* qwen2's biased Q/K/V products are MUL_MAT_ADD nodes (core fusion),
      * qwen3's plain MUL_MATs: both must reach the multi-product launch */

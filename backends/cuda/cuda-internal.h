@@ -88,6 +88,7 @@ struct cuda_counters {
     uint64_t rope_tokens; /* ... of which of several tokens (a block per token) */
     uint64_t rope_head_blocks; /* one token's norm groups as blocks of heads (k_norm_rope_kv) */
     uint64_t groups;     /* decode products of one x (Q, K, V) captured as one launch */
+    uint64_t qkv_ropes;  /* ... of which with the RoPE and the KV stores in their epilogue */
     uint64_t gemm_groups; /* ... the same at 9-16 tokens, on gemm-i8.cu (k_gemm_multi) */
     uint64_t shared_x;   /* products that found their activations converted (be->xq) */
     uint64_t glu_gemms;  /* gate/up pairs run as one GEMM launch (k_gemm_glu) */

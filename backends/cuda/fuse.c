@@ -651,6 +651,86 @@ static minfer_status run_matvec_group(struct minfer_backend *be, const struct mi
     return MINFER_OK;
 }
 
+/* The Q, K and V products of one token (a matvec_group of three), the
+ * RoPE of q and of k (NeoX, every dimension of a head) and the K and V
+ * stores after them, as one k_matvec_q_multi_rope launch: the products'
+ * rows stay in registers, so their outputs must be dead after the seven
+ * nodes and are never written; k's RoPE is written only if a later node
+ * reads it. Caches F32 or F16 (a Q8_0 cache quantizes 32 values of a head
+ * together, which a thread group's two rows do not hold). Returns 7, or 0
+ * when the nodes are not that. */
+static uint32_t qkv_rope_group(struct minfer_backend *be, const struct minfer_replay_window *w,
+                               uint32_t i, struct kctx *k, minfer_status *st)
+{
+    const struct minfer_node *nd = w->nodes;
+    if (w->last - i + 1 < 7 || matvec_group(w, i) != 3)
+        return 0;
+    const struct minfer_node *rq = &nd[i + 3], *rk = &nd[i + 4];
+    if (!rope_same(rq, rk))
+        return 0;
+    const struct minfer_tensor *xq = rq->src[0], *xk = rk->src[0], *pos = rq->src[1];
+    const struct minfer_tensor *pq = nd[i].dst, *pk = nd[i + 1].dst, *pv = nd[i + 2].dst;
+    const int64_t hd = xq->ne[0];
+    /* the RoPE sources are the Q and K products' rows as [hd, heads, 1] */
+    if (rq->iparams[0] != hd || xq->ne[2] != 1 || xq->nb[1] != (size_t)hd * 4 ||
+        xk->nb[1] != (size_t)hd * 4 || xq->data != pq->data || xk->data != pk->data ||
+        xq->ne[0] * xq->ne[1] != pq->ne[0] || xk->ne[0] * xk->ne[1] != pk->ne[0] ||
+        rq->dst->ne[0] != hd || rk->dst->ne[0] != hd)
+        return 0;
+    struct kkv2 kv;
+    if (!kv_after(&nd[i + 5], &nd[i + 6], rk->dst, NULL, 0, &kv) || kv.s1.data != pv->data ||
+        kv.s1.ne[0] != pv->ne[0] || kv.s1.ne[1] != 1 || !k_matvec_q_multi_rope_ok(hd, kv.t0, kv.t1))
+        return 0;
+    for (uint32_t j = 0; j < 3; j++)
+        if (!cuda_dead_from(w, i + 7, nd[i + j].dst))
+            return 0;
+    const bool k_out = !cuda_dead_from(w, i + 7, rk->dst);
+    /* what the launch reads besides weights and x's q8_1: the biases, the
+     * position and the cell, none of which a write of it may touch */
+    const struct minfer_tensor *writes[2] = {rq->dst, k_out ? rk->dst : NULL};
+    const struct minfer_tensor *cells = nd[i + 5].src[1];
+    for (int a = 0; a < 2; a++) {
+        const struct minfer_tensor *t = writes[a];
+        if (!t)
+            continue;
+        if (overlaps(t, pos) || overlaps(t, cells))
+            return 0;
+        for (uint32_t j = 0; j < 3; j++)
+            if (nd[i + j].op == MINFER_OP_MUL_MAT_ADD && overlaps(t, nd[i + j].src[2]))
+                return 0;
+    }
+    if (k_out && overlaps(rq->dst, rk->dst))
+        return 0;
+    if (group_checked(w, i, 7) != 7)
+        return 0; /* the separate path reports it */
+    const struct minfer_tensor *x = nd[i].src[1];
+    void *xs = NULL;
+    *st = cuda_shared_x(be, &nd[i], k, 0, x->data, x->ne[0], 1, (int64_t)x->nb[1], 32, &xs);
+    if (*st != MINFER_OK)
+        return 7;
+    struct kmv_seg segs[3];
+    struct kepi epis[3];
+    for (uint32_t j = 0; j < 3; j++) {
+        const struct minfer_node *g = &nd[i + j];
+        const struct minfer_tensor *wt = g->src[0];
+        int sum = g->op == MINFER_OP_MUL_MAT_ADD;
+        if (sum)
+            epis[j] = cuda_sum_epi(g);
+        segs[j] = (struct kmv_seg){wt->type, wt->data, (int64_t)wt->nb[1], wt->ne[1], g->dst->data,
+                                   sum ? &epis[j] : NULL};
+    }
+    struct kqkv_rope r = {rq->dst->data, k_out ? rk->dst->data : NULL, (int64_t)rq->dst->nb[1],
+                          (int64_t)rk->dst->nb[1], pos->data, kv.cells, kv.d0, kv.d1, kv.nb0,
+                          kv.nb1, kv.nc0, kv.nc1, kv.t0, kv.t1, (int)hd, rq->fparams[0],
+                          rq->fparams[1]};
+    if (k_matvec_q_multi_rope(k, segs, x->ne[0], xs, &r))
+        *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
+    group_written(be, w, i, 7);
+    CUDA_COUNT(groups);
+    CUDA_COUNT(qkv_ropes);
+    return 7;
+}
+
 /* A batched decode product gemm-i8.cu runs with its addend as the
  * epilogue: MUL_MAT, or MUL_MAT_ADD whose addend ([N, M] or a [N, 1]
  * bias) is apart from dst, of plain f32 x and dst. */
@@ -743,6 +823,9 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         CUDA_COUNT(gemm_groups);
         return group;
     }
+    uint32_t used = qkv_rope_group(be, w, i, k, st);
+    if (used)
+        return used;
     group = group_checked(w, i, matvec_group(w, i));
     if (group) {
         *st = run_matvec_group(be, n, group, k);
@@ -750,7 +833,7 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
         CUDA_COUNT(groups);
         return group;
     }
-    uint32_t used = rope_group(be, w, i, k, st);
+    used = rope_group(be, w, i, k, st);
     if (used)
         return used;
     const struct minfer_node *a = i < w->last ? &w->nodes[i + 1] : NULL;

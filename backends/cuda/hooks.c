@@ -101,6 +101,13 @@ static uint64_t x_fused_groups(void)
     return __atomic_load_n(&cuda_count.groups, __ATOMIC_RELAXED);
 }
 
+/* "minfer_cuda_fused_qkv_ropes": uint64_t f(void) — of those, the ones
+ * that also ran the RoPE of q and k and the KV stores (process-wide). */
+static uint64_t x_fused_qkv_ropes(void)
+{
+    return __atomic_load_n(&cuda_count.qkv_ropes, __ATOMIC_RELAXED);
+}
+
 /* "minfer_cuda_fused_gemm_groups": uint64_t f(void) — the same at 9-16
  * tokens (batched decode), run as one gemm-i8.cu launch (process-wide). */
 static uint64_t x_fused_gemm_groups(void)
@@ -172,6 +179,8 @@ void *cuda_get_proc(const char *name)
         return (void *)cuda_head_blocks;
     if (!strcmp(name, "minfer_cuda_fused_groups"))
         return (void *)x_fused_groups;
+    if (!strcmp(name, "minfer_cuda_fused_qkv_ropes"))
+        return (void *)x_fused_qkv_ropes;
     if (!strcmp(name, "minfer_cuda_fused_gemm_groups"))
         return (void *)x_fused_gemm_groups;
     if (!strcmp(name, "minfer_cuda_shared_x"))

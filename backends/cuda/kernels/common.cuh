@@ -129,6 +129,34 @@ __device__ __forceinline__ void q8_1_store_warp(uint8_t *xq, int64_t t, int nbq,
         ((float2 *)(row + 32 * (size_t)nbq))[col / 32] = make_float2(qd, qd * qs);
 }
 
+/* ---- RoPE (NeoX) arithmetic: every RoPE kernel, and the Q/K/V product
+ * group that rotates in its epilogue, so their bits agree ---- */
+
+/* cos and sin of pair i's angle at position p: the one angle expression
+ * of every RoPE kernel (table or not), so their bits agree. */
+__device__ __forceinline__ void rope_angle(int i, float p, int n_rot, float base, float fscale,
+                                           float *cs, float *sn)
+{
+    float inv = powf(base, -2.0f * (float)i / (float)n_rot);
+    sincosf(__fmul_rn(__fmul_rn(p, fscale), inv), sn, cs);
+}
+
+/* The pair (a, b) rotated into (o0, o1); explicit roundings, so no kernel
+ * contracts it differently. */
+__device__ __forceinline__ void rope_rotate(float a, float b, float cs, float sn, float &o0,
+                                            float &o1)
+{
+    o0 = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+    o1 = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+}
+
+/* Rotates the pair (a, b) = (x[i], x[i + half]) into o[i], o[i + half]. */
+__device__ __forceinline__ void rope_apply(float a, float b, float cs, float sn, float *o, int i,
+                                           int half)
+{
+    rope_rotate(a, b, cs, sn, o[i], o[i + half]);
+}
+
 /* A block's arrival at a counter (a word of kctx.tile_count, zero between
  * launches) once its stores are done: every thread's stores made visible
  * device-wide, then one atomic add of `add`. Returns to every thread

@@ -128,6 +128,33 @@ struct kmv_seg {
 int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
                      const void *xq);
 
+/* The RoPE (NeoX, every dimension of a head rotated) and the two KV stores
+ * that k_matvec_q_multi_rope runs in the epilogue of one token's Q, K and
+ * V products. */
+struct kqkv_rope {
+    float *rq;            /* q rotated: head h's row at rq + h * rq_nb1 bytes */
+    float *rk;            /* k rotated, or NULL (only the K store reads it) */
+    int64_t rq_nb1, rk_nb1;
+    const int32_t *pos;   /* I32 [1] on device: the token's position */
+    const int32_t *cells; /* I32 [1] on device: its KV cell */
+    void *kc, *vc;        /* caches, rows knb / vnb bytes apart, knc / vnc cells */
+    int64_t knb, vnb, knc, vnc;
+    uint32_t kt, vt;      /* cache types: F32 or F16 */
+    int hd;               /* head size, the rotated dimensions */
+    float base, fscale;   /* RoPE frequency base and scale */
+};
+/* Whether k_matvec_q_multi_rope takes heads of hd and caches of kt, vt. */
+int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t kt, uint32_t vt);
+/* segs[0..2] = Q, K, V of one x (k_matvec_q_multi's products, their dst
+ * unused, a MUL_MAT_ADD's bias in epi): q and k rotated into r->rq and
+ * r->rk, k and v stored in cell r->cells[0] of the caches. A thread group
+ * holds the two rows a rotation pairs (i and i + hd / 2 of a head), so the
+ * products' rows never go to memory. Every value, rounding and cache byte
+ * equals the products, then k_rope_kv's (a cell outside the cache sets
+ * KFLAG_KV_CELL and is not written). */
+int k_matvec_q_multi_rope(struct kctx *k, const struct kmv_seg *segs, int64_t K, const void *xq,
+                          const struct kqkv_rope *r);
+
 /* nt = 1 FFN: dst[n] = silu(Wg[n] . x) * (Wu[n] . x) in one launch (both
  * weights of one quantized type, rows w_nb1 bytes apart; xq from
  * k_quantize_q8_1 with M = 1). Same math as two k_matvec_q + SWIGLU (the

@@ -682,12 +682,20 @@ template <int T, bool PRE> struct Rows2 {
     bool la, lb;
     const uint8_t *wa, *wb;
     First2<T, PRE> f;
-    __device__ __forceinline__ Rows2(int blk, const uint8_t *W, int64_t w_nb1, int nunits, int N,
-                                     int tpr)
-        : ra(blk * 2 * (MV_THREADS / tpr) + (int)threadIdx.x / tpr), rb(ra + MV_THREADS / tpr),
-          lane((int)threadIdx.x % tpr), la(ra < N), lb(rb < N),
+    /* rows ra and rb of the thread's group (either may be past N) */
+    __device__ __forceinline__ Rows2(int ra_, int rb_, const uint8_t *W, int64_t w_nb1,
+                                     int nunits, int N, int tpr)
+        : ra(ra_), rb(rb_), lane((int)threadIdx.x % tpr), la(ra < N), lb(rb < N),
           wa(W + (int64_t)(la ? ra : N - 1) * w_nb1), wb(W + (int64_t)(lb ? rb : N - 1) * w_nb1),
           f(wa, wb, lane, nunits)
+    {
+    }
+    /* the plain split: rows ra and ra + rpb of block blk */
+    __device__ __forceinline__ Rows2(int blk, const uint8_t *W, int64_t w_nb1, int nunits, int N,
+                                     int tpr)
+        : Rows2(blk * 2 * (MV_THREADS / tpr) + (int)threadIdx.x / tpr,
+                blk * 2 * (MV_THREADS / tpr) + (int)threadIdx.x / tpr + MV_THREADS / tpr, W,
+                w_nb1, nunits, N, tpr)
     {
     }
 };
@@ -737,13 +745,17 @@ struct mv_segs {
     int n;
 };
 
-/* The segment that owns this block (uniform over the block). */
-__device__ __forceinline__ const mv_seg &seg_of_block(const mv_segs &S)
+/* The index of the segment that owns this block (uniform over the block). */
+__device__ __forceinline__ int seg_index(const mv_segs &S)
 {
     int i = 0;
     while (i + 1 < S.n && (int)blockIdx.x >= S.s[i + 1].first_block)
         i++;
-    return S.s[i];
+    return i;
+}
+__device__ __forceinline__ const mv_seg &seg_of_block(const mv_segs &S)
+{
+    return S.s[seg_index(S)];
 }
 
 template <int T>
@@ -783,6 +795,129 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     Rows2<MINFER_TYPE_Q8_0, true> r((int)blockIdx.x - g.first_block, g.W, g.w_nb1, nb, g.N, g.tpr);
     k_dep_enter();
     mmvq2_body(r, xq, nb, nb, g.dst, g.tpr, g.e);
+}
+
+/* ---- Q, K and V with the RoPE and the KV stores in the epilogue ---- */
+
+/* The rows of the thread's group in segment si of a k_matvec_q_multi_rope
+ * launch: for Q and K (si 0, 1) pair i of head h, rows h * hd + i and
+ * h * hd + i + hd / 2, the two values one rotation mixes; for V the plain
+ * split. Each row's sum is the same either way (same threads a row, same
+ * units a lane), so the bits equal the plain launch's. */
+__device__ __forceinline__ int2 rope_rows(int si, int blk, int tpr, int hd)
+{
+    const int rpb = MV_THREADS / tpr, g = (int)threadIdx.x / tpr;
+    if (si == 2)
+        return make_int2(blk * 2 * rpb + g, blk * 2 * rpb + g + rpb);
+    const int half = hd / 2, grp = blk * rpb + g;
+    const int ra = grp / half * hd + grp % half;
+    return make_int2(ra, ra + half);
+}
+
+/* Value v of column col into cell row `cell` of a F32 or F16 cache, as
+ * kv_store_row stores it. */
+__device__ __forceinline__ void cache_put(void *c, uint32_t t, int64_t nb, int32_t cell, int col,
+                                          float v)
+{
+    char *row = (char *)c + (int64_t)cell * nb;
+    if (t == MINFER_TYPE_F16)
+        ((uint16_t *)row)[col] = f2h(v);
+    else
+        ((float *)row)[col] = v;
+}
+
+/* Lane 0's epilogue of group rows (ra, rb) with sums a0, a1: the bias as
+ * mmvq2_body adds it, then q rotated into R.rq, k rotated into R.rk and
+ * the K cache, v into the V cache. */
+__device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, bool live, float a0,
+                                               float a1, const kepi_d &e, const kqkv_rope &R,
+                                               unsigned *flags)
+{
+    if (!live)
+        return;
+    if (e.dst2) {
+        a0 = a0 + e.add[ra];
+        a1 = a1 + e.add[rb];
+    }
+    const int32_t cell = si == 0 ? 0 : R.cells[0];
+    const int64_t nc = si == 1 ? R.knc : R.vnc;
+    if (si != 0 && (cell < 0 || cell >= nc)) {
+        atomicOr(flags, KFLAG_KV_CELL);
+        return;
+    }
+    if (si == 2) {
+        cache_put(R.vc, R.vt, R.vnb, cell, ra, a0);
+        cache_put(R.vc, R.vt, R.vnb, cell, rb, a1);
+        return;
+    }
+    const int h = ra / R.hd, i = ra % R.hd;
+    float cs, sn, o0, o1;
+    rope_angle(i, (float)R.pos[0], R.hd, R.base, R.fscale, &cs, &sn);
+    rope_rotate(a0, a1, cs, sn, o0, o1);
+    if (si == 0) {
+        float *o = (float *)((char *)R.rq + (int64_t)h * R.rq_nb1);
+        o[i] = o0;
+        o[i + R.hd / 2] = o1;
+        return;
+    }
+    if (R.rk) {
+        float *o = (float *)((char *)R.rk + (int64_t)h * R.rk_nb1);
+        o[i] = o0;
+        o[i + R.hd / 2] = o1;
+    }
+    cache_put(R.kc, R.kt, R.knb, cell, ra, o0);
+    cache_put(R.kc, R.kt, R.knb, cell, rb, o1);
+}
+
+template <int T>
+__device__ __forceinline__ void rope_seg(int si, int blk, const mv_seg &g, const uint8_t *xq,
+                                         int nb, const kqkv_rope &R, unsigned *flags)
+{
+    const int nunits = nb * 32 / Unit<T>::U;
+    const int2 rr = rope_rows(si, blk, g.tpr, R.hd);
+    Rows2<T, false> r(rr.x, rr.y, g.W, g.w_nb1, nunits, g.N, g.tpr);
+    float a0, a1;
+    dot2_rows<T, false>(r.f, r.wa, r.wb, xq, nb, nunits, r.lane, g.tpr, a0, a1);
+    if (r.lane == 0)
+        qkv_rope_store(si, r.ra, r.rb, r.la && r.lb, a0, a1, g.e, R, flags);
+}
+
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq_multi_rope_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
+                           const kqkv_rope R, unsigned *flags)
+{
+    k_dep_enter();
+    const int si = seg_index(S);
+    const mv_seg &g = S.s[si];
+    int blk = (int)blockIdx.x - g.first_block;
+    switch (g.type) {
+    case MINFER_TYPE_Q4_0: rope_seg<MINFER_TYPE_Q4_0>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q4_1: rope_seg<MINFER_TYPE_Q4_1>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q5_0: rope_seg<MINFER_TYPE_Q5_0>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q5_1: rope_seg<MINFER_TYPE_Q5_1>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q8_0: rope_seg<MINFER_TYPE_Q8_0>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q4_K: rope_seg<MINFER_TYPE_Q4_K>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q5_K: rope_seg<MINFER_TYPE_Q5_K>(si, blk, g, xq, nb, R, flags); break;
+    case MINFER_TYPE_Q6_K: rope_seg<MINFER_TYPE_Q6_K>(si, blk, g, xq, nb, R, flags); break;
+    default: break; /* refused by the launcher */
+    }
+}
+
+/* All three Q8_0: the first units before the wait, as
+ * mmvq_multi_q8_0_kernel. */
+__global__ void __launch_bounds__(MV_THREADS, 6)
+    mmvq_multi_rope_q8_0_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
+                                const kqkv_rope R, unsigned *flags)
+{
+    const int si = seg_index(S);
+    const mv_seg &g = S.s[si];
+    const int2 rr = rope_rows(si, (int)blockIdx.x - g.first_block, g.tpr, R.hd);
+    Rows2<MINFER_TYPE_Q8_0, true> r(rr.x, rr.y, g.W, g.w_nb1, nb, g.N, g.tpr);
+    k_dep_enter();
+    float a0, a1;
+    dot2_rows<MINFER_TYPE_Q8_0, true>(r.f, r.wa, r.wb, xq, nb, nb, r.lane, g.tpr, a0, a1);
+    if (r.lane == 0)
+        qkv_rope_store(si, r.ra, r.rb, r.la && r.lb, a0, a1, g.e, R, flags);
 }
 
 /* nt = 1 gate and up products of one row per thread group and SwiGLU in
@@ -1022,41 +1157,82 @@ static kepi_d epi_of(const struct kepi *epi)
     return e;
 }
 
-extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
-                                const void *xq)
+/* The launch plan of products segs[0..n) of one x in one grid: each
+ * segment's blocks, weight type and threads a row. *all_q8_0: whether
+ * every product is Q8_0. */
+static int plan_segs(struct kctx *k, const char *site, const struct kmv_seg *segs, int n,
+                     int64_t K, mv_segs *S, int64_t *blocks, bool *all_q8_0)
 {
     if (n < 1 || n > MV_MAX_SEGS)
-        return k_fail(k, "matvec_q_multi", "1 to 4 products per launch");
-    mv_segs S;
-    S.n = n;
-    int64_t blocks = 0;
-    bool all_q8_0 = true;
+        return k_fail(k, site, "1 to 4 products per launch");
+    S->n = n;
+    *blocks = 0;
+    *all_q8_0 = true;
     for (int i = 0; i < n; i++) {
         const struct kmv_seg *g = &segs[i];
-        all_q8_0 = all_q8_0 && g->type == MINFER_TYPE_Q8_0;
+        *all_q8_0 = *all_q8_0 && g->type == MINFER_TYPE_Q8_0;
         int U = unit_of(g->type);
         if (!U)
-            return k_fail(k, "matvec_q_multi", "weight type has no dp4a kernel");
+            return k_fail(k, site, "weight type has no dp4a kernel");
         if (K % U || (U == 64 && K % 256))
-            return k_fail(k, "matvec_q_multi", "K is not a whole number of blocks");
+            return k_fail(k, site, "K is not a whole number of blocks");
         bool a16 = g->type == MINFER_TYPE_Q4_K || g->type == MINFER_TYPE_Q5_K;
         if (a16 && (((uintptr_t)g->W % 16) || (g->w_nb1 % 16)))
-            return k_fail(k, "matvec_q_multi", "K-quant weight rows are not 16-byte aligned");
+            return k_fail(k, site, "K-quant weight rows are not 16-byte aligned");
         if (g->N < 1 || g->N > 0x7fffffff)
-            return k_fail(k, "matvec_q_multi", "row count out of range");
+            return k_fail(k, site, "row count out of range");
         /* the thread count per row of a launch of this product alone, so
          * the sums (and bits) equal k_matvec_q's */
         int tpr = pair_tpr((g->N + 1) / 2, K / U);
-        S.s[i] = (mv_seg){(const uint8_t *)g->W, g->w_nb1, g->dst, epi_of(g->epi),
-                          (int)g->N, (int)g->type, (int)blocks, tpr};
+        S->s[i] = (mv_seg){(const uint8_t *)g->W, g->w_nb1, g->dst, epi_of(g->epi),
+                           (int)g->N, (int)g->type, (int)*blocks, tpr};
         int rpb2 = 2 * (MV_THREADS / tpr);
-        blocks += (g->N + rpb2 - 1) / rpb2;
+        *blocks += (g->N + rpb2 - 1) / rpb2;
     }
-    if (blocks > 0x7fffffff)
-        return k_fail(k, "matvec_q_multi", "too many blocks");
+    if (*blocks > 0x7fffffff)
+        return k_fail(k, site, "too many blocks");
+    return 0;
+}
+
+extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int n, int64_t K,
+                                const void *xq)
+{
+    mv_segs S;
+    int64_t blocks;
+    bool all_q8_0;
+    if (plan_segs(k, "matvec_q_multi", segs, n, K, &S, &blocks, &all_q8_0))
+        return -1;
     auto kf = all_q8_0 ? mmvq_multi_q8_0_kernel : mmvq_multi_kernel;
     KLAUNCH(k, "matvec_q_multi", kf, (unsigned)blocks, MV_THREADS, 0, S, (const uint8_t *)xq,
             (int)(K / 32));
+    return 0;
+}
+
+extern "C" int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t kt, uint32_t vt)
+{
+    bool cache = (kt == MINFER_TYPE_F32 || kt == MINFER_TYPE_F16) &&
+                 (vt == MINFER_TYPE_F32 || vt == MINFER_TYPE_F16);
+    return cache && hd >= 2 && hd <= 1024 && hd % 2 == 0;
+}
+
+extern "C" int k_matvec_q_multi_rope(struct kctx *k, const struct kmv_seg *segs, int64_t K,
+                                     const void *xq, const struct kqkv_rope *r)
+{
+    const char *site = "matvec_q_multi_rope";
+    if (!k_matvec_q_multi_rope_ok(r->hd, r->kt, r->vt))
+        return k_fail(k, site, "heads of an odd size or over 1024, or a cache not F32/F16");
+    const int64_t hd = r->hd;
+    const int64_t ke = r->kt == MINFER_TYPE_F16 ? 2 : 4, ve = r->vt == MINFER_TYPE_F16 ? 2 : 4;
+    if (segs[0].N % hd || segs[1].N % hd || segs[1].N > r->knb / ke || segs[2].N > r->vnb / ve)
+        return k_fail(k, site, "Q and K rows not whole heads, or K/V rows past a cache row");
+    mv_segs S;
+    int64_t blocks;
+    bool all_q8_0;
+    if (plan_segs(k, site, segs, 3, K, &S, &blocks, &all_q8_0))
+        return -1;
+    auto kf = all_q8_0 ? mmvq_multi_rope_q8_0_kernel : mmvq_multi_rope_kernel;
+    KLAUNCH(k, site, kf, (unsigned)blocks, MV_THREADS, 0, S, (const uint8_t *)xq, (int)(K / 32),
+            *r, k->flags);
     return 0;
 }
 

@@ -423,15 +423,6 @@ extern "C" int k_rms_norm_q8_1(struct kctx *k, struct kview x, const float *w, s
 
 /* ---- RoPE (NeoX) ---- */
 
-/* cos and sin of pair i's angle at position p: the one angle expression
- * of every RoPE kernel (table or not), so their bits agree. */
-static __device__ __forceinline__ void rope_angle(int i, float p, int n_rot, float base,
-                                                  float fscale, float *cs, float *sn)
-{
-    float inv = powf(base, -2.0f * (float)i / (float)n_rot);
-    sincosf(__fmul_rn(__fmul_rn(p, fscale), inv), sn, cs);
-}
-
 /* Every pair's cos and sin at position p into cs, sn [n_rot / 2], over
  * the block's threads (the table of the one-block-per-group kernels). */
 static __device__ __forceinline__ void rope_angle_table(float p, int n_rot, float base,
@@ -439,15 +430,6 @@ static __device__ __forceinline__ void rope_angle_table(float p, int n_rot, floa
 {
     for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
         rope_angle(i, p, n_rot, base, fscale, &cs[i], &sn[i]);
-}
-
-/* Rotates the pair (a, b) = (x[i], x[i + half]) into o[i], o[i + half];
- * explicit roundings, so no kernel contracts it differently. */
-static __device__ __forceinline__ void rope_apply(float a, float b, float cs, float sn, float *o,
-                                                  int i, int half)
-{
-    o[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-    o[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
 }
 
 static __device__ __forceinline__ void rope_rot(float a, float b, int i, float p, int n_rot,
