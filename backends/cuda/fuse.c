@@ -679,7 +679,9 @@ static uint32_t qkv_rope_group(struct minfer_backend *be, const struct minfer_re
         return 0;
     struct kkv2 kv;
     if (!kv_after(&nd[i + 5], &nd[i + 6], rk->dst, NULL, 0, &kv) || kv.s1.data != pv->data ||
-        kv.s1.ne[0] != pv->ne[0] || kv.s1.ne[1] != 1 || !k_matvec_q_multi_rope_ok(hd, kv.t0, kv.t1))
+        kv.s1.ne[0] != pv->ne[0] || kv.s1.ne[1] != 1 ||
+        !k_matvec_q_multi_rope_ok(hd, nd[i].src[0]->type, nd[i + 1].src[0]->type,
+                                  nd[i + 2].src[0]->type, kv.t0, kv.t1))
         return 0;
     for (uint32_t j = 0; j < 3; j++)
         if (!cuda_dead_from(w, i + 7, nd[i + j].dst))
@@ -722,7 +724,7 @@ static uint32_t qkv_rope_group(struct minfer_backend *be, const struct minfer_re
     struct kqkv_rope r = {rq->dst->data, k_out ? rk->dst->data : NULL, (int64_t)rq->dst->nb[1],
                           (int64_t)rk->dst->nb[1], pos->data, kv.cells, kv.d0, kv.d1, kv.nb0,
                           kv.nb1, kv.nc0, kv.nc1, kv.t0, kv.t1, (int)hd, rq->fparams[0],
-                          rq->fparams[1]};
+                          rq->fparams[1], (pos->flags & MINFER_TENSOR_INPUT) != 0};
     if (k_matvec_q_multi_rope(k, segs, x->ne[0], xs, &r))
         *st = cuda_node_fail(be, &nd[i], MINFER_ERR_BACKEND, k->err);
     group_written(be, w, i, 7);

@@ -142,9 +142,12 @@ struct kqkv_rope {
     uint32_t kt, vt;      /* cache types: F32 or F16 */
     int hd;               /* head size, the rotated dimensions */
     float base, fscale;   /* RoPE frequency base and scale */
+    int pos_fixed;        /* pos written by the host (no kernel): read before the wait */
 };
-/* Whether k_matvec_q_multi_rope takes heads of hd and caches of kt, vt. */
-int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t kt, uint32_t vt);
+/* Whether k_matvec_q_multi_rope takes heads of hd, Q, K and V weights of
+ * types tq, tk, tv and caches of kt, vt. */
+int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t tq, uint32_t tk, uint32_t tv, uint32_t kt,
+                             uint32_t vt);
 /* segs[0..2] = Q, K, V of one x (k_matvec_q_multi's products, their dst
  * unused, a MUL_MAT_ADD's bias in epi): q and k rotated into r->rq and
  * r->rk, k and v stored in cell r->cells[0] of the caches. A thread group

@@ -826,98 +826,116 @@ __device__ __forceinline__ void cache_put(void *c, uint32_t t, int64_t nb, int32
         ((float *)row)[col] = v;
 }
 
-/* Lane 0's epilogue of group rows (ra, rb) with sums a0, a1: the bias as
- * mmvq2_body adds it, then q rotated into R.rq, k rotated into R.rk and
- * the K cache, v into the V cache. */
-__device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, bool live, float a0,
-                                               float a1, const kepi_d &e, const kqkv_rope &R,
-                                               unsigned *flags)
+/* The cell of the token in a cache of nc cells, or -1 (KFLAG_KV_CELL set:
+ * kv_store_row's check). */
+__device__ __forceinline__ int32_t cache_cell(const kqkv_rope &R, int64_t nc, unsigned *flags)
 {
-    if (!live)
-        return;
+    const int32_t cell = R.cells[0];
+    if (cell >= 0 && cell < nc)
+        return cell;
+    atomicOr(flags, KFLAG_KV_CELL);
+    return -1;
+}
+
+/* Lane 0's epilogue of rows (ra, rb) with sums a0, a1, both live: the
+ * bias as mmvq2_body adds it; then v into the V cache (si 2), or the pair
+ * rotated by (cs, sn): q into R.rq (si 0), k into R.rk and the K cache. */
+__device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, float a0, float a1,
+                                               float cs, float sn, const kepi_d &e,
+                                               const kqkv_rope &R, unsigned *flags)
+{
     if (e.dst2) {
         a0 = a0 + e.add[ra];
         a1 = a1 + e.add[rb];
     }
-    const int32_t cell = si == 0 ? 0 : R.cells[0];
-    const int64_t nc = si == 1 ? R.knc : R.vnc;
-    if (si != 0 && (cell < 0 || cell >= nc)) {
-        atomicOr(flags, KFLAG_KV_CELL);
-        return;
-    }
     if (si == 2) {
-        cache_put(R.vc, R.vt, R.vnb, cell, ra, a0);
-        cache_put(R.vc, R.vt, R.vnb, cell, rb, a1);
+        const int32_t cell = cache_cell(R, R.vnc, flags);
+        if (cell >= 0) {
+            cache_put(R.vc, R.vt, R.vnb, cell, ra, a0);
+            cache_put(R.vc, R.vt, R.vnb, cell, rb, a1);
+        }
         return;
     }
-    const int h = ra / R.hd, i = ra % R.hd;
-    float cs, sn, o0, o1;
-    rope_angle(i, (float)R.pos[0], R.hd, R.base, R.fscale, &cs, &sn);
+    const int h = ra / R.hd, i = ra % R.hd, half = R.hd / 2;
+    float o0, o1;
     rope_rotate(a0, a1, cs, sn, o0, o1);
     if (si == 0) {
         float *o = (float *)((char *)R.rq + (int64_t)h * R.rq_nb1);
         o[i] = o0;
-        o[i + R.hd / 2] = o1;
+        o[i + half] = o1;
         return;
     }
     if (R.rk) {
         float *o = (float *)((char *)R.rk + (int64_t)h * R.rk_nb1);
         o[i] = o0;
-        o[i + R.hd / 2] = o1;
+        o[i + half] = o1;
     }
-    cache_put(R.kc, R.kt, R.knb, cell, ra, o0);
-    cache_put(R.kc, R.kt, R.knb, cell, rb, o1);
+    const int32_t cell = cache_cell(R, R.knc, flags);
+    if (cell >= 0) {
+        cache_put(R.kc, R.kt, R.knb, cell, ra, o0);
+        cache_put(R.kc, R.kt, R.knb, cell, rb, o1);
+    }
 }
 
+/* What a thread of segment si does before the wait: its rows (rope_rows)
+ * with weights of type T (Q8_0: the first units loaded, as the plain Q8_0
+ * kernels), and a Q or K group's angle where the host wrote the position
+ * (R.pos_fixed), as rope_kv_kernel did, so that powf and sincosf stay off
+ * the path after the products. */
+template <int T> struct QkvPre {
+    static constexpr bool PRE = T == MINFER_TYPE_Q8_0;
+    Rows2<T, PRE> r;
+    float cs = 0.0f, sn = 0.0f;
+    bool qk;
+    __device__ __forceinline__ QkvPre(int si, int2 rr, const mv_seg &g, int nb, const kqkv_rope &R)
+        : r(rr.x, rr.y, g.W, g.w_nb1, nb * 32 / Unit<T>::U, g.N, g.tpr), qk(si != 2)
+    {
+        if (qk && R.pos_fixed)
+            angle(R);
+    }
+    __device__ __forceinline__ void angle(const kqkv_rope &R)
+    {
+        rope_angle(r.ra % R.hd, (float)R.pos[0], R.hd, R.base, R.fscale, &cs, &sn);
+    }
+};
+
+/* After the wait: the angle if not yet computed, the products, then lane
+ * 0's epilogue. */
 template <int T>
-__device__ __forceinline__ void rope_seg(int si, int blk, const mv_seg &g, const uint8_t *xq,
-                                         int nb, const kqkv_rope &R, unsigned *flags)
+__device__ __forceinline__ void qkv_rope_tail(QkvPre<T> &p, int si, const mv_seg &g,
+                                              const uint8_t *__restrict__ xq, int nb,
+                                              const kqkv_rope &R, unsigned *flags)
 {
+    if (p.qk && !R.pos_fixed)
+        p.angle(R);
     const int nunits = nb * 32 / Unit<T>::U;
-    const int2 rr = rope_rows(si, blk, g.tpr, R.hd);
-    Rows2<T, false> r(rr.x, rr.y, g.W, g.w_nb1, nunits, g.N, g.tpr);
     float a0, a1;
-    dot2_rows<T, false>(r.f, r.wa, r.wb, xq, nb, nunits, r.lane, g.tpr, a0, a1);
-    if (r.lane == 0)
-        qkv_rope_store(si, r.ra, r.rb, r.la && r.lb, a0, a1, g.e, R, flags);
+    dot2_rows<T, QkvPre<T>::PRE>(p.r.f, p.r.wa, p.r.wb, xq, nb, nunits, p.r.lane, g.tpr, a0, a1);
+    if (p.r.lane == 0 && p.r.la && p.r.lb)
+        qkv_rope_store(si, p.r.ra, p.r.rb, a0, a1, p.cs, p.sn, g.e, R, flags);
 }
 
+/* Q and K of type TQK, V of type TV: a kernel per pair of types, so each
+ * keeps the registers of its own loops (one kernel switching over all
+ * types took the most any type needs, spilled, and ran the group 3.3 us
+ * slower than the plain group on the 7B Q4_K_M file). */
+template <int TQK, int TV>
 __global__ void __launch_bounds__(MV_THREADS, 6)
-    mmvq_multi_rope_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
-                           const kqkv_rope R, unsigned *flags)
-{
-    k_dep_enter();
-    const int si = seg_index(S);
-    const mv_seg &g = S.s[si];
-    int blk = (int)blockIdx.x - g.first_block;
-    switch (g.type) {
-    case MINFER_TYPE_Q4_0: rope_seg<MINFER_TYPE_Q4_0>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q4_1: rope_seg<MINFER_TYPE_Q4_1>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q5_0: rope_seg<MINFER_TYPE_Q5_0>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q5_1: rope_seg<MINFER_TYPE_Q5_1>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q8_0: rope_seg<MINFER_TYPE_Q8_0>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q4_K: rope_seg<MINFER_TYPE_Q4_K>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q5_K: rope_seg<MINFER_TYPE_Q5_K>(si, blk, g, xq, nb, R, flags); break;
-    case MINFER_TYPE_Q6_K: rope_seg<MINFER_TYPE_Q6_K>(si, blk, g, xq, nb, R, flags); break;
-    default: break; /* refused by the launcher */
-    }
-}
-
-/* All three Q8_0: the first units before the wait, as
- * mmvq_multi_q8_0_kernel. */
-__global__ void __launch_bounds__(MV_THREADS, 6)
-    mmvq_multi_rope_q8_0_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
-                                const kqkv_rope R, unsigned *flags)
+    mmvq_qkv_rope_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
+                         const kqkv_rope R, unsigned *flags)
 {
     const int si = seg_index(S);
     const mv_seg &g = S.s[si];
     const int2 rr = rope_rows(si, (int)blockIdx.x - g.first_block, g.tpr, R.hd);
-    Rows2<MINFER_TYPE_Q8_0, true> r(rr.x, rr.y, g.W, g.w_nb1, nb, g.N, g.tpr);
-    k_dep_enter();
-    float a0, a1;
-    dot2_rows<MINFER_TYPE_Q8_0, true>(r.f, r.wa, r.wb, xq, nb, nb, r.lane, g.tpr, a0, a1);
-    if (r.lane == 0)
-        qkv_rope_store(si, r.ra, r.rb, r.la && r.lb, a0, a1, g.e, R, flags);
+    if (si == 2) {
+        QkvPre<TV> p(si, rr, g, nb, R);
+        k_dep_enter();
+        qkv_rope_tail(p, si, g, xq, nb, R, flags);
+    } else {
+        QkvPre<TQK> p(si, rr, g, nb, R);
+        k_dep_enter();
+        qkv_rope_tail(p, si, g, xq, nb, R, flags);
+    }
 }
 
 /* nt = 1 gate and up products of one row per thread group and SwiGLU in
@@ -1208,19 +1226,48 @@ extern "C" int k_matvec_q_multi(struct kctx *k, const struct kmv_seg *segs, int 
     return 0;
 }
 
-extern "C" int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t kt, uint32_t vt)
+/* The (Q/K type, V type) pairs with a kernel: each type with itself, and
+ * Q4_K_M's and Q5_K_M's q6_K V layers. */
+#define QKV_ROPE_PAIRS(X)                                                                     \
+    X(MINFER_TYPE_Q4_0, MINFER_TYPE_Q4_0)                                                      \
+    X(MINFER_TYPE_Q4_1, MINFER_TYPE_Q4_1)                                                      \
+    X(MINFER_TYPE_Q5_0, MINFER_TYPE_Q5_0)                                                      \
+    X(MINFER_TYPE_Q5_1, MINFER_TYPE_Q5_1)                                                      \
+    X(MINFER_TYPE_Q8_0, MINFER_TYPE_Q8_0)                                                      \
+    X(MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K)                                                      \
+    X(MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K)                                                      \
+    X(MINFER_TYPE_Q5_K, MINFER_TYPE_Q5_K)                                                      \
+    X(MINFER_TYPE_Q5_K, MINFER_TYPE_Q6_K)                                                      \
+    X(MINFER_TYPE_Q6_K, MINFER_TYPE_Q6_K)
+
+typedef void (*qkv_rope_fn)(const mv_segs, const uint8_t *, int, const kqkv_rope, unsigned *);
+
+static qkv_rope_fn qkv_rope_kernel_of(uint32_t tqk, uint32_t tv)
+{
+#define QKV_ROPE_PICK(A, B)                                                                    \
+    if (tqk == (A) && tv == (B))                                                               \
+        return mmvq_qkv_rope_kernel<A, B>;
+    QKV_ROPE_PAIRS(QKV_ROPE_PICK)
+#undef QKV_ROPE_PICK
+    return NULL;
+}
+
+extern "C" int k_matvec_q_multi_rope_ok(int64_t hd, uint32_t tq, uint32_t tk, uint32_t tv,
+                                        uint32_t kt, uint32_t vt)
 {
     bool cache = (kt == MINFER_TYPE_F32 || kt == MINFER_TYPE_F16) &&
                  (vt == MINFER_TYPE_F32 || vt == MINFER_TYPE_F16);
-    return cache && hd >= 2 && hd <= 1024 && hd % 2 == 0;
+    return cache && hd >= 2 && hd <= 1024 && hd % 2 == 0 && tq == tk &&
+           qkv_rope_kernel_of(tq, tv) != NULL;
 }
 
 extern "C" int k_matvec_q_multi_rope(struct kctx *k, const struct kmv_seg *segs, int64_t K,
                                      const void *xq, const struct kqkv_rope *r)
 {
     const char *site = "matvec_q_multi_rope";
-    if (!k_matvec_q_multi_rope_ok(r->hd, r->kt, r->vt))
-        return k_fail(k, site, "heads of an odd size or over 1024, or a cache not F32/F16");
+    if (!k_matvec_q_multi_rope_ok(r->hd, segs[0].type, segs[1].type, segs[2].type, r->kt, r->vt))
+        return k_fail(k, site, "heads of an odd size or over 1024, a cache not F32/F16, or "
+                               "weight types without a kernel");
     const int64_t hd = r->hd;
     const int64_t ke = r->kt == MINFER_TYPE_F16 ? 2 : 4, ve = r->vt == MINFER_TYPE_F16 ? 2 : 4;
     if (segs[0].N % hd || segs[1].N % hd || segs[1].N > r->knb / ke || segs[2].N > r->vnb / ve)
@@ -1230,7 +1277,7 @@ extern "C" int k_matvec_q_multi_rope(struct kctx *k, const struct kmv_seg *segs,
     bool all_q8_0;
     if (plan_segs(k, site, segs, 3, K, &S, &blocks, &all_q8_0))
         return -1;
-    auto kf = all_q8_0 ? mmvq_multi_rope_q8_0_kernel : mmvq_multi_rope_kernel;
+    auto kf = qkv_rope_kernel_of(segs[0].type, segs[2].type);
     KLAUNCH(k, site, kf, (unsigned)blocks, MV_THREADS, 0, S, (const uint8_t *)xq, (int)(K / 32),
             *r, k->flags);
     return 0;
