@@ -837,22 +837,27 @@ __device__ __forceinline__ int32_t cache_cell(const kqkv_rope &R, int64_t nc, un
     return -1;
 }
 
-/* Lane 0's epilogue of rows (ra, rb) with sums a0, a1, both live: the
- * bias as mmvq2_body adds it; then v into the V cache (si 2), or the pair
- * rotated by (cs, sn): q into R.rq (si 0), k into R.rk and the K cache. */
-__device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, float a0, float a1,
-                                               float cs, float sn, const kepi_d &e,
-                                               const kqkv_rope &R, unsigned *flags)
+/* Lane 0's epilogue of rows (ra, rb) with sums a0, a1 (la, lb: the rows
+ * exist; a Q or K pair has both or neither): the bias as mmvq2_body adds
+ * it; then v into the V cache (si 2), or the pair rotated by (cs, sn): q
+ * into R.rq (si 0), k into R.rk and the K cache. */
+__device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, bool la, bool lb,
+                                               float a0, float a1, float cs, float sn,
+                                               const kepi_d &e, const kqkv_rope &R,
+                                               unsigned *flags)
 {
+    if (!la)
+        return;
     if (e.dst2) {
         a0 = a0 + e.add[ra];
-        a1 = a1 + e.add[rb];
+        a1 = lb ? a1 + e.add[rb] : a1;
     }
     if (si == 2) {
         const int32_t cell = cache_cell(R, R.vnc, flags);
         if (cell >= 0) {
             cache_put(R.vc, R.vt, R.vnb, cell, ra, a0);
-            cache_put(R.vc, R.vt, R.vnb, cell, rb, a1);
+            if (lb)
+                cache_put(R.vc, R.vt, R.vnb, cell, rb, a1);
         }
         return;
     }
@@ -911,14 +916,16 @@ __device__ __forceinline__ void qkv_rope_tail(QkvPre<T> &p, int si, const mv_seg
     const int nunits = nb * 32 / Unit<T>::U;
     float a0, a1;
     dot2_rows<T, QkvPre<T>::PRE>(p.r.f, p.r.wa, p.r.wb, xq, nb, nunits, p.r.lane, g.tpr, a0, a1);
-    if (p.r.lane == 0 && p.r.la && p.r.lb)
-        qkv_rope_store(si, p.r.ra, p.r.rb, a0, a1, p.cs, p.sn, g.e, R, flags);
+    if (p.r.lane == 0)
+        qkv_rope_store(si, p.r.ra, p.r.rb, p.r.la, p.r.lb, a0, a1, p.cs, p.sn, g.e, R, flags);
 }
 
 /* Q and K of type TQK, V of type TV: a kernel per pair of types, so each
- * keeps the registers of its own loops (one kernel switching over all
- * types took the most any type needs, spilled, and ran the group 3.3 us
- * slower than the plain group on the 7B Q4_K_M file). */
+ * keeps the registers of its own loops. The first form, one kernel
+ * switching over every type with the angle computed after the products,
+ * took 80 registers and spilled; on the 7B Q4_K_M file it ran 3.3 us
+ * slower than the plain group, all the RoPE launch saved (docs/PERF.md,
+ * session 23). */
 template <int TQK, int TV>
 __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_qkv_rope_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb,
