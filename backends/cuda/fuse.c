@@ -626,6 +626,21 @@ static uint32_t matvec_group(const struct minfer_replay_window *w, uint32_t i)
     return n >= 2 && products_apart(&nd[i], n, x) ? n : 0;
 }
 
+/* The count products at g as k_matvec_q_multi's segments (a
+ * MUL_MAT_ADD's addend as the epilogue, in epis[j]). */
+static void matvec_segs(const struct minfer_node *g, uint32_t count, struct kmv_seg *segs,
+                        struct kepi *epis)
+{
+    for (uint32_t j = 0; j < count; j++) {
+        const struct minfer_tensor *w = g[j].src[0];
+        int sum = g[j].op == MINFER_OP_MUL_MAT_ADD;
+        if (sum)
+            epis[j] = cuda_sum_epi(&g[j]);
+        segs[j] = (struct kmv_seg){w->type, w->data, (int64_t)w->nb[1], w->ne[1], g[j].dst->data,
+                                   sum ? &epis[j] : NULL};
+    }
+}
+
 /* The n products at g (a matvec_group) as one k_matvec_q_multi launch. */
 static minfer_status run_matvec_group(struct minfer_backend *be, const struct minfer_node *g,
                                       uint32_t count, struct kctx *k)
@@ -639,14 +654,7 @@ static minfer_status run_matvec_group(struct minfer_backend *be, const struct mi
         return st;
     struct kmv_seg segs[4];
     struct kepi epis[4];
-    for (uint32_t j = 0; j < count; j++) {
-        const struct minfer_tensor *w = g[j].src[0];
-        int sum = g[j].op == MINFER_OP_MUL_MAT_ADD;
-        if (sum)
-            epis[j] = cuda_sum_epi(&g[j]);
-        segs[j] = (struct kmv_seg){w->type, w->data, (int64_t)w->nb[1], w->ne[1], g[j].dst->data,
-                                   sum ? &epis[j] : NULL};
-    }
+    matvec_segs(g, count, segs, epis);
     LAUNCH(k_matvec_q_multi(k, segs, (int)count, x->ne[0], xq));
     return MINFER_OK;
 }
@@ -712,15 +720,7 @@ static uint32_t qkv_rope_group(struct minfer_backend *be, const struct minfer_re
         return 7;
     struct kmv_seg segs[3];
     struct kepi epis[3];
-    for (uint32_t j = 0; j < 3; j++) {
-        const struct minfer_node *g = &nd[i + j];
-        const struct minfer_tensor *wt = g->src[0];
-        int sum = g->op == MINFER_OP_MUL_MAT_ADD;
-        if (sum)
-            epis[j] = cuda_sum_epi(g);
-        segs[j] = (struct kmv_seg){wt->type, wt->data, (int64_t)wt->nb[1], wt->ne[1], g->dst->data,
-                                   sum ? &epis[j] : NULL};
-    }
+    matvec_segs(&nd[i], 3, segs, epis);
     struct kqkv_rope r = {rq->dst->data, k_out ? rk->dst->data : NULL, (int64_t)rq->dst->nb[1],
                           (int64_t)rk->dst->nb[1], pos->data, kv.cells, kv.d0, kv.d1, kv.nb0,
                           kv.nb1, kv.nc0, kv.nc1, kv.t0, kv.t1, (int)hd, rq->fparams[0],
