@@ -150,48 +150,22 @@ template <int T> static void check_rows(int64_t K, float scale, unsigned seed)
 }
 
 /* The 32-value types at 137 blocks a row (odd: the second row of a 2-byte
- * aligned type starts 2 bytes off a word), the super-block types at 17. */
-START_TEST(test_units_q4_0)
+ * aligned type starts 2 bytes off a word), the super-block types at 17;
+ * weights of magnitude 1 and 0.01 (the K-quants' 6-bit scales and mins). */
+static const struct {
+    void (*check)(int64_t K, float scale, unsigned seed);
+    int64_t K;
+} unit_cases[] = {
+    {check_rows<MINFER_TYPE_Q4_0>, 137 * 32}, {check_rows<MINFER_TYPE_Q4_1>, 137 * 32},
+    {check_rows<MINFER_TYPE_Q5_0>, 137 * 32}, {check_rows<MINFER_TYPE_Q5_1>, 137 * 32},
+    {check_rows<MINFER_TYPE_Q8_0>, 137 * 32}, {check_rows<MINFER_TYPE_Q4_K>, 17 * 256},
+    {check_rows<MINFER_TYPE_Q5_K>, 17 * 256}, {check_rows<MINFER_TYPE_Q6_K>, 17 * 256},
+};
+
+START_TEST(test_units_match_cpu)
 {
-    check_rows<MINFER_TYPE_Q4_0>(137 * 32, 1.0f, 1);
-}
-END_TEST
-START_TEST(test_units_q4_1)
-{
-    check_rows<MINFER_TYPE_Q4_1>(137 * 32, 1.0f, 2);
-}
-END_TEST
-START_TEST(test_units_q5_0)
-{
-    check_rows<MINFER_TYPE_Q5_0>(137 * 32, 1.0f, 3);
-}
-END_TEST
-START_TEST(test_units_q5_1)
-{
-    check_rows<MINFER_TYPE_Q5_1>(137 * 32, 1.0f, 4);
-}
-END_TEST
-START_TEST(test_units_q8_0)
-{
-    check_rows<MINFER_TYPE_Q8_0>(137 * 32, 1.0f, 5);
-}
-END_TEST
-START_TEST(test_units_q4_K)
-{
-    check_rows<MINFER_TYPE_Q4_K>(17 * 256, 1.0f, 6);
-    check_rows<MINFER_TYPE_Q4_K>(17 * 256, 0.01f, 7);
-}
-END_TEST
-START_TEST(test_units_q5_K)
-{
-    check_rows<MINFER_TYPE_Q5_K>(17 * 256, 1.0f, 8);
-    check_rows<MINFER_TYPE_Q5_K>(17 * 256, 0.01f, 9);
-}
-END_TEST
-START_TEST(test_units_q6_K)
-{
-    check_rows<MINFER_TYPE_Q6_K>(17 * 256, 1.0f, 10);
-    check_rows<MINFER_TYPE_Q6_K>(17 * 256, 0.01f, 11);
+    unit_cases[_i].check(unit_cases[_i].K, 1.0f, 1 + 2 * (unsigned)_i);
+    unit_cases[_i].check(unit_cases[_i].K, 0.01f, 2 + 2 * (unsigned)_i);
 }
 END_TEST
 
@@ -199,14 +173,8 @@ Suite *matvec_units_suite(void)
 {
     Suite *s = suite_create("matvec_units");
     TCase *tc = tcase_create("units");
-    tcase_add_test(tc, test_units_q4_0);
-    tcase_add_test(tc, test_units_q4_1);
-    tcase_add_test(tc, test_units_q5_0);
-    tcase_add_test(tc, test_units_q5_1);
-    tcase_add_test(tc, test_units_q8_0);
-    tcase_add_test(tc, test_units_q4_K);
-    tcase_add_test(tc, test_units_q5_K);
-    tcase_add_test(tc, test_units_q6_K);
+    tcase_add_loop_test(tc, test_units_match_cpu, 0,
+                        (int)(sizeof(unit_cases) / sizeof(unit_cases[0])));
     suite_add_tcase(s, tc);
     return s;
 }
