@@ -14,8 +14,11 @@
 # without fixture-qwen3moe-dev* fails those three families cases only.
 #
 # Environment:
-#   SRC     source tars (git archive ... -o X.tar), space separated; the
-#           first is "A", then "B", ... (default: this working tree)
+#   SRC     source tars, space separated; the first is "A", then "B", ...
+#           (default: this working tree). Make them compressed (git archive
+#           --format=tar.gz BRANCH -o .device/BRANCH.tar, about 0.9 MB a tree
+#           against 4 MB plain): the working tree, the tars, .debs and
+#           fixture-A* must pass together under the call's 64 MiB.
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
 #           suites (Qwen2 fixture A, the model families) on the first tree;
 #           TESTS=ops: runs test-backend-ops only (a short run for kernel
