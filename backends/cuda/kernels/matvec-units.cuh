@@ -51,7 +51,7 @@ static __device__ __forceinline__ void kscale_pair(uint32_t s0, uint32_t s1, uin
  * run: the device layer pads every allocation by 16 bytes. */
 template <int N> static __device__ __forceinline__ void ld_run_a2(const uint8_t *p, int *out)
 {
-    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const uint32_t *a = (const uint32_t *)(p - ((uintptr_t)p & 3u));
     uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
     uint32_t w[N + 1];
 #pragma unroll
