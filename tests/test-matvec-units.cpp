@@ -55,6 +55,11 @@ static inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh)
 {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
 }
+/* the low 32 bits of (hi:lo) >> min(sh, 32) */
+static inline uint32_t __funnelshift_rc(uint32_t lo, uint32_t hi, uint32_t sh)
+{
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh < 32 ? sh : 32));
+}
 /* byte-wise signed a - b, saturated to [-128, 127] */
 static inline int __vsubss4(int a, int b)
 {

@@ -187,11 +187,22 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
     static constexpr int U = 32;
     float d;
     int q[8];
+    /* The 34-byte block lies in the 9 aligned words from b rounded down
+     * to 4 bytes, its scale in the low or the high half of the first:
+     * 9 loads for the unit, none past the block's last word. */
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 34 * (size_t)u;
-        d = h2f(*(const uint16_t *)b);
-        ld_run_a2<8>(b + 2, q);
+        const uint32_t *a = (const uint32_t *)(b - ((uintptr_t)b & 3u));
+        const uint32_t lo = ((uint32_t)(uintptr_t)b & 2u) * 8u; /* the scale's bit offset */
+        uint32_t w[9];
+#pragma unroll
+        for (int i = 0; i < 9; i++)
+            w[i] = a[i];
+        d = h2f((uint16_t)(w[0] >> lo));
+#pragma unroll
+        for (int i = 0; i < 8; i++) /* a shift of 32 (clamped) is the next word */
+            q[i] = (int)__funnelshift_rc(w[i], w[i + 1], lo + 16u);
     }
     __device__ __forceinline__ float dot(const uint8_t *xrow, int nb, int u) const
     {
