@@ -176,13 +176,19 @@ template <> struct qgemm<MINFER_TYPE_Q8_0> {
         ldw(w, p + 68 * t);
         __half2 d0 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)w[0])));
         __half2 d1 = __float2half2_rn(__half2float(__ushort_as_half((unsigned short)(w[8] >> 16))));
+        const __half2 bias = __float2half2_rn(1024.0f + 128.0f);
 #pragma unroll
         for (int s = 0; s < 16; s++) {
-            unsigned q = s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s];
+            /* int8 + 128 in every byte at once (offset binary), then one
+             * byte permute a pair puts bytes e and e + 2 under the 0x64
+             * exponent byte of two halves: 1024 + 128 + q, exact. (The
+             * mask, flip and or a pair cost gemm-wg.cu's q8_0 tiles three
+             * lane instructions more than this.) */
+            unsigned q = (s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s]) ^ 0x80808080u;
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                unsigned b = (lanes2(q, e, 0) & 0x00FF00FFu) ^ 0x00800080u; /* int8 + 128 */
-                v[2 * s + e] = h2u(__hmul2(lanes_h2(b, 128.0f), s < 8 ? d0 : d1));
+                unsigned b = __byte_perm(q, 0x64646464u, e ? 0x4341u : 0x4240u);
+                v[2 * s + e] = h2u(__hmul2(__hsub2(*(const __half2 *)&b, bias), s < 8 ? d0 : d1));
             }
         }
     }
