@@ -48,7 +48,9 @@ static __device__ __forceinline__ void kscale_pair(uint32_t s0, uint32_t s1, uin
 
 /* N ints from a 2-byte aligned address with N+1 aligned 4-byte loads and
  * funnel shifts (instead of 2N 2-byte loads). Reads up to 4 bytes past the
- * run: the device layer pads every allocation by 16 bytes. */
+ * run: the device layer pads every allocation by 16 bytes. The aligned
+ * address is p minus its low bits, not p cast through an integer: the cast
+ * loses the global address space and made these generic loads. */
 template <int N> static __device__ __forceinline__ void ld_run_a2(const uint8_t *p, int *out)
 {
     const uint32_t *a = (const uint32_t *)(p - ((uintptr_t)p & 3u));
