@@ -181,9 +181,8 @@ template <> struct qgemm<MINFER_TYPE_Q8_0> {
         for (int s = 0; s < 16; s++) {
             /* int8 + 128 in every byte at once (offset binary), then one
              * byte permute a pair puts bytes e and e + 2 under the 0x64
-             * exponent byte of two halves: 1024 + 128 + q, exact. (The
-             * mask, flip and or a pair cost gemm-wg.cu's q8_0 tiles three
-             * lane instructions more than this.) */
+             * exponent byte of two halves: 1024 + 128 + q, exact (in
+             * place of a mask, a flip and an or a pair). */
             unsigned q = (s < 8 ? __funnelshift_r(w[s], w[s + 1], 16) : w[1 + s]) ^ 0x80808080u;
 #pragma unroll
             for (int e = 0; e < 2; e++) {

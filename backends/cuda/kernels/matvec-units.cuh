@@ -46,19 +46,25 @@ static __device__ __forceinline__ void kscale_pair(uint32_t s0, uint32_t s1, uin
     m1 = (int)((m >> (sh + 8)) & 0xffu);
 }
 
-/* N ints from a 2-byte aligned address with N+1 aligned 4-byte loads and
- * funnel shifts (instead of 2N 2-byte loads). Reads up to 4 bytes past the
- * run: the device layer pads every allocation by 16 bytes. The aligned
- * address is p minus its low bits, not p cast through an integer: the cast
- * loses the global address space and made these generic loads. */
-template <int N> static __device__ __forceinline__ void ld_run_a2(const uint8_t *p, int *out)
+/* The N aligned words from p rounded down to 4 bytes. The aligned address
+ * is p minus its low bits, not p cast through an integer: the cast loses
+ * the global address space and made these generic loads. */
+template <int N> static __device__ __forceinline__ void ld_words_a4(const uint8_t *p, uint32_t *w)
 {
     const uint32_t *a = (const uint32_t *)(p - ((uintptr_t)p & 3u));
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        w[i] = a[i];
+}
+
+/* N ints from a 2-byte aligned address with N+1 aligned 4-byte loads and
+ * funnel shifts (instead of 2N 2-byte loads). Reads up to 4 bytes past the
+ * run: the device layer pads every allocation by 16 bytes. */
+template <int N> static __device__ __forceinline__ void ld_run_a2(const uint8_t *p, int *out)
+{
     uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
     uint32_t w[N + 1];
-#pragma unroll
-    for (int i = 0; i <= N; i++)
-        w[i] = a[i];
+    ld_words_a4<N + 1>(p, w);
 #pragma unroll
     for (int i = 0; i < N; i++)
         out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
@@ -195,12 +201,9 @@ template <> struct Unit<MINFER_TYPE_Q8_0> {
     __device__ __forceinline__ void load(const uint8_t *row, int u)
     {
         const uint8_t *b = row + 34 * (size_t)u;
-        const uint32_t *a = (const uint32_t *)(b - ((uintptr_t)b & 3u));
         const uint32_t lo = ((uint32_t)(uintptr_t)b & 2u) * 8u; /* the scale's bit offset */
         uint32_t w[9];
-#pragma unroll
-        for (int i = 0; i < 9; i++)
-            w[i] = a[i];
+        ld_words_a4<9>(b, w);
         d = h2f((uint16_t)(w[0] >> lo));
 #pragma unroll
         for (int i = 0; i < 8; i++) /* a shift of 32 (clamped) is the next word */
