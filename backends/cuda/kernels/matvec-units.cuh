@@ -283,6 +283,15 @@ template <> struct Unit<MINFER_TYPE_Q5_K> : UnitK45 {
     }
 };
 
+/* Each byte of v (all in 0..63) minus 32, as int8 lanes: setting every
+ * byte's top bit first keeps the subtraction from borrowing across bytes,
+ * and flipping it back leaves the two's-complement result. Three integer
+ * ops, where __vsubss4 is emulated with more on sm_90. */
+static __device__ __forceinline__ int sub32_bytes(int v)
+{
+    return (int)((((uint32_t)v | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+}
+
 /* Q6_K: unit = (half h, r0 in {0,1}): 32 ql bytes hold sub-blocks r0 (low
  * nibbles) and r0+2 (high nibbles) of the half; the half's 32 qh bytes
  * give their top two bits. Values are re-centred to int8 (q - 32). */
@@ -305,8 +314,8 @@ template <> struct Unit<MINFER_TYPE_Q6_K> {
             int l = L[i], hb = H[i];
             int a = (l & 0x0F0F0F0F) | (((hb >> (2 * r0)) & 0x03030303) << 4);
             int c = ((l >> 4) & 0x0F0F0F0F) | (((hb >> (2 * r0 + 4)) & 0x03030303) << 4);
-            lo[i] = __vsubss4(a, 0x20202020);
-            hi[i] = __vsubss4(c, 0x20202020);
+            lo[i] = sub32_bytes(a);
+            hi[i] = sub32_bytes(c);
         }
         const int8_t *s = (const int8_t *)(b + 192) + 8 * hh + 2 * r0;
         sc[0] = s[0]; sc[1] = s[1]; sc[2] = s[4]; sc[3] = s[5];
