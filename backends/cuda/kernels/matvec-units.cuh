@@ -223,12 +223,16 @@ struct UnitK45 {
     static constexpr int U = 64;
     float d0, d1, m0, m1; /* d*sc, dmin*m of the two sub-blocks */
     int lo[8], hi[8];
+    /* b: the super-block, 16-byte aligned (the launchers check the rows;
+     * 144 and 176 are multiples of 16). Its 16-byte header as one load:
+     * as four 4-byte loads, each of them touched the 8 super-blocks a
+     * warp's lanes reach, as many L1 sectors as the 32 bytes of quants. */
     __device__ __forceinline__ void load_scales(const uint8_t *b, int g)
     {
-        uint32_t dd = *(const uint32_t *)b;
+        const int4 h = *(const int4 *)b;
+        const uint32_t dd = (uint32_t)h.x;
         float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
-        uint32_t s0 = (uint32_t)ld_i32_a4(b + 4), s1 = (uint32_t)ld_i32_a4(b + 8),
-                 s2 = (uint32_t)ld_i32_a4(b + 12);
+        uint32_t s0 = (uint32_t)h.y, s1 = (uint32_t)h.z, s2 = (uint32_t)h.w;
         int a0, b0, a1, b1;
         kscale_pair(s0, s1, s2, g, a0, b0, a1, b1);
         d0 = d * a0; m0 = dmin * b0;
