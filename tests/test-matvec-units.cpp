@@ -60,18 +60,6 @@ static inline uint32_t __funnelshift_rc(uint32_t lo, uint32_t hi, uint32_t sh)
 {
     return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh < 32 ? sh : 32));
 }
-/* byte-wise signed a - b, saturated to [-128, 127] */
-static inline int __vsubss4(int a, int b)
-{
-    uint32_t r = 0;
-    for (int i = 0; i < 4; i++) {
-        int v = (int)(int8_t)(uint8_t)((uint32_t)a >> (8 * i)) -
-                (int)(int8_t)(uint8_t)((uint32_t)b >> (8 * i));
-        v = v < -128 ? -128 : v > 127 ? 127 : v;
-        r |= (uint32_t)(uint8_t)v << (8 * i);
-    }
-    return (int)r;
-}
 static inline float h2f(uint16_t h)
 {
     return minfer_fp16_to_fp32(h);
