@@ -103,11 +103,11 @@ extern "C" int k_quantize_q8_1(struct kctx *k, const float *x, int64_t K, int64_
  * (ffn_down: 3584 rows) spread over a whole block. Measured on H200:
  * occupancy, not bytes in flight per thread, is what the quantized
  * kernels were short of. */
-static int rows_tpr(int64_t N, int64_t nunits)
+static int rows_tpr(int64_t N, int64_t nunits, int min_units = 1)
 {
     int64_t fill = (2 * 270336 + N - 1) / N; /* 2x the resident threads */
     int tpr = 4;
-    while (tpr < MV_THREADS && tpr < fill && tpr < nunits)
+    while (tpr < MV_THREADS && tpr < fill && tpr * min_units < nunits)
         tpr *= 2;
     /* Vocabulary heads (65,536 row groups and more; the rule above gives
      * them 8 threads) take twice the threads where that leaves no lane
@@ -131,11 +131,19 @@ extern "C" void k_tune_matvec_tpr(int tpr)
 }
 
 /* Threads per row group of the nt = 1 kernels that take two rows a group
- * (groups: the row pairs, or the gate/up rows). One function for the
- * single product and the Q/K/V group, so both sum in the same order. */
-static int pair_tpr(int64_t groups, int64_t nunits)
+ * (groups: the row pairs, or the gate/up rows; U: values a unit). One
+ * function for the single product and the Q/K/V group, so both sum in the
+ * same order. Units of 32 values get two a lane at least: a 3584-value
+ * Q8_0 row (112 units) on 128 threads left each lane one unit and a
+ * 3584-row product 1,792 blocks, more than the SMs hold at once; on 64
+ * threads its 896 blocks are all resident during the predecessor's tail
+ * (7 blocks an SM at 72 registers), their units loaded before the wait
+ * (First2). tg128 of the 7B Q8_0 file on the H200: 1.025x for this rule,
+ * 1.03x with the two units (docs/PERF.md, session 29). Q4_0, Q4_1, Q5_0
+ * and Q5_1 share the rule, unmeasured. */
+static int pair_tpr(int64_t groups, int64_t nunits, int U)
 {
-    return g_pair_tpr ? g_pair_tpr : rows_tpr(groups, nunits);
+    return g_pair_tpr ? g_pair_tpr : rows_tpr(groups, nunits, U == 32 ? 2 : 1);
 }
 
 /* Optional epilogue (kepi): dst2[row, t] = acc + add[row, t] written
@@ -300,16 +308,20 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
     }
 }
 
-/* Each thread's first weight unit of rows wa and wb, loaded when PRE
- * before the kernel's dependent-launch wait (weights are memory no kernel
- * writes, common.cuh's rule): a block resident during the predecessor's
- * tail then has them in registers when x is ready. Only Q8_0 does: tg128
- * of the 7B Q8_0 file 1.06-1.07x, where the same order took q4_K's
- * kernels from 71 to 80 registers and lost 3-7% (docs/PERF.md, session
- * 22; the switch over types of the Q/K/V group spilled with it). */
-template <int T, bool PRE> struct First2 {
+/* Each thread's first PRE weight units (0, 1 or 2) of rows wa and wb,
+ * loaded before the kernel's dependent-launch wait (weights are memory no
+ * kernel writes, common.cuh's rule): a block resident during the
+ * predecessor's tail then has them in registers when x is ready. Only
+ * Q8_0 does: tg128 of the 7B Q8_0 file 1.06-1.07x with one unit, where
+ * the same order took q4_K's kernels from 71 to 80 registers and lost
+ * 3-7% (docs/PERF.md, session 22; the switch over types of the Q/K/V
+ * group spilled with it). Two units: the plain Q8_0 product, whose
+ * 3584-value rows (112 units) take 64 threads a row (pair_tpr), so the
+ * whole row pair is in registers before the wait. */
+template <int T, int PRE> struct First2 {
     Unit<T> w0, w1;
-    __device__ __forceinline__ First2(const uint8_t *wa, const uint8_t *wb, int lane, int nunits)
+    __device__ __forceinline__ First2(const uint8_t *wa, const uint8_t *wb, int lane, int nunits,
+                                      int)
     {
         if (lane < nunits) {
             w0.load(wa, lane);
@@ -317,8 +329,23 @@ template <int T, bool PRE> struct First2 {
         }
     }
 };
-template <int T> struct First2<T, false> { /* holds nothing: the loop loads every unit */
-    __device__ __forceinline__ First2(const uint8_t *, const uint8_t *, int, int) {}
+template <int T> struct First2<T, 2> {
+    Unit<T> w0, w1, v0, v1; /* units lane and lane + tpr */
+    __device__ __forceinline__ First2(const uint8_t *wa, const uint8_t *wb, int lane, int nunits,
+                                      int tpr)
+    {
+        if (lane < nunits) {
+            w0.load(wa, lane);
+            w1.load(wb, lane);
+        }
+        if (lane + tpr < nunits) {
+            v0.load(wa, lane + tpr);
+            v1.load(wb, lane + tpr);
+        }
+    }
+};
+template <int T> struct First2<T, 0> { /* holds nothing: the loop loads every unit */
+    __device__ __forceinline__ First2(const uint8_t *, const uint8_t *, int, int, int) {}
 };
 
 /* Two weight rows' dot products with one x (the tpr threads of a row
@@ -326,7 +353,7 @@ template <int T> struct First2<T, false> { /* holds nothing: the loop loads ever
  * from f's units, each next unit loaded after the dots), then the group's
  * reduction; the sums are valid on lane 0. Every thread of the block must
  * call it (a barrier when tpr > 32). */
-template <int T, bool PRE>
+template <int T, int PRE>
 __device__ __forceinline__ void dot2_rows(First2<T, PRE> &f, const uint8_t *wa,
                                           const uint8_t *wb, const uint8_t *__restrict__ xq,
                                           int nb, int nunits, int lane, int tpr, float &a0,
@@ -334,7 +361,25 @@ __device__ __forceinline__ void dot2_rows(First2<T, PRE> &f, const uint8_t *wa,
 {
     a0 = 0.0f;
     a1 = 0.0f;
-    if constexpr (PRE) {
+    if constexpr (PRE == 2) { /* two units in flight; the same order of sums */
+        for (int u = lane; u < nunits; u += 2 * tpr) {
+            a0 += f.w0.dot(xq, nb, u);
+            a1 += f.w1.dot(xq, nb, u);
+            if (u + 2 * tpr < nunits) {
+                f.w0.load(wa, u + 2 * tpr);
+                f.w1.load(wb, u + 2 * tpr);
+            }
+            const int v = u + tpr;
+            if (v < nunits) {
+                a0 += f.v0.dot(xq, nb, v);
+                a1 += f.v1.dot(xq, nb, v);
+                if (v + 2 * tpr < nunits) {
+                    f.v0.load(wa, v + 2 * tpr);
+                    f.v1.load(wb, v + 2 * tpr);
+                }
+            }
+        }
+    } else if constexpr (PRE == 1) {
         for (int u = lane; u < nunits; u += tpr) {
             a0 += f.w0.dot(xq, nb, u);
             a1 += f.w1.dot(xq, nb, u);
@@ -380,7 +425,7 @@ __device__ __forceinline__ void dot2_rows(First2<T, PRE> &f, const uint8_t *wa,
  * of block blk (the kernel's blockIdx.x, or its index inside a segment of
  * the multi-matrix kernel): Rows2 picks them and loads the first units
  * (before the wait), mmvq2_body runs the rest (after it). */
-template <int T, bool PRE> struct Rows2 {
+template <int T, int PRE> struct Rows2 {
     int ra, rb, lane;
     bool la, lb;
     const uint8_t *wa, *wb;
@@ -390,7 +435,7 @@ template <int T, bool PRE> struct Rows2 {
                                      int nunits, int N, int tpr)
         : ra(ra_), rb(rb_), lane((int)threadIdx.x % tpr), la(ra < N), lb(rb < N),
           wa(W + (int64_t)(la ? ra : N - 1) * w_nb1), wb(W + (int64_t)(lb ? rb : N - 1) * w_nb1),
-          f(wa, wb, lane, nunits)
+          f(wa, wb, lane, nunits, tpr)
     {
     }
     /* the plain split: rows ra and ra + rpb of block blk */
@@ -403,7 +448,7 @@ template <int T, bool PRE> struct Rows2 {
     }
 };
 
-template <int T, bool PRE>
+template <int T, int PRE>
 __device__ __forceinline__ void mmvq2_body(Rows2<T, PRE> &r, const uint8_t *__restrict__ xq,
                                            int nb, int nunits, float *dst, int tpr,
                                            const kepi_d &e)
@@ -427,7 +472,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq2_kernel(const uint8_t *__restrict__ W, int64_t w_nb1, const uint8_t *__restrict__ xq,
                  int nb, int nunits, int N, float *dst, int tpr, kepi_d e)
 {
-    Rows2<T, T == MINFER_TYPE_Q8_0> r(blockIdx.x, W, w_nb1, nunits, N, tpr);
+    Rows2<T, T == MINFER_TYPE_Q8_0 ? 2 : 0> r(blockIdx.x, W, w_nb1, nunits, N, tpr);
     k_dep_enter();
     mmvq2_body(r, xq, nb, nunits, dst, tpr, e);
 }
@@ -465,7 +510,7 @@ template <int T>
 __device__ __forceinline__ void multi_seg(int blk, const mv_seg &g, const uint8_t *xq, int nb)
 {
     const int nunits = nb * 32 / Unit<T>::U;
-    Rows2<T, false> r(blk, g.W, g.w_nb1, nunits, g.N, g.tpr);
+    Rows2<T, 0> r(blk, g.W, g.w_nb1, nunits, g.N, g.tpr);
     mmvq2_body(r, xq, nb, nunits, g.dst, g.tpr, g.e);
 }
 
@@ -495,7 +540,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     mmvq_multi_q8_0_kernel(const mv_segs S, const uint8_t *__restrict__ xq, int nb)
 {
     const mv_seg &g = seg_of_block(S);
-    Rows2<MINFER_TYPE_Q8_0, true> r((int)blockIdx.x - g.first_block, g.W, g.w_nb1, nb, g.N, g.tpr);
+    Rows2<MINFER_TYPE_Q8_0, 1> r((int)blockIdx.x - g.first_block, g.W, g.w_nb1, nb, g.N, g.tpr);
     k_dep_enter();
     mmvq2_body(r, xq, nb, nb, g.dst, g.tpr, g.e);
 }
@@ -591,7 +636,7 @@ __device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, bool la, 
  * (R.pos_fixed), as rope_kv_kernel did, so that powf and sincosf stay off
  * the path after the products. */
 template <int T> struct QkvPre {
-    static constexpr bool PRE = T == MINFER_TYPE_Q8_0;
+    static constexpr int PRE = T == MINFER_TYPE_Q8_0;
     Rows2<T, PRE> r;
     float cs = 0.0f, sn = 0.0f;
     bool qk;
@@ -664,7 +709,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    First2<T, T == MINFER_TYPE_Q8_0> f(wa, wb, lane, nunits);
+    First2<T, T == MINFER_TYPE_Q8_0> f(wa, wb, lane, nunits, tpr);
     k_dep_enter();
     float a0, a1;
     dot2_rows(f, wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
@@ -767,7 +812,7 @@ static int launch_mmvq_glu(struct kctx *k, const void *Wg, const void *Wu, int64
     if (check_rows<T>(k, "matvec_q_glu", K, Wg, Wu, w_nb1))
         return -1;
     int nb = (int)(K / 32), nunits = (int)(K / U);
-    int tpr = pair_tpr(N, nunits);
+    int tpr = pair_tpr(N, nunits, U);
     int rpb = MV_THREADS / tpr;
     auto kf = mmvq_glu_kernel<T>;
     KLAUNCH(k, "matvec_q_glu", kf, (unsigned)((N + rpb - 1) / rpb), MV_THREADS, 0,
@@ -809,7 +854,7 @@ static int launch_mmvq(struct kctx *k, const void *W, int64_t K, int64_t N, int6
     const uint8_t *w = (const uint8_t *)W;
     const uint8_t *x = (const uint8_t *)xq;
     if (M == 1 && g_rows_per_thread == 2) {
-        int tpr2 = pair_tpr((N + 1) / 2, nunits);
+        int tpr2 = pair_tpr((N + 1) / 2, nunits, U);
         int rpb2 = 2 * (MV_THREADS / tpr2);
         auto kf = mmvq2_kernel<T>;
         KLAUNCH(k, "matvec_q<nt=1,2 rows>", kf, (unsigned)((N + rpb2 - 1) / rpb2), MV_THREADS,
@@ -911,7 +956,7 @@ static int plan_segs(struct kctx *k, const char *site, const struct kmv_seg *seg
             return k_fail(k, site, "row count out of range");
         /* the thread count per row of a launch of this product alone, so
          * the sums (and bits) equal k_matvec_q's */
-        int tpr = pair_tpr((g->N + 1) / 2, K / U);
+        int tpr = pair_tpr((g->N + 1) / 2, K / U, U);
         S->s[i] = (mv_seg){(const uint8_t *)g->W, g->w_nb1, g->dst, epi_of(g->epi),
                            (int)g->N, (int)g->type, (int)*blocks, tpr};
         int rpb2 = 2 * (MV_THREADS / tpr);
