@@ -641,15 +641,18 @@ static void mul_mat_case(struct tt *w, int64_t K, int64_t N, int M, size_t x_pad
 
 /* Catches: matvec kernels (nt = 1..8) and the GEMM (nt > 8) with a wrong
  * block decode, wrong activation scale/sum term, missed tails in N or M,
- * strided activations, and the dispatch between the two families. */
+ * strided activations, and the dispatch between the two families; the
+ * long rows (16,384 values) give a lane of the nt = 1 kernels more units
+ * than it loads before the dependent-launch wait (Q8_0 takes two), so a
+ * unit reloaded into the wrong register set or skipped shows there. */
 START_TEST(mul_mat_every_type)
 {
     UNDER_TEST(_i);
-    int64_t shapes[][2] = {{256, 33}, {768, 130}, {4096, 67}};
+    int64_t shapes[][2] = {{256, 33}, {768, 130}, {4096, 67}, {16384, 5}};
     int nts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 67};
     for (size_t ti = 0; ti < NWTYPES; ti++) {
         uint32_t t = WTYPES[ti];
-        for (size_t s = 0; s < 3; s++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t K = shapes[s][0], N = shapes[s][1];
             struct tt *w = tt_weight(t, K, N, 0, "w");
             for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
