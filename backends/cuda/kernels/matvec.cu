@@ -319,6 +319,7 @@ __global__ void __launch_bounds__(MV_THREADS, 4)
  * 3584-value rows (112 units) take 64 threads a row (pair_tpr), so the
  * whole row pair is in registers before the wait. */
 template <int T, int PRE> struct First2 {
+    static_assert(PRE == 1, "0, 1 or 2 units before the wait");
     Unit<T> w0, w1;
     __device__ __forceinline__ First2(const uint8_t *wa, const uint8_t *wb, int lane, int nunits,
                                       int)
@@ -636,7 +637,7 @@ __device__ __forceinline__ void qkv_rope_store(int si, int ra, int rb, bool la, 
  * (R.pos_fixed), as rope_kv_kernel did, so that powf and sincosf stay off
  * the path after the products. */
 template <int T> struct QkvPre {
-    static constexpr int PRE = T == MINFER_TYPE_Q8_0;
+    static constexpr int PRE = T == MINFER_TYPE_Q8_0 ? 1 : 0;
     Rows2<T, PRE> r;
     float cs = 0.0f, sn = 0.0f;
     bool qk;
@@ -709,7 +710,7 @@ __global__ void __launch_bounds__(MV_THREADS, 6)
     bool live = row < N;
     const uint8_t *wa = Wg + (int64_t)(live ? row : N - 1) * w_nb1;
     const uint8_t *wb = Wu + (int64_t)(live ? row : N - 1) * w_nb1;
-    First2<T, T == MINFER_TYPE_Q8_0> f(wa, wb, lane, nunits, tpr);
+    First2<T, T == MINFER_TYPE_Q8_0 ? 1 : 0> f(wa, wb, lane, nunits, tpr);
     k_dep_enter();
     float a0, a1;
     dot2_rows(f, wa, wb, xq, nb, nunits, lane, tpr, a0, a1);
