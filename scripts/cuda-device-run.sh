@@ -67,10 +67,21 @@
 #
 # Only the suites' verdicts and failures go to stdout (the transcript keeps
 # its last 12,000 characters); the per-family NMSE lines are in ops.log.
+# Logs past the 8 files a call brings back come packed in $OUT/run.tar.gz.
 set -o pipefail
 T0=$(date +%s)
 since() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:?set OUT}
+# A device call brings back at most 8 files from $OUT: on exit, however
+# the run ends, more than that are packed into one run.tar.gz (tar -xzf).
+pack_out() {
+  local n
+  n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  [ "$n" -gt 8 ] || return 0
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name run.tar.gz -printf '%P\n' |
+    tar -czf run.tar.gz -T - --remove-files) && echo "$n files of \$OUT packed into run.tar.gz"
+}
+trap pack_out EXIT
 D=/tmp/deps
 mkdir -p $D
 for f in .debs/*.deb; do dpkg -x "$f" $D; done
