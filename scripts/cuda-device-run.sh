@@ -72,8 +72,7 @@ set -o pipefail
 T0=$(date +%s)
 since() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:?set OUT}
-# A device call brings back at most 8 files from $OUT: on exit, however
-# the run ends, more than that are packed into one run.tar.gz (tar -xzf).
+# on EXIT, so a run cut short by its time limit still brings its logs back
 pack_out() {
   local n
   n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
