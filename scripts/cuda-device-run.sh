@@ -21,8 +21,9 @@
 #           fixture-A* must pass together under the call's 64 MiB.
 #   TESTS=1 build and run test-cuda-plugin, -ops, -e2e and the fixture
 #           suites (Qwen2 fixture A, the model families) on the first tree;
-#           TESTS=ops: runs test-backend-ops only (a short run for kernel
-#           changes; test-cuda-e2e, test-fixture (which it runs) and
+#           TESTS=ops: runs test-backend-ops only, its CUDA cases only
+#           (MINFER_OPS_ONLY=cuda; a short run for kernel changes;
+#           test-cuda-e2e, test-fixture (which it runs) and
 #           minfer-cuda-bench are built too),
 #           and test-cuda-e2e before it with E2E=1 (capture-time fusion);
 #           TESTS=e2e: test-cuda-e2e alone (fusion and replay changes)
@@ -169,7 +170,7 @@ if [ "$TESTS" = ops ] || [ "$TESTS" = e2e ]; then
   elif [ -n "$MEMCHECK" ]; then
     memcheck; r=$?; cp $OUT/memcheck.log $OUT/ops.log; MEMCHECK=
   else
-    timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
+    MINFER_OPS_ONLY=cuda timeout ${OPS_TIMEOUT:-180} /tmp/bA/bin/test-backend-ops > $OUT/ops.log 2>&1
     r=$?
   fi
   [ "$TESTS" = e2e ] || echo "ops rc $r: $(grep -E '^[0-9]+%' $OUT/ops.log)"

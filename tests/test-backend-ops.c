@@ -113,9 +113,21 @@ static const struct minfer_backend_iface *open_plugin(const char *path, void **d
  * why the plugin cannot run on this machine (the test then skips): only
  * the CUDA plugin may be absent or find no device. Each Check test runs in
  * its own fork, so CUDA is initialised here, in the test's process. */
+static const char *ut_name(int ut)
+{
+    return ut == UT_CPU ? "cpu" : ut == UT_TEMPLATE ? "template" : "cuda";
+}
+
 static const char *open_pair(int ut)
 {
     static char why[700];
+    /* MINFER_OPS_ONLY=cpu|template|cuda: one plugin's cases (a short GPU
+     * run of kernel changes; scripts/cuda-device-run.sh, TESTS=ops) */
+    const char *only = getenv("MINFER_OPS_ONLY");
+    if (only && *only && strcmp(only, ut_name(ut))) {
+        snprintf(why, sizeof why, "MINFER_OPS_ONLY=%s", only);
+        return why;
+    }
     if (ut == UT_CUDA && access(UT_FILE[ut], F_OK) != 0)
         return "the CUDA plugin was not built (libminfer-cuda.so is absent)";
     P[0].t = open_plugin(UT_FILE[ut], &P[0].dl, why, sizeof why);
@@ -147,11 +159,6 @@ static const char *open_pair(int ut)
         if (why_)                                                                          \
             MINFER_TEST_SKIP("%s: %s", ut_name(ut), why_);                                 \
     } while (0)
-
-static const char *ut_name(int ut)
-{
-    return ut == UT_CPU ? "cpu" : ut == UT_TEMPLATE ? "template" : "cuda";
-}
 
 static void setup(void)
 {

@@ -277,6 +277,34 @@ __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
     const float *xr = (const float *)view_row(x, r);
     float *o = (float *)view_row(dst, r);
     int64_t n = x.ne[0];
+    if (n % 4 == 0 && n / 4 <= NORM_VT) {
+        /* one pass, a thread's chunk held in registers across the sum (the
+         * same sum and products as below, so the same bits); the two-pass
+         * loop read each row twice with scalar loads: 12.7 -> 11.1 us a
+         * 512-token 7B norm on the H100 (docs/PERF.md, session 31) */
+        const int64_t c = threadIdx.x;
+        const bool live = c < n / 4;
+        const float4 xv = live ? load4(xr, c, ((uintptr_t)xr % 16) == 0)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float scale =
+            rms_from_sum(block_sum_sq(live ? __fadd_rn(0.0f, sq4(xv)) : 0.0f), n, eps);
+        if (!live)
+            return;
+        const float4 wv = w ? load4(w, c, ((uintptr_t)w % 16) == 0)
+                            : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        const float4 v = make_float4(
+            norm_apply(xv.x, scale, w != NULL, wv.x), norm_apply(xv.y, scale, w != NULL, wv.y),
+            norm_apply(xv.z, scale, w != NULL, wv.z), norm_apply(xv.w, scale, w != NULL, wv.w));
+        if (((uintptr_t)o % 16) == 0) {
+            ((float4 *)o)[c] = v;
+        } else {
+            o[4 * c] = v.x;
+            o[4 * c + 1] = v.y;
+            o[4 * c + 2] = v.z;
+            o[4 * c + 3] = v.w;
+        }
+        return;
+    }
     float scale = rms_scale(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         o[i] = norm_val(xr[i], scale, w, i);
