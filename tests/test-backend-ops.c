@@ -109,15 +109,15 @@ static const struct minfer_backend_iface *open_plugin(const char *path, void **d
     return t;
 }
 
-/* Opens plugin ut (P[0]) and the CPU reference (P[1]). Returns NULL, or
- * why the plugin cannot run on this machine (the test then skips): only
- * the CUDA plugin may be absent or find no device. Each Check test runs in
- * its own fork, so CUDA is initialised here, in the test's process. */
 static const char *ut_name(int ut)
 {
     return ut == UT_CPU ? "cpu" : ut == UT_TEMPLATE ? "template" : "cuda";
 }
 
+/* Opens plugin ut (P[0]) and the CPU reference (P[1]). Returns NULL, or
+ * why the plugin cannot run on this machine (the test then skips): only
+ * the CUDA plugin may be absent or find no device. Each Check test runs in
+ * its own fork, so CUDA is initialised here, in the test's process. */
 static const char *open_pair(int ut)
 {
     static char why[700];
