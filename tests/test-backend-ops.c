@@ -124,6 +124,9 @@ static const char *open_pair(int ut)
     /* MINFER_OPS_ONLY=cpu|template|cuda: one plugin's cases (a short GPU
      * run of kernel changes; scripts/cuda-device-run.sh, TESTS=ops) */
     const char *only = getenv("MINFER_OPS_ONLY");
+    ck_assert_msg(!only || !*only || !strcmp(only, "cpu") || !strcmp(only, "template") ||
+                      !strcmp(only, "cuda"),
+                  "MINFER_OPS_ONLY=%s names no plugin (cpu, template or cuda)", only);
     if (only && *only && strcmp(only, ut_name(ut))) {
         snprintf(why, sizeof why, "MINFER_OPS_ONLY=%s", only);
         return why;

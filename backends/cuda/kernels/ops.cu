@@ -257,6 +257,26 @@ static __device__ __forceinline__ float norm_val(float x, float scale, const flo
     return norm_apply(x, scale, w != NULL, w ? w[i] : 0.0f);
 }
 
+/* norm_apply on a chunk's 4 values */
+static __device__ __forceinline__ float4 norm_apply4(float4 x, float scale, bool has_w, float4 w)
+{
+    return make_float4(norm_apply(x.x, scale, has_w, w.x), norm_apply(x.y, scale, has_w, w.y),
+                       norm_apply(x.z, scale, has_w, w.z), norm_apply(x.w, scale, has_w, w.w));
+}
+
+/* Chunk c's 4 values into o (vec: o is 16-byte aligned). */
+static __device__ __forceinline__ void store4(float *o, int64_t c, float4 v, bool vec)
+{
+    if (vec) {
+        ((float4 *)o)[c] = v;
+        return;
+    }
+    o[4 * c] = v.x;
+    o[4 * c + 1] = v.y;
+    o[4 * c + 2] = v.z;
+    o[4 * c + 3] = v.w;
+}
+
 /* A row of n <= 128 values (n % 4 == 0) held by one warp, chunk v on
  * each lane (live: the lane holds one), normalized: the canonical sum of
  * such rows (one virtual warp, as rms_norm_kernel's) and norm_apply per
@@ -266,8 +286,7 @@ static __device__ __forceinline__ float4 norm_row4(float4 v, bool live, float4 w
 {
     float sw = warp_sum(live ? __fadd_rn(0.0f, sq4(v)) : 0.0f);
     float scale = rms_from_sum(warp_sum(threadIdx.x % 32 == 0 ? sw : 0.0f), n, eps);
-    return make_float4(norm_apply(v.x, scale, has_w, w.x), norm_apply(v.y, scale, has_w, w.y),
-                       norm_apply(v.z, scale, has_w, w.z), norm_apply(v.w, scale, has_w, w.w));
+    return norm_apply4(v, scale, has_w, w);
 }
 
 __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
@@ -292,17 +311,7 @@ __global__ void rms_norm_kernel(kview x, const float *w, kview dst, float eps)
             return;
         const float4 wv = w ? load4(w, c, ((uintptr_t)w % 16) == 0)
                             : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        const float4 v = make_float4(
-            norm_apply(xv.x, scale, w != NULL, wv.x), norm_apply(xv.y, scale, w != NULL, wv.y),
-            norm_apply(xv.z, scale, w != NULL, wv.z), norm_apply(xv.w, scale, w != NULL, wv.w));
-        if (((uintptr_t)o % 16) == 0) {
-            ((float4 *)o)[c] = v;
-        } else {
-            o[4 * c] = v.x;
-            o[4 * c + 1] = v.y;
-            o[4 * c + 2] = v.z;
-            o[4 * c + 3] = v.w;
-        }
+        store4(o, c, norm_apply4(xv, scale, w != NULL, wv), ((uintptr_t)o % 16) == 0);
         return;
     }
     float scale = rms_scale(xr, n, eps);
@@ -333,16 +342,9 @@ static __device__ __forceinline__ void norm_q8_1_chunk(float4 xv, float4 wv, boo
 {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (live) {
-        v[0] = norm_apply(xv.x, scale, has_w, wv.x);
-        v[1] = norm_apply(xv.y, scale, has_w, wv.y);
-        v[2] = norm_apply(xv.z, scale, has_w, wv.z);
-        v[3] = norm_apply(xv.w, scale, has_w, wv.w);
-        if (vec)
-            ((float4 *)o)[c] = make_float4(v[0], v[1], v[2], v[3]);
-        else
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                o[4 * c + j] = v[j];
+        const float4 n4 = norm_apply4(xv, scale, has_w, wv);
+        v[0] = n4.x, v[1] = n4.y, v[2] = n4.z, v[3] = n4.w;
+        store4(o, c, n4, vec);
     }
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
