@@ -267,7 +267,8 @@ if [ -n "$NCU_GEMM" ]; then
   for t in ${NCU_GEMM_TYPES:-q4_K}; do
     # shellcheck disable=SC2086  # K N M BN are four words
     timeout 150 $NCU_BIN --section SpeedOfLight --section Occupancy --section SchedulerStats \
-      --section WarpStateStats --launch-skip 3 --launch-count 1 \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --launch-skip 3 --launch-count 1 \
       -k 'regex:gemm_(wg|ss|q|i8|f16)' /tmp/bA/bin/minfer-cuda-bench --gemm-type $t \
       --gemm-one $NCU_GEMM > $OUT/ncu-gemm-$t.txt 2>&1
     echo "ncu gemm $t rc $? at $(since) s"

@@ -1103,6 +1103,101 @@ START_TEST(ffn_gate_up_one_launch)
 }
 END_TEST
 
+/* Catches the gate/up pair's f16 outputs (k_gemm_glu's xo, which the down
+ * product reads as its activations instead of converting them) in the
+ * wrong unit, element or token, written past the last token, missing
+ * from the split tail's stores, or read after they went stale; and a
+ * down product that misses them on a 9.0 device with the sm_90a kernels.
+ * The down product right after the pair must give the very bits of the
+ * same product on a copy of the pair's f32 output (which converts), and
+ * match the CPU; after an in-place write to that output, the CPU's
+ * result again. Shapes: the split tail alone and after whole tiles, the
+ * 64- and 128-token tiles, a partial token group and a second token
+ * tile. */
+START_TEST(down_reads_gate_up_outputs)
+{
+    UNDER_TEST(UT_CUDA);
+    typedef uint64_t (*count_fn)(void);
+    typedef const char *(*archs_fn)(void);
+    typedef void (*tune_fn)(int bk, int splits, int bn);
+    count_fn shared = (count_fn)P[0].t->get_proc("minfer_cuda_shared_x");
+    archs_fn archs = (archs_fn)P[0].t->get_proc("minfer_cuda_built_archs");
+    tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
+    ck_assert_msg(shared && archs && tune, "the CUDA plugin lacks its shared_x, archs or tune hooks");
+    struct minfer_device_info d = {.struct_size = sizeof d};
+    ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
+    const bool wg = d.cc_major == 9 && d.cc_minor == 0 && strstr(archs(), "90");
+    tune(0, 0, 0);
+    static const struct {
+        uint32_t pair, down;
+        int64_t K, N;
+        int M;
+    } cases[] = {
+        {MINFER_TYPE_Q4_K, MINFER_TYPE_Q6_K, 2048, 256, 40},  /* split tail only */
+        {MINFER_TYPE_Q4_K, MINFER_TYPE_Q4_K, 2048, 8704, 40}, /* whole tiles, then a split tail */
+        {MINFER_TYPE_Q8_0, MINFER_TYPE_Q8_0, 512, 512, 67},   /* 128 tokens, 3 in the last group */
+        {MINFER_TYPE_Q5_K, MINFER_TYPE_Q5_K, 768, 768, 200},  /* a second token tile */
+        {MINFER_TYPE_Q6_K, MINFER_TYPE_Q8_0, 256, 1024, 130}, /* 2 tokens in the second tile */
+    };
+    const int64_t ND = 320; /* the down product's rows: 2.5 blocks */
+    int hits = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t K = cases[c].K, N = cases[c].N;
+        const int M = cases[c].M;
+        struct tt *g = tt_weight(cases[c].pair, K, N, 0, "gate");
+        struct tt *u = tt_weight(cases[c].pair, K, N, 0, "up");
+        struct tt *w = tt_weight(cases[c].down, N, ND, 0, "down");
+        struct tt *x = tt_new(MINFER_TYPE_F32, K, M, 1, 1, 0);
+        tt_place(x, NULL);
+        struct tt *a = tt_new(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        tt_place(a, NULL);
+        /* every output before the pair: a buffer write drops what it left */
+        struct tt *h = tt_out(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        struct tt *y = tt_out(MINFER_TYPE_F32, ND, M, 1, 1, 0);
+        struct tt *y2 = tt_out(MINFER_TYPE_F32, ND, M, 1, 1, 0);
+        struct tt *y3 = tt_out(MINFER_TYPE_F32, ND, M, 1, 1, 0);
+        char what[128];
+        snprintf(what, sizeof what, "%s pair K=%lld N=%lld nt=%d, %s down", tn(cases[c].pair),
+                 (long long)K, (long long)N, M, tn(cases[c].down));
+        struct minfer_node pair = {.op = MINFER_OP_FFN_GATE_UP}, mm = {.op = MINFER_OP_MUL_MAT};
+        struct tt *ps[3] = {g, u, x}, *ds[2] = {w, h};
+        run_both(&pair, ps, 3, h, what);
+        uint64_t before = shared();
+        run_both(&mm, ds, 2, y, what);
+        bool hit = shared() > before;
+        hits += hit;
+        if (wg)
+            ck_assert_msg(hit, "%s: the down product converted the pair's outputs again", what);
+        compare(h, "gate_up_outputs", what, TOL_Q8ACT);
+        compare(y, "down_after_pair", what, TOL_Q8ACT);
+
+        /* the same product on a copy of h converts; its bits must be y's */
+        struct tt *hc = tt_new(MINFER_TYPE_F32, N, M, 1, 1, 0);
+        memcpy(hc->host, tt_read(h, 0), hc->bytes);
+        tt_place(hc, NULL);
+        struct tt *cs[2] = {w, hc};
+        run_both(&mm, cs, 2, y2, what);
+        ck_assert_msg(memcmp(tt_read(y, 0), tt_read(y2, 0), (size_t)(ND * M) * sizeof(float)) == 0,
+                      "%s: the down product on the pair's f16 outputs differs from the one "
+                      "on its converted f32 outputs",
+                      what);
+
+        /* h += a in place, then the down product: the CPU's, not the stale one */
+        struct minfer_node add = {.op = MINFER_OP_ADD};
+        struct tt *as[2] = {h, a};
+        run_both(&pair, ps, 3, h, what);
+        run_both(&add, as, 2, h, what);
+        run_both(&mm, ds, 2, y3, what);
+        snprintf(what + strlen(what), sizeof what - strlen(what), ", after h += a");
+        compare(y3, "down_after_pair", what, TOL_Q8ACT);
+    }
+    printf("down_reads_gate_up_outputs: %d of %zu down products read the pair's outputs "
+           "(cc %d.%d)\n",
+           hits, sizeof cases / sizeof cases[0], d.cc_major, d.cc_minor);
+    print_stats("down_reads_gate_up_outputs");
+}
+END_TEST
+
 /* Catches activations converted for one product (f16 for the wgmma GEMM,
  * q8_1 for gemm-i8 and the matvec) and reused by the next product of the
  * same x after x changed: written in place by a node, or by a buffer
@@ -1538,6 +1633,7 @@ Suite *backend_ops_suite(void)
     tcase_add_test(tc, decode_gemm_crossover);
     tcase_add_test(tc, matvec_long_rows);
     tcase_add_test(tc, ffn_gate_up_one_launch);
+    tcase_add_test(tc, down_reads_gate_up_outputs);
     tcase_add_test(tc, shared_activations_follow_writes);
     tcase_add_loop_test(tc, kv_store_layouts, 0, UT_COUNT);
     tcase_add_loop_test(tc, attention_layouts, 0, UT_COUNT);

@@ -21,7 +21,10 @@
 #include "minfer/quant.h"
 
 /* Scratch slots of an instance (cu_scratch). */
-enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2, SLOT_SPLIT = 3 };
+/* SLOT_ACT: a gate/up pair's outputs as its down product's f16
+ * activations (k_gemm_glu's xo), beside SLOT_XQ, which holds the pair's
+ * own inputs while it runs. */
+enum { SLOT_XQ = 0, SLOT_FFN = 1, SLOT_ATTN = 2, SLOT_SPLIT = 3, SLOT_ACT = 4 };
 
 /* The most tokens of one matvec launch; products of more tokens use the
  * tensor-core GEMM, and some of fewer (cuda_matvec_tokens). */
@@ -42,9 +45,10 @@ struct gentry {
     uint64_t used;     /* LRU tick */
 };
 
-/* What SLOT_XQ holds: the activations x [K, M] (rows nb1 bytes apart) in
- * one form at xq: q8_1 blocks of a group (32 or 256), or f16 values in
- * one of the GEMM's orders (KGEMM_ACT_F16 and up, k_gemm_act_form).
+/* What SLOT_XQ (or SLOT_ACT) holds: the activations x [K, M] (rows nb1
+ * bytes apart) in one form at xq: q8_1 blocks of a group (32 or 256), or
+ * f16 values in one of the GEMM's orders (KGEMM_ACT_F16 and up,
+ * k_gemm_act_form).
  * Products of one x (Q, K and V; gate and up) find them here instead of
  * converting x again. Valid while every write since is seen: each node's
  * dst is checked against x (cuda_xq_note_write) in a capture window and
@@ -59,6 +63,10 @@ struct xq_cache {
     int form;          /* q8_1 group, or KGEMM_ACT_F16 + the f16 order */
     uint64_t pool_gen; /* cu_pool_generation when it was written */
     uint64_t seq;      /* kctx.launches right after the kernel that wrote it */
+    /* the node output these were written beside (a gate/up pair's dst,
+     * SLOT_ACT): the note of that very write, which follows the node, keeps
+     * them; NULL once seen */
+    const void *writer;
 };
 
 struct minfer_backend {

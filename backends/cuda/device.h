@@ -78,7 +78,7 @@ uint64_t cu_pool_generation(const struct cu_ctx *c);
 
 /* Instance scratch slot `slot` (0..CU_SCRATCH_SLOTS-1) of at least size
  * bytes; grows (sync + realloc) on demand. */
-#define CU_SCRATCH_SLOTS 4
+#define CU_SCRATCH_SLOTS 5
 minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out);
 
 /* ---- transfers (ordered on the instance stream) ---- */

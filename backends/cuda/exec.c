@@ -58,60 +58,67 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     bool split = is_float_type(w->type);
     if ((size_t)K > SIZE_MAX / 16 / (size_t)M)
         return cuda_node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
-    size_t act = round256(k_gemm_act_bytes(K, M));
     size_t ws = k_gemm_scratch_bytes(k, w->type, w->data, K, N, M, (int64_t)w->nb[1]);
+    int form = split ? 0 : k_gemm_act_form(k, w->type, K, M);
+    /* the activations in SLOT_SPLIT before the weights unless they come in
+     * a shared form */
+    size_t act = form ? 0 : round256(k_gemm_act_bytes(K, M));
     if (ws > SIZE_MAX / 2 - 3 * act)
         return cuda_node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
+    void *xs = NULL;
+    minfer_status st;
+    /* shared with the other products of this x (Q, K, V; gate and up), or
+     * written by the node before (q8_1 of group 32 by a fused norm, f16 by
+     * a gate/up pair); looked up before SLOT_SPLIT may grow, which would
+     * move the pool's generation */
+    if (form &&
+        (st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
+            MINFER_OK)
+        return st;
     void *base = NULL;
-    minfer_status st = cu_scratch(be->c, SLOT_SPLIT, (split ? 2 : 1) * act + ws, &base);
-    if (st != MINFER_OK)
+    if (act + ws && (st = cu_scratch(be->c, SLOT_SPLIT, (split ? 2 : 1) * act + ws, &base)) !=
+                        MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    char *xh = base, *xl = split ? xh + act : NULL, *wh = xh + (split ? 2 : 1) * act;
-    int form = split ? 0 : k_gemm_act_form(k, w->type, K, M);
-    if (form) {
-        /* shared with the other products of this x (Q, K, V; gate and up)
-         * and, q8_1 of group 32, written by a fused norm */
-        void *xs = NULL;
-        st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs);
-        if (st != MINFER_OK)
-            return st;
-        xh = xs;
-    } else {
+    char *xh = form ? xs : base, *xl = split ? (char *)base + act : NULL;
+    char *wh = (char *)base + (split ? 2 : 1) * act;
+    if (!form)
         LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
-    }
     k->late_next = form && form < KGEMM_ACT_F16 && gemm_late(be, k);
     LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
                   ws ? wh : NULL, epi));
     return MINFER_OK;
 }
 
-/* x [K, M] in `form` in SLOT_XQ: launches the conversion (k_quantize_q8_1
- * for a group, k_gemm_act for wtype's f16 order) unless be->xq says the
- * slot already holds exactly this x in this form. */
+/* x [K, M] in `form`: be->xq's when it holds exactly this x in this form
+ * (in SLOT_XQ, or in SLOT_ACT beside the gate/up pair that wrote x), else
+ * converted into SLOT_XQ (k_quantize_q8_1 for a group, k_gemm_act for
+ * wtype's f16 order). The look-up comes first: growing SLOT_XQ moves the
+ * pool's generation, which would lose SLOT_ACT's entry. */
 minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node *n,
                             struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
                             int64_t M, int64_t xnb1, int form, void **out)
 {
-    void *xq = NULL;
     *out = NULL;
+    struct xq_cache *qc = &be->xq;
+    if (qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M && qc->nb1 == xnb1 &&
+        qc->form == form && qc->pool_gen == cu_pool_generation(be->c)) {
+        CUDA_COUNT(shared_x);
+        *out = qc->xq;
+        return MINFER_OK;
+    }
+    void *xq = NULL;
     bool f16 = form >= KGEMM_ACT_F16;
     minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
                                   &xq);
     if (st != MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    struct xq_cache *qc = &be->xq;
-    uint64_t gen = cu_pool_generation(be->c);
-    if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
-          qc->nb1 == xnb1 && qc->xq == xq && qc->form == form && qc->pool_gen == gen)) {
-        qc->valid = false;
-        if (f16)
-            LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
-        else
-            LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
-        *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, gen, k->launches};
-    } else {
-        CUDA_COUNT(shared_x);
-    }
+    qc->valid = false;
+    if (f16)
+        LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
+    else
+        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
+    *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, cu_pool_generation(be->c),
+                            k->launches, NULL};
     *out = xq;
     return MINFER_OK;
 }
@@ -263,7 +270,7 @@ void cuda_xq_written(struct minfer_backend *be, const struct minfer_tensor *x, v
                      int group)
 {
     be->xq = (struct xq_cache){true, x->data, x->ne[0], x->ne[1], (int64_t)x->nb[1], xq, group,
-                               cu_pool_generation(be->c), cu_ctx_kctx(be->c)->launches};
+                               cu_pool_generation(be->c), cu_ctx_kctx(be->c)->launches, NULL};
 }
 
 /* ATTENTION; xq_next (NULL: none) is the MUL_MAT that reads its output
@@ -387,20 +394,33 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
         if (fused && s0->type == s1->type && s0->nb[1] == s1->nb[1] && !be->fuse_off &&
             k_gemm_glu_ok(k, s0->type, K, M)) { /* gate, up and SwiGLU in one GEMM */
             const struct minfer_tensor *x = n->src[2];
-            void *xh = NULL;
-            minfer_status st = cuda_shared_x(be, n, k, s0->type, x->data, K, M, (int64_t)x->nb[1],
-                                             k_gemm_act_form(k, s0->type, K, M), &xh);
+            /* the outputs also as the down product's f16 activations, where
+             * that product (taken to be of the pair's type) reads them; its
+             * slot first: growing it would lose the inputs' entry */
+            int act_form = k_gemm_glu_act_form(k, s0->type, N, M);
+            void *xh = NULL, *xo = NULL;
+            minfer_status st;
+            if (act_form && (st = cu_scratch(be->c, SLOT_ACT, k_gemm_act_bytes(N, M), &xo)) != MINFER_OK)
+                return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+            st = cuda_shared_x(be, n, k, s0->type, x->data, K, M, (int64_t)x->nb[1],
+                               k_gemm_act_form(k, s0->type, K, M), &xh);
             if (st != MINFER_OK)
                 return st;
+            if (xh == xo) /* x itself came from SLOT_ACT (a pair's output): keep it */
+                xo = NULL;
             size_t pb = k_gemm_glu_scratch_bytes(k, s0->type, K, N, M);
             void *part = NULL;
             if (pb && (st = cu_scratch(be->c, SLOT_FFN, pb, &part)) != MINFER_OK)
                 return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
             LAUNCH(k_gemm_glu(k, s0->type, s0->data, s1->data, K, N, (int64_t)s0->nb[1], xh, M,
-                              d->data, (int64_t)d->nb[1], part));
+                              d->data, (int64_t)d->nb[1], part, xo));
             CUDA_COUNT(glu_gemms);
             if (pb)
                 CUDA_COUNT(glu_tails);
+            if (xo)
+                be->xq = (struct xq_cache){true,        d->data, N, M, (int64_t)d->nb[1], xo,
+                                           act_form,    cu_pool_generation(be->c),
+                                           k->launches, d->data};
             return MINFER_OK;
         }
         minfer_status st = cu_scratch(be->c, SLOT_FFN, (fused ? 1 : 2) * plane, &gu);

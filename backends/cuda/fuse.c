@@ -35,6 +35,10 @@ void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t
     struct xq_cache *qc = &be->xq;
     if (!qc->valid || !t)
         return;
+    if (qc->writer && qc->writer == t->data) { /* the write they were made beside */
+        qc->writer = NULL;
+        return;
+    }
     uintptr_t lo, hi;
     byte_range(t, &lo, &hi);
     uintptr_t xlo = (uintptr_t)qc->x, xhi = xlo + (uintptr_t)(qc->M - 1) * (uintptr_t)qc->nb1 +

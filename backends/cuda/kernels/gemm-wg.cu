@@ -97,12 +97,52 @@ struct wtail {
     unsigned *count;
 };
 
+/* The down product's activations, written by the gate/up pair whose
+ * outputs they are: k_gemm_act's ACT_WG order (gemm.cuh, wg_act_unit)
+ * over K = the pair's N, so that product converts nothing. In a 256-value
+ * chunk, value v = 64 j + 4 s + 2 e + h is element 2 j + e of the unit of
+ * step s, half h (gemm_act_kernel's order). w_act_at: the f16 index of
+ * output (n, m) among M tokens. */
+__device__ __forceinline__ int64_t w_act_at(int n, int m, int M)
+{
+    const int v = n & (Q_CHUNK - 1), s = (v & 63) >> 2, h = v & 1, e = (v >> 1) & 1;
+    return 8 * wg_act_unit(m, n / Q_CHUNK, s, h, wg_act_tokens(M)) + 2 * (v >> 6) + e;
+}
+
+/* A pair block's 64 output rows n0.. (n0 a multiple of 64: one j of each
+ * chunk) for the NT tokens from m0, from warpgroup 0's fragments (rows r0
+ * and r0 + 8, tokens 8 t + 2 tig + 0/1). Rows r and r + 2 are elements 2 j
+ * and 2 j + 1 of one unit, so one 4-byte store takes both; r + 2 is lane
+ * ^ 8's row. The lane of the lower row stores the even token, its partner
+ * the odd one, each after one shuffle. A row's address is worked out once:
+ * a token group further is 16 units on (an epilogue here costs SM time
+ * one for one, as the kernel runs one block an SM). */
+template <int NT>
+__device__ __forceinline__ void w_store_act(__half *xo, const float (&acc)[NT / 2], int n0, int r0,
+                                            int m0, int lane, int M)
+{
+    const int odd = (r0 >> 1) & 1; /* the upper row of its pair: stores the odd token */
+    const int tok = 2 * (lane & 3) + odd;
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        const int n = n0 + r0 + 8 * rh - 2 * odd; /* the pair's lower row */
+        __half2 *p = (__half2 *)(xo + w_act_at(n, m0 + tok, M));
+#pragma unroll
+        for (int t = 0; t < NT / 8; t++) {
+            const float a0 = acc[4 * t + 2 * rh], a1 = acc[4 * t + 2 * rh + 1];
+            const float got = __shfl_xor_sync(0xffffffffu, odd ? a0 : a1, 8);
+            if (m0 + 8 * t + tok < M)
+                p[64 * t] = odd ? __floats2half2_rn(got, a1) : __floats2half2_rn(a0, got);
+        }
+    }
+}
+
 template <int T, int NT>
 __global__ void __launch_bounds__(W_THREADS, 1)
     gemm_wg_kernel(const uint8_t *__restrict__ W, const uint8_t *__restrict__ U, int64_t w_nb1,
                    const __half *__restrict__ xh, int K, int N, int M, int splits,
                    float *__restrict__ dst, int64_t dst_nb1, int64_t split_nb, gepi ep,
-                   wtail tl)
+                   wtail tl, __half *__restrict__ xo)
 {
     k_dep_enter();
 #ifdef WG_DEVICE
@@ -283,7 +323,10 @@ __global__ void __launch_bounds__(W_THREADS, 1)
                 g += __ldcg(pt + (size_t)(2 * p) * per + e);
                 u += __ldcg(pt + (size_t)(2 * p + 1) * per + e);
             }
-            ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = g / (1.0f + expf(-g)) * u;
+            const float y = g / (1.0f + expf(-g)) * u;
+            ((float *)((char *)dst + (int64_t)m * dst_nb1))[n] = y;
+            if (xo)
+                xo[w_act_at(n, m, M)] = __float2half_rn(y);
         }
         return;
     }
@@ -301,6 +344,8 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 #pragma unroll
         for (int e = 0; e < NT / 2; e++) /* KGEMM_SILU_MUL's formula (gemm.cuh, gepi_apply) */
             acc[e] = acc[e] / (1.0f + expf(-acc[e])) * up[e * 128 + tid];
+        if (xo)
+            w_store_act<NT>(xo, acc, n0, r0, m0, lane, M);
     }
     gemm_store_frag<NT / 8>(ep, acc, n0 + r0, m0, tig, N, M, dst, dst_nb1, 0);
 #endif /* WG_DEVICE */
@@ -407,7 +452,7 @@ int gemm_wg_prepare(struct kctx *k)
 template <int T>
 static int w_launch(struct kctx *k, const void *W, const void *U, int64_t w_nb1, const void *x,
                     int64_t K, int64_t N, int64_t M, int splits, float *out, int64_t out_nb1,
-                    int64_t split_nb, gepi e, wtail tl)
+                    int64_t split_nb, gepi e, wtail tl, __half *xo)
 {
     const char *site = U ? "gemm_wg (gate/up)" : "gemm_wg";
     const int nt = w_nt(M);
@@ -418,7 +463,7 @@ static int w_launch(struct kctx *k, const void *W, const void *U, int64_t w_nb1,
     const int smem64 = wsmem<T, 64>::BYTES, smem128 = wsmem<T, 128>::BYTES;
     KLAUNCH(k, site, kf, grid, W_THREADS, nt == 64 ? smem64 : smem128, (const uint8_t *)W,
             (const uint8_t *)U, w_nb1, (const __half *)x, (int)K, (int)N, (int)M, splits, out,
-            out_nb1, split_nb, e, tl);
+            out_nb1, split_nb, e, tl, xo);
     return 0;
 }
 
@@ -431,7 +476,7 @@ struct w_launchers {
     {
         const wtail none = {0, 1, nullptr, nullptr};
         return w_launch<T>(k, W, nullptr, w_nb1, x, K, N, M, splits, out, out_nb1, split_nb, e,
-                           none);
+                           none, nullptr);
     }
 };
 
@@ -461,12 +506,14 @@ bool gemm_wg_glu_ok(void)
 
 int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
                 int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
-                int64_t dst_nb1, void *part)
+                int64_t dst_nb1, void *part, void *xo)
 {
     if (!w_fits(N, M))
         return k_fail(k, "gemm_wg", "too many tokens or rows for one launch");
     if (!q_rows_aligned(type, G, U, w_nb1))
         return k_fail(k, "gemm_wg", "q4_K/q5_K weight rows must start on 16 bytes");
+    if (xo && (N % Q_CHUNK || ((uintptr_t)xo & 15)))
+        return k_fail(k, "gemm_wg", "f16 outputs need N a multiple of 256 and 16-byte alignment");
     wtail tl = w_plan(k, K, N, M);
     if (tl.splits > 1) {
         if (!part || !k->tile_count)
@@ -476,7 +523,7 @@ int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int
     }
     const gepi none = {0, nullptr, 0};
     auto run = [&](decltype(&w_launch<MINFER_TYPE_Q4_K>) launch) {
-        return launch(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl);
+        return launch(k, G, U, w_nb1, xh, K, N, M, 1, dst, dst_nb1, 0, none, tl, (__half *)xo);
     };
     switch (type) {
     case MINFER_TYPE_Q4_K:

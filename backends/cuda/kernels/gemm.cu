@@ -669,18 +669,24 @@ extern "C" size_t k_gemm_glu_scratch_bytes(const struct kctx *k, uint32_t type, 
 #endif
 }
 
+extern "C" int k_gemm_glu_act_form(const struct kctx *k, uint32_t type, int64_t N, int64_t M)
+{
+    const int form = k_gemm_act_form(k, type, N, M);
+    return N % Q_CHUNK == 0 && form == KGEMM_ACT_F16 + ACT_WG ? form : 0;
+}
+
 extern "C" int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
                           int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
-                          int64_t dst_nb1, void *scratch)
+                          int64_t dst_nb1, void *scratch, void *xo)
 {
     if (!k_gemm_glu_ok(k, type, K, M))
         return k_fail(k, "gemm", "this gate/up pair cannot run as one launch");
     if (N > INT32_MAX || ((uintptr_t)xh & 15))
         return k_fail(k, "gemm", "N must be below 2^31 and xh 16-byte aligned");
 #ifdef MINFER_CUDA_WGMMA
-    return gemm_wg_glu(k, type, G, U, K, N, w_nb1, xh, M, dst, dst_nb1, scratch);
+    return gemm_wg_glu(k, type, G, U, K, N, w_nb1, xh, M, dst, dst_nb1, scratch, xo);
 #else
-    (void)G, (void)U, (void)w_nb1, (void)dst, (void)dst_nb1, (void)scratch;
+    (void)G, (void)U, (void)w_nb1, (void)dst, (void)dst_nb1, (void)scratch, (void)xo;
     return -1;
 #endif
 }

@@ -326,14 +326,15 @@ int gemm_wg(struct kctx *k, uint32_t type, const void *W, int64_t K, int64_t N, 
             const void *xh, int64_t M, float *dst, int64_t dst_nb1, void *part, gepi e);
 /* k_gemm_glu's gate/up pair (kernels.h) as one launch of the same kernel;
  * the tiles of a last, partial wave split in parts of K (part:
- * gemm_wg_glu_part_bytes of scratch, NULL when that is 0).
+ * gemm_wg_glu_part_bytes of scratch, NULL when that is 0); xo (NULL:
+ * none) also takes the outputs as f16 in ACT_WG order (N % 256 == 0).
  * gemm_wg_glu_ok is false while a forced split count (the op tests' hook)
  * asks for planes, and the caller keeps two launches. */
 bool gemm_wg_glu_ok(void);
 size_t gemm_wg_glu_part_bytes(const struct kctx *k, int64_t K, int64_t N, int64_t M);
 int gemm_wg_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
                 int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst,
-                int64_t dst_nb1, void *part);
+                int64_t dst_nb1, void *part, void *xo);
 
 /* gemm-ss.cu (sm_90a builds only): the wgmma GEMM on f16 operands in the
  * core-matrix order, for long prefills. wc: rp rows (a multiple of 8, n

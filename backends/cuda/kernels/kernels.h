@@ -240,12 +240,20 @@ int k_gemm_glu_ok(const struct kctx *k, uint32_t type, int64_t K, int64_t M);
  * where neither splits K), without the gate's store and re-read or the
  * second launch. scratch: k_gemm_glu_scratch_bytes, 256-byte aligned
  * (NULL when that is 0), for the tiles of a last, partial wave, which run
- * in parts of K. */
+ * in parts of K. xo (NULL: none; k_gemm_act_bytes(N, M), 16-byte
+ * aligned) also receives dst in the f16 form k_gemm_glu_act_form names,
+ * the very values k_gemm_act would make of it, so the down product that
+ * reads dst needs no conversion. */
 size_t k_gemm_glu_scratch_bytes(const struct kctx *k, uint32_t type, int64_t K, int64_t N,
                                 int64_t M);
 int k_gemm_glu(struct kctx *k, uint32_t type, const void *G, const void *U, int64_t K,
                int64_t N, int64_t w_nb1, const void *xh, int64_t M, float *dst, int64_t dst_nb1,
-               void *scratch);
+               void *scratch, void *xo);
+/* The activation form (k_gemm_act_form's numbering) k_gemm_glu's xo holds
+ * for a pair of this type with N outputs of M tokens: the one the down
+ * product of that shape reads when its weights take the same kernel as
+ * the pair's (N a multiple of 256); 0 when the pair writes none. */
+int k_gemm_glu_act_form(const struct kctx *k, uint32_t type, int64_t N, int64_t M);
 /* Tensor-core GEMM: dst[n, m] = sum_k W[k, n] * x[k, m] with f16 operands
  * and f32 accumulation; xh from k_gemm_act; scratch of
  * k_gemm_scratch_bytes, 256-byte aligned (NULL when that is 0). xl
