@@ -41,6 +41,20 @@ static bool gemm_late(const struct minfer_backend *be, const struct kctx *k)
            k->late_launch != k->launches;
 }
 
+/* be->xq's activations when it holds exactly x [K, M] in `form` (in
+ * SLOT_XQ, or in SLOT_ACT beside the gate/up pair that wrote x), else
+ * NULL. */
+static void *xq_lookup(struct minfer_backend *be, const float *xd, int64_t K, int64_t M,
+                       int64_t xnb1, int form)
+{
+    const struct xq_cache *qc = &be->xq;
+    if (!(qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M &&
+          qc->nb1 == xnb1 && qc->form == form && qc->pool_gen == cu_pool_generation(be->c)))
+        return NULL;
+    CUDA_COUNT(shared_x);
+    return qc->xq;
+}
+
 /* The tensor-core GEMM (kernels/gemm.cu). Its f16 activations and
  * dequantized weights live in SLOT_SPLIT. Float weights keep the f32
  * activations: x = hi + lo with hi = f16(x) and lo = f16(x - hi), dst =
@@ -65,20 +79,21 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     size_t act = form ? 0 : round256(k_gemm_act_bytes(K, M));
     if (ws > SIZE_MAX / 2 - 3 * act)
         return cuda_node_fail(be, n, MINFER_ERR_RANGE, "GEMM scratch size overflows");
-    void *xs = NULL;
-    minfer_status st;
     /* shared with the other products of this x (Q, K, V; gate and up), or
      * written by the node before (q8_1 of group 32 by a fused norm, f16 by
-     * a gate/up pair); looked up before SLOT_SPLIT may grow, which would
-     * move the pool's generation */
-    if (form &&
-        (st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
-            MINFER_OK)
-        return st;
+     * a gate/up pair). Found before SLOT_SPLIT may grow, which moves the
+     * pool's generation (SLOT_ACT's entry would be lost); converted after
+     * it, so that the entry it leaves for the next product holds. */
+    void *xs = form ? xq_lookup(be, x->data, K, M, (int64_t)x->nb[1], form) : NULL;
     void *base = NULL;
+    minfer_status st;
     if (act + ws && (st = cu_scratch(be->c, SLOT_SPLIT, (split ? 2 : 1) * act + ws, &base)) !=
                         MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    if (form && !xs &&
+        (st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
+            MINFER_OK)
+        return st;
     char *xh = form ? xs : base, *xl = split ? (char *)base + act : NULL;
     char *wh = (char *)base + (split ? 2 : 1) * act;
     if (!form)
@@ -89,23 +104,17 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     return MINFER_OK;
 }
 
-/* x [K, M] in `form`: be->xq's when it holds exactly this x in this form
- * (in SLOT_XQ, or in SLOT_ACT beside the gate/up pair that wrote x), else
- * converted into SLOT_XQ (k_quantize_q8_1 for a group, k_gemm_act for
- * wtype's f16 order). The look-up comes first: growing SLOT_XQ moves the
- * pool's generation, which would lose SLOT_ACT's entry. */
+/* x [K, M] in `form`: be->xq's (xq_lookup), else converted into SLOT_XQ
+ * (k_quantize_q8_1 for a group, k_gemm_act for wtype's f16 order). The
+ * look-up comes first: growing SLOT_XQ moves the pool's generation,
+ * which would lose SLOT_ACT's entry. */
 minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node *n,
                             struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
                             int64_t M, int64_t xnb1, int form, void **out)
 {
-    *out = NULL;
-    struct xq_cache *qc = &be->xq;
-    if (qc->valid && qc->x == (const void *)xd && qc->K == K && qc->M == M && qc->nb1 == xnb1 &&
-        qc->form == form && qc->pool_gen == cu_pool_generation(be->c)) {
-        CUDA_COUNT(shared_x);
-        *out = qc->xq;
+    if ((*out = xq_lookup(be, xd, K, M, xnb1, form)) != NULL)
         return MINFER_OK;
-    }
+    struct xq_cache *qc = &be->xq;
     void *xq = NULL;
     bool f16 = form >= KGEMM_ACT_F16;
     minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
