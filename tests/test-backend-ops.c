@@ -1123,7 +1123,8 @@ START_TEST(down_reads_gate_up_outputs)
     count_fn shared = (count_fn)P[0].t->get_proc("minfer_cuda_shared_x");
     archs_fn archs = (archs_fn)P[0].t->get_proc("minfer_cuda_built_archs");
     tune_fn tune = (tune_fn)P[0].t->get_proc("minfer_cuda_test_tune_gemm");
-    ck_assert_msg(shared && archs && tune, "the CUDA plugin lacks its shared_x, archs or tune hooks");
+    ck_assert_msg(shared && archs && tune,
+                  "the CUDA plugin lacks its shared_x, archs or tune hooks");
     struct minfer_device_info d = {.struct_size = sizeof d};
     ck_assert_int_eq(P[0].t->device_info(0, &d), MINFER_OK);
     const bool wg = d.cc_major == 9 && d.cc_minor == 0 && strstr(archs(), "90");

@@ -409,7 +409,8 @@ minfer_status cuda_exec(struct minfer_backend *be, const struct minfer_node *n, 
             int act_form = k_gemm_glu_act_form(k, s0->type, N, M);
             void *xh = NULL, *xo = NULL;
             minfer_status st;
-            if (act_form && (st = cu_scratch(be->c, SLOT_ACT, k_gemm_act_bytes(N, M), &xo)) != MINFER_OK)
+            if (act_form &&
+                (st = cu_scratch(be->c, SLOT_ACT, k_gemm_act_bytes(N, M), &xo)) != MINFER_OK)
                 return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
             st = cuda_shared_x(be, n, k, s0->type, x->data, K, M, (int64_t)x->nb[1],
                                k_gemm_act_form(k, s0->type, K, M), &xh);

@@ -49,7 +49,9 @@
  * holds the gate sums of, so after the main loop it hands them over
  * through the idle rings and warpgroup 0 stores silu(gate) * up: one
  * launch, no gate product stored and read back, and twice the tiles (a
- * 512-token ffn at 1,184 tiles instead of 2 x 592 on 132 SMs).
+ * 512-token ffn at 1,184 tiles instead of 2 x 592 on 132 SMs). With xo,
+ * it also stores those outputs as f16 in the ACT_WG order the down
+ * product reads (w_store_act), which then converts nothing.
  *
  * Measured on the H200 (docs/PERF.md, ADR cuda-hopper-gemm): with the
  * first (fenced) copies the kernel ran a 2048-token ffn matrix at ~210
