@@ -94,13 +94,15 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
         (st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
             MINFER_OK)
         return st;
+    /* base is NULL when SLOT_SPLIT holds nothing (shared activations, no
+     * weight scratch): no pointer is derived from it then */
     char *xh = form ? xs : base, *xl = split ? (char *)base + act : NULL;
-    char *wh = (char *)base + (split ? 2 : 1) * act;
+    char *wh = ws ? (char *)base + (split ? 2 : 1) * act : NULL;
     if (!form)
         LAUNCH(k_gemm_act(k, w->type, x->data, K, M, (int64_t)x->nb[1], xh, xl));
     k->late_next = form && form < KGEMM_ACT_F16 && gemm_late(be, k);
-    LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1,
-                  ws ? wh : NULL, epi));
+    LAUNCH(k_gemm(k, w->type, w->data, K, N, (int64_t)w->nb[1], xh, xl, M, dst, dst_nb1, wh,
+                  epi));
     return MINFER_OK;
 }
 
