@@ -189,17 +189,45 @@ __global__ void __launch_bounds__(W_THREADS, 1)
      * loop's division and row selection a copy were ~30% of the stall
      * samples with the activations' offsets.) */
     const int cr = warp * 16 + (lane & 15), cu = lane >> 4;
-    const uint8_t *crow = wrow(cr);
-    unsigned char *cdst = Ws + cr * PITCH + 16 * cu;
-    auto load_w = [&](int stage, int c) {
+    auto load_w_a_row_a_lane = [&](int stage, int c, const uint8_t *crow) {
         const uint8_t *src = crow + (size_t)c * Q::BYTES;
         const int off = (int)((uintptr_t)src & 15), lim = (off + Q::BYTES + 15) >> 4;
         const uint8_t *g = src - off + 16 * cu;
-        unsigned char *d = cdst + stage * S::WST;
+        unsigned char *d = Ws + stage * S::WST + cr * PITCH + 16 * cu;
 #pragma unroll
         for (int u = 0; u < (UNITS + 1) / 2; u++)
             if (2 * u + 1 < UNITS || cu == 0) /* odd UNITS: lane half 1 has one fewer */
                 cp16(d + 32 * u, g + 32 * u, cu + 2 * u < lim);
+    };
+    /* That order writes 16 rows an instruction: ncu (docs/PERF.md, session
+     * 32) counted 32 shared wavefronts a warp for each of Q8_0's copies
+     * where 4 would do, and 40% excess global sectors. For Q8_0 (18 units
+     * a row) half-warp h copies units 0..15 of rows 2 u + h, 256
+     * contiguous bytes of each, and one more instruction the last two
+     * units of all 16 rows. Rows of one stride: every row of a chunk has
+     * the same offset in its first unit, and units 0..15 are always
+     * inside the chunk (it ends in unit 16 or 17). A warp with rows past N
+     * (the last row block) keeps the order above, which clamps them. */
+    constexpr bool ALONG = UNITS == 18;
+    const int hu = lane & 15, hr = warp * 16 + (lane >> 4), tr = warp * 16 + (lane >> 1);
+    const bool along =
+        ALONG && (w_nb1 & 15) == 0 && n0 + (glu ? (warp * 16) % (W_BN / 2) : warp * 16) + 16 <= N;
+    const uint8_t *crow = wrow(along ? hr : cr);
+    auto load_w = [&](int stage, int c) {
+        if (!along) {
+            load_w_a_row_a_lane(stage, c, crow);
+            return;
+        }
+        const uint8_t *src = crow + (size_t)c * Q::BYTES;
+        const int off = (int)((uintptr_t)src & 15), lim = (off + Q::BYTES + 15) >> 4;
+        const uint8_t *g = src - off + 16 * hu;
+        unsigned char *d = Ws + stage * S::WST + hr * PITCH + 16 * hu;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            cp16(d + 2 * u * PITCH, g + 2 * u * w_nb1, true);
+        const int tu = 16 + (lane & 1);
+        cp16(Ws + stage * S::WST + tr * PITCH + 16 * tu,
+             src - off + (int64_t)(tr - hr) * w_nb1 + 16 * tu, tu < lim);
     };
     /* Activations of chunk c into stage `stage`: per step s, the tile's
      * tokens' core matrices are contiguous in k_gemm_act's order
