@@ -154,7 +154,14 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int ST = S::STAGES, D = ST - 1; /* D: chunks copied ahead */
     unsigned char *Xs = smem, *Ws = smem + ST * S::XST;
-    __shared__ __align__(8) uint64_t xbar[ST]; /* activation stage s has landed */
+    /* The activation ring in half chunks (8 k16 steps, XST / 2 bytes):
+     * half q of the block's K range (chunk q / 2) in half stage q % XH,
+     * where chunk i's two halves are the two halves of stage i % ST, at
+     * the same addresses as whole stages. Each half has its own barrier
+     * and is released on its own, so the reload of a chunk's first half
+     * does not wait for its second half to land or be used. */
+    constexpr int XH = 2 * ST;
+    __shared__ __align__(8) uint64_t xbar[XH]; /* half stage h has landed */
 
     const bool glu = U != nullptr; /* rows 64.. of the block are U's rows 0.. */
     int mt = blockIdx.x, rb = blockIdx.y, z = blockIdx.z, tail = -1;
@@ -237,21 +244,22 @@ __global__ void __launch_bounds__(W_THREADS, 1)
      * (wg_act_tokens). */
     const int64_t mp = wg_act_tokens(M);
     const unsigned xbytes = (unsigned)(mp - m0 < NT ? mp - m0 : NT) * 32;
-    auto load_x = [&](int stage, int c) {
-        unsigned char *Bs = Xs + stage * S::XST;
-        const __half *src = xh + 8 * wg_act_unit(m0, c, 0, 0, mp);
-        mbar_expect(&xbar[stage], 16 * xbytes);
+    auto load_x = [&](int q) { /* half q of the K range */
+        const int hs = q % XH;
+        unsigned char *Bs = Xs + hs * (S::XST / 2);
+        const __half *src = xh + 8 * wg_act_unit(m0, c0 + q / 2, 0, 0, mp) + (q & 1) * 8 * 16 * mp;
+        mbar_expect(&xbar[hs], 8 * xbytes);
 #pragma unroll 1
-        for (int s = 0; s < 16; s++, src += 16 * mp)
-            bulk_g2s(Bs + s * (NT * 32), src, xbytes, &xbar[stage]);
+        for (int s = 0; s < 8; s++, src += 16 * mp)
+            bulk_g2s(Bs + s * (NT * 32), src, xbytes, &xbar[hs]);
     };
-    /* xdone[s]: warps done with the chunk in activation stage s. The
-     * eighth to finish chunk j reloads the stage with chunk j + ST (no
-     * block barrier: a chunk j + ST arrival needs that copy, so the counts
-     * of two chunks never mix). */
-    __shared__ unsigned xdone[ST];
+    /* xdone[h]: warps done with the half in half stage h. The eighth to
+     * finish half q reloads the stage with half q + XH (no block barrier:
+     * a half q + XH arrival needs that copy, so the counts of two halves
+     * never mix). */
+    __shared__ unsigned xdone[XH];
     if (tid == 0) {
-        for (int s = 0; s < ST; s++) {
+        for (int s = 0; s < XH; s++) {
             mbar_init(&xbar[s], 1);
             xdone[s] = 0;
         }
@@ -277,9 +285,10 @@ __global__ void __launch_bounds__(W_THREADS, 1)
      * chunk, W(i + 1 + D) committed in iteration i (the prologue's D groups
      * hold W(0..D)), so at the top of iteration i at most D - 1 newer
      * groups may still be in flight; W(i + 1 + D) replaces W(i), which the
-     * warp unpacked in iteration i - 1. Activations: X(i) on barrier i %
-     * ST, its phase i / ST; X(i + ST) replaces X(i) once all 8 warps have
-     * waited for chunk i's wgmmas (xdone). */
+     * warp unpacked in iteration i - 1. Activations: half q = 2 i + h on
+     * barrier q % XH, its phase q / XH; half q + XH replaces half q once
+     * all 8 warps have waited for half q's wgmmas (xdone), which each
+     * does after issuing half q + 2's. */
     auto step = [&](int i, unsigned (&ca)[32], unsigned (&cb)[32], unsigned (&na)[32],
                     unsigned (&nb)[32]) {
         cp_wait<D - 1>();
@@ -288,23 +297,29 @@ __global__ void __launch_bounds__(W_THREADS, 1)
             load_w((i + 1 + D) % ST, c0 + i + 1 + D);
         cp_commit();
         const unsigned char *Bs = Xs + (i % ST) * S::XST;
-        mbar_wait(&xbar[i % ST], (unsigned)(i / ST) & 1); /* chunk i's activations */
-        wg_fence();
 #pragma unroll
-        for (int s = 0; s < 16; s++) {
-            unsigned a[4] = {ca[2 * s], cb[2 * s], ca[2 * s + 1], cb[2 * s + 1]};
-            wg_mma<NT, 0>::run(acc, a, wg_desc(Bs + s * (NT * 32), 128, 256), 1);
-        }
-        wg_commit();
-        /* chunk i - 1's wgmmas are over (chunk i's keep the tensor cores
-         * busy meanwhile): its activation stage can be reloaded and its
-         * fragments, (na, nb), take chunk i + 1's weights */
-        wg_wait<1>();
-        if (lane == 0 && i >= 1 && i - 1 + ST < nc) {
-            __threadfence_block(); /* the warp's reads of stage (i - 1) % ST are over */
-            if (atomicAdd(&xdone[(i - 1) % ST], 1u) % 8 == 7) {
-                __threadfence_block();
-                load_x((i - 1) % ST, c0 + i - 1 + ST);
+        for (int h = 0; h < 2; h++) {
+            const int q = 2 * i + h;
+            mbar_wait(&xbar[q % XH], (unsigned)(q / XH) & 1); /* half q's activations */
+            if (h == 0)
+                wg_fence();
+#pragma unroll
+            for (int s = 8 * h; s < 8 * h + 8; s++) {
+                unsigned a[4] = {ca[2 * s], cb[2 * s], ca[2 * s + 1], cb[2 * s + 1]};
+                wg_mma<NT, 0>::run(acc, a, wg_desc(Bs + s * (NT * 32), 128, 256), 1);
+            }
+            wg_commit();
+            /* half q - 2's wgmmas are over (at most this half's and the
+             * one before it pending): its half stage can be reloaded. After
+             * h = 1 all of chunk i - 1's are, so its fragments, (na, nb),
+             * can take chunk i + 1's weights. */
+            wg_wait<2>();
+            if (lane == 0 && q >= 2 && q - 2 + XH < 2 * nc) {
+                __threadfence_block(); /* the warp's reads of half stage (q - 2) % XH are over */
+                if (atomicAdd(&xdone[(q - 2) % XH], 1u) % 8 == 7) {
+                    __threadfence_block();
+                    load_x(q - 2 + XH);
+                }
             }
         }
         if (i + 1 < nc)
@@ -314,14 +329,18 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     load_w(0, c0);
 #pragma unroll
     for (int j = 0; j < D; j++) {
-        if (tid == 0 && j < nc)
-            load_x(j, c0 + j);
+        if (tid == 0 && j < nc) {
+            load_x(2 * j);
+            load_x(2 * j + 1);
+        }
         if (j + 1 < nc)
             load_w(j + 1, c0 + j + 1);
         cp_commit();
     }
-    if (tid == 0 && D < nc)
-        load_x(D, c0 + D);
+    if (tid == 0 && D < nc) {
+        load_x(2 * D);
+        load_x(2 * D + 1);
+    }
     cp_wait<D - 1>();
     __syncwarp();
     unsigned a0[32], b0[32], a1[32], b1[32];
