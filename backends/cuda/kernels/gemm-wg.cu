@@ -29,14 +29,16 @@
  *     ordinary cp.async and fenced each chunk; by ncu's samples on the
  *     attention kernel, that fence waits for every copy the thread has in
  *     flight, which would make the ring one chunk deep.)
- * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit).
- * Iteration i: wait for chunk i+1's weights (the warp's cp.async copies
- * and __syncwarp), start copying a later chunk's, wait for chunk i's
- * activations, issue its 16 wgmmas, wait for chunk i - 1's (chunk i's
- * keep the tensor cores busy), release chunk i - 1's activation stage
- * (the eighth warp to do so reloads it) and unpack chunk i+1's weights
- * into the register set chunk i - 1 used. No block-wide barrier in the
- * loop: session 17 measured each of these steps (docs/PERF.md).
+ * Rings of 2 stages (128 tokens) or 3 (64 tokens, where they fit); at
+ * 128 tokens the activation ring is waited for and released by half
+ * chunks. Iteration i: wait for chunk i+1's weights (the warp's cp.async
+ * copies and __syncwarp), start copying a later chunk's; for each part of
+ * chunk i's activations, wait for it, issue its wgmmas, wait for the same
+ * part of chunk i - 1 (chunk i's keep the tensor cores busy) and release
+ * its stage (the eighth warp to do so reloads it); then unpack chunk
+ * i+1's weights into the register set chunk i - 1 used. No block-wide
+ * barrier in the loop: session 17 measured each of these steps
+ * (docs/PERF.md).
  *
  * Split-K over whole chunks (blockIdx.z) into partial planes that gemm.cu's
  * fixed-order reduction adds, when that shortens the busiest SM's work
@@ -154,14 +156,17 @@ __global__ void __launch_bounds__(W_THREADS, 1)
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int ST = S::STAGES, D = ST - 1; /* D: chunks copied ahead */
     unsigned char *Xs = smem, *Ws = smem + ST * S::XST;
-    /* The activation ring in half chunks (8 k16 steps, XST / 2 bytes):
-     * half q of the block's K range (chunk q / 2) in half stage q % XH,
-     * where chunk i's two halves are the two halves of stage i % ST, at
-     * the same addresses as whole stages. Each half has its own barrier
-     * and is released on its own, so the reload of a chunk's first half
-     * does not wait for its second half to land or be used. */
-    constexpr int XH = 2 * ST;
-    __shared__ __align__(8) uint64_t xbar[XH]; /* half stage h has landed */
+    /* The activation ring in parts of chunks (P parts of 16 / P k16
+     * steps, XST / P bytes): part q of the block's K range (chunk q / P)
+     * in part stage q % XP, where chunk i's parts are those of stage i %
+     * ST, at the same addresses as whole stages. Each part has its own
+     * barrier and is released on its own, so the reload of a chunk's first
+     * half does not wait for its second half to land or be used. Halves at
+     * 128 tokens, where the ring has two stages; whole chunks at 64, whose
+     * three stages give a copy two chunks to land (halves there ran 2-7%
+     * slower: docs/PERF.md, session 33). */
+    constexpr int P = ST == 2 ? 2 : 1, XP = P * ST, PS = 16 / P;
+    __shared__ __align__(8) uint64_t xbar[XP]; /* part stage h has landed */
 
     const bool glu = U != nullptr; /* rows 64.. of the block are U's rows 0.. */
     int mt = blockIdx.x, rb = blockIdx.y, z = blockIdx.z, tail = -1;
@@ -244,22 +249,23 @@ __global__ void __launch_bounds__(W_THREADS, 1)
      * (wg_act_tokens). */
     const int64_t mp = wg_act_tokens(M);
     const unsigned xbytes = (unsigned)(mp - m0 < NT ? mp - m0 : NT) * 32;
-    auto load_x = [&](int q) { /* half q of the K range */
-        const int hs = q % XH;
-        unsigned char *Bs = Xs + hs * (S::XST / 2);
-        const __half *src = xh + 8 * wg_act_unit(m0, c0 + q / 2, 0, 0, mp) + (q & 1) * 8 * 16 * mp;
-        mbar_expect(&xbar[hs], 8 * xbytes);
+    auto load_x = [&](int q) { /* part q of the K range */
+        const int hs = q % XP;
+        unsigned char *Bs = Xs + hs * (S::XST / P);
+        const __half *src =
+            xh + 8 * wg_act_unit(m0, c0 + q / P, 0, 0, mp) + (q % P) * PS * 16 * mp;
+        mbar_expect(&xbar[hs], PS * xbytes);
 #pragma unroll 1
-        for (int s = 0; s < 8; s++, src += 16 * mp)
+        for (int s = 0; s < PS; s++, src += 16 * mp)
             bulk_g2s(Bs + s * (NT * 32), src, xbytes, &xbar[hs]);
     };
-    /* xdone[h]: warps done with the half in half stage h. The eighth to
-     * finish half q reloads the stage with half q + XH (no block barrier:
-     * a half q + XH arrival needs that copy, so the counts of two halves
+    /* xdone[h]: warps done with the part in part stage h. The eighth to
+     * finish part q reloads the stage with part q + XP (no block barrier:
+     * a part q + XP arrival needs that copy, so the counts of two parts
      * never mix). */
-    __shared__ unsigned xdone[XH];
+    __shared__ unsigned xdone[XP];
     if (tid == 0) {
-        for (int s = 0; s < XH; s++) {
+        for (int s = 0; s < XP; s++) {
             mbar_init(&xbar[s], 1);
             xdone[s] = 0;
         }
@@ -285,10 +291,10 @@ __global__ void __launch_bounds__(W_THREADS, 1)
      * chunk, W(i + 1 + D) committed in iteration i (the prologue's D groups
      * hold W(0..D)), so at the top of iteration i at most D - 1 newer
      * groups may still be in flight; W(i + 1 + D) replaces W(i), which the
-     * warp unpacked in iteration i - 1. Activations: half q = 2 i + h on
-     * barrier q % XH, its phase q / XH; half q + XH replaces half q once
-     * all 8 warps have waited for half q's wgmmas (xdone), which each
-     * does after issuing half q + 2's. */
+     * warp unpacked in iteration i - 1. Activations: part q = P i + h on
+     * barrier q % XP, its phase q / XP; part q + XP replaces part q once
+     * all 8 warps have waited for part q's wgmmas (xdone), which each
+     * does after issuing part q + P's. */
     auto step = [&](int i, unsigned (&ca)[32], unsigned (&cb)[32], unsigned (&na)[32],
                     unsigned (&nb)[32]) {
         cp_wait<D - 1>();
@@ -298,27 +304,28 @@ __global__ void __launch_bounds__(W_THREADS, 1)
         cp_commit();
         const unsigned char *Bs = Xs + (i % ST) * S::XST;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int q = 2 * i + h;
-            mbar_wait(&xbar[q % XH], (unsigned)(q / XH) & 1); /* half q's activations */
+        for (int h = 0; h < P; h++) {
+            const int q = P * i + h;
+            mbar_wait(&xbar[q % XP], (unsigned)(q / XP) & 1); /* part q's activations */
             if (h == 0)
                 wg_fence();
 #pragma unroll
-            for (int s = 8 * h; s < 8 * h + 8; s++) {
+            for (int s = PS * h; s < PS * h + PS; s++) {
                 unsigned a[4] = {ca[2 * s], cb[2 * s], ca[2 * s + 1], cb[2 * s + 1]};
                 wg_mma<NT, 0>::run(acc, a, wg_desc(Bs + s * (NT * 32), 128, 256), 1);
             }
             wg_commit();
-            /* half q - 2's wgmmas are over (at most this half's and the
-             * one before it pending): its half stage can be reloaded. After
-             * h = 1 all of chunk i - 1's are, so its fragments, (na, nb),
-             * can take chunk i + 1's weights. */
-            wg_wait<2>();
-            if (lane == 0 && q >= 2 && q - 2 + XH < 2 * nc) {
-                __threadfence_block(); /* the warp's reads of half stage (q - 2) % XH are over */
-                if (atomicAdd(&xdone[(q - 2) % XH], 1u) % 8 == 7) {
+            /* part q - P's wgmmas are over (at most this part and the P - 1
+             * before it pending; part q's keep the tensor cores busy): its
+             * part stage can be reloaded. After the last part all of chunk
+             * i - 1's are, so its fragments, (na, nb), can take chunk i +
+             * 1's weights. */
+            wg_wait<P>();
+            if (lane == 0 && q >= P && q - P + XP < P * nc) {
+                __threadfence_block(); /* the warp's reads of part stage (q - P) % XP are over */
+                if (atomicAdd(&xdone[(q - P) % XP], 1u) % 8 == 7) {
                     __threadfence_block();
-                    load_x(q - 2 + XH);
+                    load_x(q - P + XP);
                 }
             }
         }
@@ -330,16 +337,16 @@ __global__ void __launch_bounds__(W_THREADS, 1)
 #pragma unroll
     for (int j = 0; j < D; j++) {
         if (tid == 0 && j < nc) {
-            load_x(2 * j);
-            load_x(2 * j + 1);
+            for (int h = 0; h < P; h++)
+                load_x(P * j + h);
         }
         if (j + 1 < nc)
             load_w(j + 1, c0 + j + 1);
         cp_commit();
     }
     if (tid == 0 && D < nc) {
-        load_x(2 * D);
-        load_x(2 * D + 1);
+        for (int h = 0; h < P; h++)
+            load_x(P * D + h);
     }
     cp_wait<D - 1>();
     __syncwarp();
