@@ -55,6 +55,31 @@ static void *xq_lookup(struct minfer_backend *be, const float *xd, int64_t K, in
     return qc->xq;
 }
 
+/* x [K, M] converted into SLOT_XQ in `form` (k_quantize_q8_1 for a
+ * group, k_gemm_act for wtype's f16 order) and recorded in be->xq for
+ * the products after it; the caller has looked it up (xq_lookup). */
+static minfer_status convert_x(struct minfer_backend *be, const struct minfer_node *n,
+                               struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
+                               int64_t M, int64_t xnb1, int form, void **out)
+{
+    struct xq_cache *qc = &be->xq;
+    void *xq = NULL;
+    bool f16 = form >= KGEMM_ACT_F16;
+    minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
+                                  &xq);
+    if (st != MINFER_OK)
+        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
+    qc->valid = false;
+    if (f16)
+        LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
+    else
+        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
+    *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, cu_pool_generation(be->c),
+                            k->launches, NULL};
+    *out = xq;
+    return MINFER_OK;
+}
+
 /* The tensor-core GEMM (kernels/gemm.cu). Its f16 activations and
  * dequantized weights live in SLOT_SPLIT. Float weights keep the f32
  * activations: x = hi + lo with hi = f16(x) and lo = f16(x - hi), dst =
@@ -91,7 +116,7 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
                         MINFER_OK)
         return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
     if (form && !xs &&
-        (st = cuda_shared_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
+        (st = convert_x(be, n, k, w->type, x->data, K, M, (int64_t)x->nb[1], form, &xs)) !=
             MINFER_OK)
         return st;
     /* base is NULL when SLOT_SPLIT holds nothing (shared activations, no
@@ -106,9 +131,8 @@ static minfer_status run_gemm(struct minfer_backend *be, const struct minfer_nod
     return MINFER_OK;
 }
 
-/* x [K, M] in `form`: be->xq's (xq_lookup), else converted into SLOT_XQ
- * (k_quantize_q8_1 for a group, k_gemm_act for wtype's f16 order). The
- * look-up comes first: growing SLOT_XQ moves the pool's generation,
+/* x [K, M] in `form`: be->xq's (xq_lookup), else converted (convert_x).
+ * The look-up comes first: growing SLOT_XQ moves the pool's generation,
  * which would lose SLOT_ACT's entry. */
 minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node *n,
                             struct kctx *k, uint32_t wtype, const float *xd, int64_t K,
@@ -116,22 +140,7 @@ minfer_status cuda_shared_x(struct minfer_backend *be, const struct minfer_node 
 {
     if ((*out = xq_lookup(be, xd, K, M, xnb1, form)) != NULL)
         return MINFER_OK;
-    struct xq_cache *qc = &be->xq;
-    void *xq = NULL;
-    bool f16 = form >= KGEMM_ACT_F16;
-    minfer_status st = cu_scratch(be->c, SLOT_XQ, f16 ? k_gemm_act_bytes(K, M) : k_q8_1_bytes(K, M),
-                                  &xq);
-    if (st != MINFER_OK)
-        return cuda_node_fail(be, n, st, cu_ctx_error(be->c));
-    qc->valid = false;
-    if (f16)
-        LAUNCH(k_gemm_act(k, wtype, xd, K, M, xnb1, xq, NULL));
-    else
-        LAUNCH(k_quantize_q8_1(k, xd, K, M, xnb1, form, xq));
-    *qc = (struct xq_cache){true, xd, K, M, xnb1, xq, form, cu_pool_generation(be->c),
-                            k->launches, NULL};
-    *out = xq;
-    return MINFER_OK;
+    return convert_x(be, n, k, wtype, xd, K, M, xnb1, form, out);
 }
 
 static bool gemm_can_run(const struct kctx *k, const struct minfer_tensor *w)
