@@ -32,7 +32,9 @@
 #           a fresh machine synthesizes the models beside it)
 #   MODELS  "arch,shape,type,name ..." made by `minfer synth` into /tmp
 #           (default: qwen2.5-1.5b and qwen3-8b Q4_K_M)
-#   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2)
+#   BENCH   `minfer bench` arguments (default: -p 0 -n 128 -r 2); each test is
+#           summarized as its median sample (min..max), the full rows (jsonl)
+#           go to benchX.log
 #   REPS    bench rounds over all trees and models (default 2)
 #   NCU     model names to profile: per-kernel times of a decode with ncu,
 #           one step of it as a table (scripts/ncu-step-table.py) in
@@ -210,14 +212,29 @@ echo "models ready at $(since) s"
 # ---- benches, alternating trees ----
 # odd rounds run the trees A, B, ..., even rounds in reverse: whichever tree
 # runs first in a round measured 0.5-1.5% ahead on paths it did not change
+# one jsonl row per test -> "pp512 median (min..max) n=5;": the median,
+# since the first timed repetitions of a graphed prefill also capture
+bench_summary() {
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    x = sorted(r["samples_ts"])
+    n = len(x)
+    med = x[n // 2] if n % 2 else (x[n // 2 - 1] + x[n // 2]) / 2
+    print(" %s %.1f (%.1f..%.1f) n=%d;" % (r["test"], med, x[0], x[-1], n), end="")
+'
+}
 order() { if [ $(($1 % 2)) = 1 ]; then echo "${!trees[@]}"; else echo "${!trees[@]}" | tr ' ' '\n' | tac | tr '\n' ' '; fi; }
 for rep in $(seq ${REPS:-2}); do
   for s in $MODELS; do
     IFS=, read -r arch shape type name <<< "$s"
     for i in $(order $rep); do
       v=${names[$i]}
-      r=$(timeout 120 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${BENCH:--p 0 -n 128 -r 2} 2>&1 |
-          tee -a $OUT/bench$v.log | grep '^| [a-z]' | grep -v '| model' | awk -F'|' '{printf "%s %s;", $7, $8}')
+      r=$(timeout 120 /tmp/b$v/bin/minfer bench --backend cuda -m /tmp/$name.gguf ${BENCH:--p 0 -n 128 -r 2} \
+          -o jsonl 2>&1 | tee -a $OUT/bench$v.log | bench_summary)
       echo "$v $name:$r"
     done
   done

@@ -219,7 +219,8 @@ START_TEST(batched_greedy_cuda_matches_cpu)
 {
     /* Catches ATTENTION_LISTS on CUDA reading the wrong cells or lists, a
      * batched decode step that drifts from the CPU, and batched steps that
-     * never replay a captured graph. Six sequences (steps padded to 8
+     * never replay a captured graph or whose capture aborts (a fusion
+     * whose scratch no warm-up pass reserved turns graphs off). Six sequences (steps padded to 8
      * tokens: the matvec kernels), then twelve (padded to 16: gemm-i8.cu's
      * GEMM with its split-K finish, the norm writing its q8_1 activations
      * and Q, K and V as one launch, k_gemm_multi, split in two as well:
@@ -319,6 +320,7 @@ START_TEST(batched_greedy_cuda_matches_cpu)
            (unsigned long long)gg, (unsigned long long)rtk);
     /* the steps' q and k RoPEs and both KV stores captured as one launch */
     ck_assert_uint_gt(rtk, 0);
+    ck_assert_msg(g1.aborts == g0.aborts, "a batched step's capture aborted (graphs went off)");
     ck_assert_int_ge(agree, NS * (STEPS + 1) * 3 / 4);
     ck_assert_uint_gt(g1.replays, g0.replays);
     if (NS == 12) /* the 16-token steps' Q/K(/V) products captured as one launch */

@@ -247,6 +247,12 @@ void cuda_xq_note_write(struct minfer_backend *be, const struct minfer_tensor *t
  * i alone) with the launch's failure in *st. Node i is already validated. */
 uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_window *w, uint32_t i,
                       struct kctx *k, minfer_status *st);
+/* Grows the scratch that window w's fusions need beyond what its direct
+ * passes size (a product group's split-K planes side by side), called in
+ * a warm-up pass: a capture may not grow scratch. A failure to grow is
+ * not an error here: the capture then leaves that group unfused. */
+void cuda_fuse_reserve(struct minfer_backend *be, const struct minfer_replay_window *w,
+                       struct kctx *k);
 
 /* ---- arch.c ---- */
 

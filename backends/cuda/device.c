@@ -573,6 +573,12 @@ uint64_t cu_pool_generation(const struct cu_ctx *c)
     return c->generation;
 }
 
+bool cu_scratch_holds(const struct cu_ctx *c, int slot, size_t size)
+{
+    return size == 0 || (slot >= 0 && slot < CU_SCRATCH_SLOTS && c->scratch[slot] &&
+                         c->scratch_size[slot] >= size);
+}
+
 minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out)
 {
     *out = NULL;

@@ -80,6 +80,8 @@ uint64_t cu_pool_generation(const struct cu_ctx *c);
  * bytes; grows (sync + realloc) on demand. */
 #define CU_SCRATCH_SLOTS 5
 minfer_status cu_scratch(struct cu_ctx *c, int slot, size_t size, void **out);
+/* Whether cu_scratch(c, slot, size) would not grow (true for size 0). */
+bool cu_scratch_holds(const struct cu_ctx *c, int slot, size_t size);
 
 /* ---- transfers (ordered on the instance stream) ---- */
 

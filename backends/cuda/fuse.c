@@ -788,6 +788,35 @@ static uint32_t gemm_group(const struct kctx *k, const struct minfer_replay_wind
     return k_gemm_multi_ok(k, w0->type, segs, (int)n, w0->ne[0], x->ne[1]) ? n : 0;
 }
 
+/* The split-K planes (SLOT_SPLIT) of the n products at g, a gemm_group. */
+static size_t gemm_group_planes(const struct kctx *k, const struct minfer_node *g, uint32_t count,
+                                const struct kgemm_seg *segs)
+{
+    const struct minfer_tensor *w = g->src[0];
+    return k_gemm_multi_scratch_bytes(k, w->type, segs, (int)count, w->ne[0], g->src[1]->ne[1]);
+}
+
+void cuda_fuse_reserve(struct minfer_backend *be, const struct minfer_replay_window *w,
+                       struct kctx *k)
+{
+    if (be->fuse_off)
+        return;
+    size_t need = 0;
+    for (uint32_t i = w->first; i <= w->last; i++) {
+        struct kgemm_seg segs[3];
+        struct kgemm_epi epis[3];
+        uint32_t group = gemm_group(k, w, i, segs, epis);
+        if (!group)
+            continue;
+        size_t pb = gemm_group_planes(k, &w->nodes[i], group, segs);
+        need = pb > need ? pb : need;
+        i += group - 1;
+    }
+    void *p;
+    if (need && cu_scratch(be->c, SLOT_SPLIT, need, &p) != MINFER_OK)
+        cu_ctx_clear_error(be->c); /* the capture leaves the groups unfused */
+}
+
 /* The n products at g (a gemm_group) as one k_gemm_multi launch. */
 static minfer_status run_gemm_group(struct minfer_backend *be, const struct minfer_node *g,
                                     uint32_t count, struct kctx *k,
@@ -801,7 +830,7 @@ static minfer_status run_gemm_group(struct minfer_backend *be, const struct minf
                                         k_gemm_takes_q8_1(k, w->type, K, M), &xq);
     if (st != MINFER_OK)
         return st;
-    size_t pb = k_gemm_multi_scratch_bytes(k, w->type, segs, (int)count, K, M);
+    size_t pb = gemm_group_planes(k, g, count, segs);
     if (pb) {
         st = cu_scratch(be->c, SLOT_SPLIT, pb, &part);
         if (st != MINFER_OK)
@@ -823,6 +852,10 @@ uint32_t cuda_fuse_at(struct minfer_backend *be, const struct minfer_replay_wind
     struct kgemm_seg segs[3];
     struct kgemm_epi epis[3];
     uint32_t group = group_checked(w, i, gemm_group(k, w, i, segs, epis));
+    /* a capture may not grow scratch: a group whose planes the warm-up
+     * could not reserve (cuda_fuse_reserve) runs as its products */
+    if (group && !cu_scratch_holds(be->c, SLOT_SPLIT, gemm_group_planes(k, n, group, segs)))
+        group = 0;
     if (group) {
         *st = run_gemm_group(be, n, group, k, segs);
         group_written(be, w, i, group);

@@ -122,8 +122,13 @@ minfer_status cuda_graph_replay(struct minfer_backend *be, const struct minfer_r
         *replayed = true;
         return MINFER_OK;
     }
-    if (e->warm < GRAPH_WARMUP) {
-        e->warm++; /* the scheduler runs this pass directly */
+    if (e->warm < GRAPH_WARMUP) { /* the scheduler runs this pass directly */
+        if (++e->warm == GRAPH_WARMUP) {
+            /* the capture's fusions may need scratch that no direct pass
+             * sizes, and a capture may not grow it */
+            cuda_fuse_reserve(be, w, cu_ctx_kctx(be->c));
+            e->pool_gen = cu_pool_generation(be->c);
+        }
         return MINFER_OK;
     }
     /* capture (the launch context is taken first: no device switch inside
