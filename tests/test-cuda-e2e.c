@@ -220,11 +220,12 @@ START_TEST(batched_greedy_cuda_matches_cpu)
     /* Catches ATTENTION_LISTS on CUDA reading the wrong cells or lists, a
      * batched decode step that drifts from the CPU, and batched steps that
      * never replay a captured graph or whose capture aborts (a fusion
-     * whose scratch no warm-up pass reserved turns graphs off). Six sequences (steps padded to 8
-     * tokens: the matvec kernels), then twelve (padded to 16: gemm-i8.cu's
-     * GEMM with its split-K finish, the norm writing its q8_1 activations
-     * and Q, K and V as one launch, k_gemm_multi, split in two as well:
-     * the 512-wide shape) of 1..100 prompt tokens, then 12 steps,
+     * whose scratch no warm-up pass reserved turns graphs off). Six
+     * sequences (steps padded to 8 tokens: the matvec kernels), then
+     * twelve (padded to 16: gemm-i8.cu's GEMM with its split-K finish,
+     * the norm writing its q8_1 activations and Q, K and V as one launch,
+     * k_gemm_multi, split in two as well: the 512-wide shape) of 1..100
+     * prompt tokens, then 12 steps,
      * teacher-forced with the CPU's tokens. Every step's RoPEs and KV
      * stores must run as one launch with a block per token (the fused
      * kernel writing on bytes another token's block still reads would
