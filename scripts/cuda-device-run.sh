@@ -213,11 +213,14 @@ echo "models ready at $(since) s"
 # odd rounds run the trees A, B, ..., even rounds in reverse: whichever tree
 # runs first in a round measured 0.5-1.5% ahead on paths it did not change
 # one jsonl row per test -> "pp512 median (min..max) n=5;": the median,
-# since the first timed repetitions of a graphed prefill also capture
+# since the first timed repetitions of a graphed prefill also capture; a
+# warning (an aborted capture turns graphs off) is shown beside the rows
 bench_summary() {
   python3 -c '
 import json, sys
 for line in sys.stdin:
+    if "warn" in line:
+        print(" [%s]" % line.strip()[:200], end="")
     if not line.startswith("{"):
         continue
     r = json.loads(line)
