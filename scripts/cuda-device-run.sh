@@ -50,7 +50,9 @@
 #           tree (the nt = 1 products and the Q/K/V group at each forced
 #           thread count a row group), into matvec-tpr.log
 #   QKV=1   also `minfer-cuda-bench --qkv --quick` of the first tree (the
-#           7B's Q, K and V products as one launch and as three), into qkv.log
+#           7B's Q, K and V products as one launch and as three; on a tree
+#           with the norm folds, those against the norm's launch, and the
+#           gate/up pair's the same), into qkv.log
 #   GEMMWG=1  also `minfer-cuda-bench --gemmwg` of every tree, one after the
 #           other (every prefill GEMM kernel forced in turn on the 7B
 #           shapes); GEMMWG="B C": of those trees only
@@ -276,7 +278,7 @@ fi
 if [ -n "$QKV" ]; then
   timeout 150 /tmp/bA/bin/minfer-cuda-bench --qkv --quick > $OUT/qkv.log 2>&1
   echo "qkv bench rc $?:"
-  grep -E "^qkv" $OUT/qkv.log
+  grep -E "^(qkv|glu)" $OUT/qkv.log
 fi
 
 # ---- prefill GEMM kernels alone ----
