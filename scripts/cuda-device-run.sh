@@ -276,7 +276,7 @@ fi
 
 # ---- the Q/K/V products alone (the first tree) ----
 if [ -n "$QKV" ]; then
-  timeout 150 /tmp/bA/bin/minfer-cuda-bench --qkv --quick > $OUT/qkv.log 2>&1
+  timeout 240 /tmp/bA/bin/minfer-cuda-bench --qkv --quick > $OUT/qkv.log 2>&1
   echo "qkv bench rc $?:"
   grep -E "^(qkv|glu)" $OUT/qkv.log
 fi
